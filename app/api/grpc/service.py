@@ -1,0 +1,231 @@
+"""The gRPC ControllerService (grpclib), wire-compatible with Pravega's Controller.proto.
+
+Handlers are the `rpc_<method>` coroutines below, taking a request message and returning a
+response message. The method table is built from the proto descriptor, so every RPC of the
+contract is served: those not implemented yet answer UNIMPLEMENTED, never a fake success.
+Domain errors that Pravega reports as gRPC errors (not status enums) are mapped in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpclib.const
+import grpclib.server
+from google.protobuf.message import Message
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from app.api.grpc.convert import segment_range, stream_config_from_proto, stream_config_to_proto
+from app.api.grpc.errors import grpc_error_for
+from app.api.grpc.proto import controller_pb2 as pb
+from app.domain.errors import DomainError, NotFound
+from app.domain.names import is_valid_scope_or_stream_name
+from app.ports import ClusterView
+from app.services.scopes import ScopeOutcome, ScopeService
+from app.services.segments import SegmentQueries
+from app.services.streams import CreateStreamOutcome, StreamService
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "io.pravega.controller.stream.api.grpc.v1.ControllerService"
+_NO_TOKEN = ""  # delegation tokens are empty while authentication is off
+
+_CREATE_SCOPE = {
+    ScopeOutcome.SUCCESS: pb.CreateScopeStatus.SUCCESS,
+    ScopeOutcome.EXISTS: pb.CreateScopeStatus.SCOPE_EXISTS,
+    ScopeOutcome.INVALID_NAME: pb.CreateScopeStatus.INVALID_SCOPE_NAME,
+}
+_DELETE_SCOPE = {
+    ScopeOutcome.SUCCESS: pb.DeleteScopeStatus.SUCCESS,
+    ScopeOutcome.NOT_FOUND: pb.DeleteScopeStatus.SCOPE_NOT_FOUND,
+    ScopeOutcome.NOT_EMPTY: pb.DeleteScopeStatus.SCOPE_NOT_EMPTY,
+}
+_CREATE_STREAM = {
+    CreateStreamOutcome.SUCCESS: pb.CreateStreamStatus.SUCCESS,
+    CreateStreamOutcome.EXISTS: pb.CreateStreamStatus.STREAM_EXISTS,
+    CreateStreamOutcome.SCOPE_NOT_FOUND: pb.CreateStreamStatus.SCOPE_NOT_FOUND,
+    CreateStreamOutcome.INVALID_NAME: pb.CreateStreamStatus.INVALID_STREAM_NAME,
+}
+
+Handler = Callable[[Any], Awaitable[Message]]
+
+
+class ControllerService:
+    def __init__(
+        self,
+        scopes: ScopeService,
+        streams: StreamService,
+        segments: SegmentQueries,
+        cluster: ClusterView,
+    ) -> None:
+        self._scopes = scopes
+        self._streams = streams
+        self._segments = segments
+        self._cluster = cluster
+
+    # --- grpclib plumbing -----------------------------------------------------------------
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        mapping: dict[str, grpclib.const.Handler] = {}
+        descriptor = pb.DESCRIPTOR.services_by_name["ControllerService"]
+        for method in descriptor.methods:
+            request_type = _message_class(method.input_type.name)
+            response_type = _message_class(method.output_type.name)
+            handler: Handler | None = getattr(self, f"rpc_{method.name}", None)
+            mapping[f"/{SERVICE_NAME}/{method.name}"] = grpclib.const.Handler(
+                _unary(method.name, handler),
+                grpclib.const.Cardinality.UNARY_UNARY,
+                request_type,
+                response_type,
+            )
+        return mapping
+
+    # --- scopes ---------------------------------------------------------------------------
+
+    async def rpc_createScope(self, request: pb.ScopeInfo) -> pb.CreateScopeStatus:
+        outcome = await self._scopes.create_scope(request.scope)
+        return pb.CreateScopeStatus(status=_CREATE_SCOPE[outcome])
+
+    async def rpc_deleteScope(self, request: pb.ScopeInfo) -> pb.DeleteScopeStatus:
+        outcome = await self._scopes.delete_scope(request.scope)
+        return pb.DeleteScopeStatus(status=_DELETE_SCOPE[outcome])
+
+    async def rpc_checkScopeExists(self, request: pb.ScopeInfo) -> pb.ExistsResponse:
+        return pb.ExistsResponse(exists=await self._scopes.scope_exists(request.scope))
+
+    async def rpc_listScopes(self, request: pb.ScopesRequest) -> pb.ScopesResponse:
+        page = await self._scopes.list_scopes(request.continuationToken.token)
+        return pb.ScopesResponse(scopes=page.names, continuationToken=pb.ContinuationToken(token=page.token))
+
+    # --- streams --------------------------------------------------------------------------
+
+    async def rpc_createStream(self, request: pb.StreamConfig) -> pb.CreateStreamStatus:
+        info = request.streamInfo
+        if not info.stream:
+            raise GRPCError(Status.INVALID_ARGUMENT, "stream name must not be empty")
+        if not is_valid_scope_or_stream_name(info.stream):
+            # The name check comes before any other, as in Java: INVALID_STREAM_NAME wins.
+            return pb.CreateStreamStatus(status=pb.CreateStreamStatus.INVALID_STREAM_NAME)
+        config = stream_config_from_proto(request)
+        outcome = await self._streams.create_stream(info.scope, info.stream, config)
+        return pb.CreateStreamStatus(status=_CREATE_STREAM[outcome])
+
+    async def rpc_getStreamConfiguration(self, request: pb.StreamInfo) -> pb.StreamConfig:
+        config = await self._streams.get_config(request.scope, request.stream)
+        return stream_config_to_proto(request.scope, request.stream, config)
+
+    async def rpc_checkStreamExists(self, request: pb.StreamInfo) -> pb.ExistsResponse:
+        return pb.ExistsResponse(exists=await self._streams.stream_exists(request.scope, request.stream))
+
+    async def rpc_listStreamsInScope(self, request: pb.StreamsInScopeRequest) -> pb.StreamsInScopeResponse:
+        scope = request.scope.scope
+        token = request.continuationToken.token
+        try:
+            page = await self._streams.list_streams(scope, token)
+        except NotFound:
+            return pb.StreamsInScopeResponse(
+                status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
+                continuationToken=pb.ContinuationToken(token=token),
+            )
+        return _streams_page(scope, page.names, page.token)
+
+    async def rpc_listStreamsInScopeForTag(
+        self, request: pb.StreamsInScopeWithTagRequest
+    ) -> pb.StreamsInScopeResponse:
+        scope = request.scope.scope
+        token = request.continuationToken.token
+        try:
+            page = await self._streams.list_streams_for_tag(scope, request.tag, token)
+        except NotFound:
+            return pb.StreamsInScopeResponse(
+                status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
+                continuationToken=pb.ContinuationToken(token=token),
+            )
+        return _streams_page(scope, page.names, page.token)
+
+    # --- segments -------------------------------------------------------------------------
+
+    async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
+        segments = await self._segments.current_segments(request.scope, request.stream)
+        return pb.SegmentRanges(
+            segmentRanges=[segment_range(request.scope, request.stream, s) for s in segments],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_getEpochSegments(self, request: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
+        info = request.streamInfo
+        segments = await self._segments.epoch_segments(info.scope, info.stream, request.epoch)
+        return pb.SegmentRanges(
+            segmentRanges=[segment_range(info.scope, info.stream, s) for s in segments],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_getSegments(self, request: pb.GetSegmentsRequest) -> pb.SegmentsAtTime:
+        info = request.streamInfo
+        head = await self._segments.head(info.scope, info.stream)
+        stream_info = pb.StreamInfo(scope=info.scope, stream=info.stream)
+        return pb.SegmentsAtTime(
+            segments=[
+                pb.SegmentsAtTime.SegmentLocation(
+                    segmentId=pb.SegmentId(streamInfo=stream_info, segmentId=segment), offset=offset
+                )
+                for segment, offset in sorted(head.items())
+            ],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_isSegmentValid(self, request: pb.SegmentId) -> pb.SegmentValidityResponse:
+        info = request.streamInfo
+        valid = await self._segments.is_segment_valid(info.scope, info.stream, request.segmentId)
+        return pb.SegmentValidityResponse(response=valid)
+
+    async def rpc_getURI(self, request: pb.SegmentId) -> pb.NodeUri:
+        info = request.streamInfo
+        host, port = self._segments.uri(info.scope, info.stream, request.segmentId)
+        return pb.NodeUri(endpoint=host, port=port)
+
+    # --- cluster and security -------------------------------------------------------------
+
+    async def rpc_getControllerServerList(self, request: pb.ServerRequest) -> pb.ServerResponse:
+        live = await self._cluster.live_controllers()
+        return pb.ServerResponse(nodeURI=[pb.NodeUri(endpoint=c.host, port=c.port) for c in live])
+
+    async def rpc_getDelegationToken(self, request: pb.StreamInfo) -> pb.DelegationToken:
+        return pb.DelegationToken(delegationToken=_NO_TOKEN)
+
+
+def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScopeResponse:
+    return pb.StreamsInScopeResponse(
+        streams=[pb.StreamInfo(scope=scope, stream=name) for name in names],
+        continuationToken=pb.ContinuationToken(token=token),
+        status=pb.StreamsInScopeResponse.SUCCESS,
+    )
+
+
+def _message_class(name: str) -> type[Message]:
+    cls: type[Message] = getattr(pb, name)
+    return cls
+
+
+def _unary(
+    method: str, handler: Handler | None
+) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
+    async def serve(stream: grpclib.server.Stream[Any, Any]) -> None:
+        request = await stream.recv_message()
+        if handler is None:
+            raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")
+        try:
+            response = await handler(request)
+        except DomainError as exc:
+            raise grpc_error_for(exc) from exc
+        except GRPCError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected failure in %s", method)
+            raise GRPCError(Status.INTERNAL, f"internal error in {method}") from exc
+        await stream.send_message(response)
+
+    return serve

@@ -1,0 +1,54 @@
+"""Settings for `pgcontroller serve`, from flags with PGCONTROLLER_* environment fallbacks.
+
+Defaults are Pravega's (gRPC 9090, REST 9091, 4 containers, a segment store on
+localhost:12345) except that we bind to loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.segmentstore.hosts import HostAddress
+
+ENV_PREFIX = "PGCONTROLLER_"
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    db_url: str | None = None
+    data_dir: Path = Path(".pgcontroller")
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 9090
+    rest_host: str = "127.0.0.1"
+    rest_port: int = 9091
+    instance_id: str = field(default_factory=default_instance_id)
+    container_count: int = 4
+    segment_store_hosts: tuple[HostAddress, ...] = (HostAddress("127.0.0.1", 12345),)
+    shutdown_timeout_s: float = 5.0
+    pool_max_size: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_port", "rest_port"):
+            port = getattr(self, name)
+            if not 0 <= port < 65536:
+                raise ValueError(f"{name.replace('_', '-')} must be 0..65535, got {port}")
+        if self.container_count <= 0:
+            raise ValueError(f"container-count must be positive, got {self.container_count}")
+        if not self.segment_store_hosts:
+            raise ValueError("at least one segment-store host is needed")
+
+
+def parse_hosts(text: str) -> tuple[HostAddress, ...]:
+    return tuple(HostAddress.parse(part) for part in text.split(",") if part.strip())

@@ -1,0 +1,41 @@
+"""The closed set of domain errors every layer speaks.
+
+Adapters translate their own failures into exactly these; the API layers map exactly these
+to wire statuses. Nothing else may cross a layer boundary as an expected failure.
+"""
+
+
+class DomainError(Exception):
+    """Base of every expected failure; the message is safe to show to a caller."""
+
+
+class NotFound(DomainError):
+    """A scope, stream, epoch or other record does not exist."""
+
+
+class AlreadyExists(DomainError):
+    """A record with the same key exists already."""
+
+
+class WriteConflict(DomainError):
+    """A versioned write lost a race; retrying from a fresh read is safe."""
+
+
+class IllegalState(DomainError):
+    """The record exists but is in a state where the operation cannot apply."""
+
+
+class OperationNotAllowed(DomainError):
+    """A stream state transition that the state machine forbids."""
+
+
+class NotEmpty(DomainError):
+    """A container record still holds children (a scope with streams)."""
+
+
+class InvalidInput(DomainError):
+    """The caller's input breaks a rule (a name, a policy, a range)."""
+
+
+class StoreUnavailable(DomainError):
+    """The metadata store cannot be reached; retryable."""

@@ -1,0 +1,26 @@
+"""Key-space arithmetic for segments, bit-for-bit as Pravega computes it in IEEE doubles.
+
+Clients see these doubles, so `0.6000000000000001` and a last end of `0.9999999999999999`
+for n = 49 are kept on purpose (reference §2.2).
+"""
+
+from app.domain.records import SegmentRecord
+
+
+def uniform_key_ranges(count: int) -> list[tuple[float, float]]:
+    # The chunk is computed once and multiplied, exactly as Java does; do not "fix" the doubles.
+    chunk = 1.0 / count
+    return [(i * chunk, (i + 1) * chunk) for i in range(count)]
+
+
+def initial_segments(count: int, first_number: int, creation_time: int) -> tuple[SegmentRecord, ...]:
+    return tuple(
+        SegmentRecord(
+            number=first_number + i,
+            creation_epoch=0,
+            creation_time=creation_time,
+            key_start=start,
+            key_end=end,
+        )
+        for i, (start, end) in enumerate(uniform_key_ranges(count))
+    )

@@ -1,0 +1,155 @@
+"""The ports the core needs: what services ask of storage, the segment store and time.
+
+Services and workers import only these Protocols; `app.main` wires concrete adapters in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.domain.records import (
+    EpochRecord,
+    ScaleType,
+    ScopeState,
+    StreamConfig,
+    StreamState,
+    Versioned,
+)
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCreation:
+    """What `create_stream_metadata` found or wrote."""
+
+    created: bool  # False: the stream was there already
+    state: StreamState
+    creation_time: int
+    config: StreamConfig
+    epoch_zero: EpochRecord
+
+
+class ScopeStore(Protocol):
+    async def create_scope(self, name: str, now_ms: int) -> None:
+        """Raises AlreadyExists, also for a scope being deleted."""
+        ...
+
+    async def get_scope_state(self, name: str) -> ScopeState:
+        """Raises NotFound."""
+        ...
+
+    async def delete_scope(self, name: str) -> None:
+        """Raises NotFound, or NotEmpty while any stream (internal ones too) remains."""
+        ...
+
+    async def list_scopes(self, after: str, limit: int) -> list[str]:
+        """Names strictly after `after` in name order; "" starts at the beginning."""
+        ...
+
+
+class StreamStore(Protocol):
+    async def create_stream_metadata(
+        self, scope: str, name: str, config: StreamConfig, creation_time: int
+    ) -> StreamCreation:
+        """Writes the stream in CREATING with its epoch 0 in one transaction, or returns what
+        exists. Raises NotFound when the scope is missing or being deleted."""
+        ...
+
+    async def get_state(self, scope: str, name: str) -> Versioned[StreamState]: ...
+
+    async def set_state(self, scope: str, name: str, state: StreamState, expected_version: int) -> int:
+        """Conditional on the version; returns the new version. Raises WriteConflict."""
+        ...
+
+    async def activate_created_stream(
+        self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
+    ) -> None:
+        """CREATING -> ACTIVE and (unless internal) the tag index, in one transaction."""
+        ...
+
+    async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]: ...
+
+    async def stream_exists(self, scope: str, name: str) -> bool: ...
+
+    async def list_streams(self, scope: str, after: str, limit: int) -> list[str]:
+        """Every stream name in the scope (internal ones too). Raises NotFound for the scope."""
+        ...
+
+    async def list_streams_for_tag(self, scope: str, tag: str, after: str, limit: int) -> list[str]: ...
+
+    async def get_active_epoch(self, scope: str, name: str) -> tuple[StreamState, EpochRecord]:
+        """The state and the active epoch record in one read."""
+        ...
+
+    async def get_epoch(self, scope: str, name: str, epoch: int) -> EpochRecord: ...
+
+    async def get_head(self, scope: str, name: str) -> dict[int, int]:
+        """The truncation stream cut, or the epoch-0 segments at offset 0 if never truncated."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    name: str
+    length: int
+    start_offset: int
+    sealed: bool
+
+
+class SegmentStore(Protocol):
+    """The controller's calls into the segment store. Every call is idempotent on its outcome:
+    creating what exists, sealing what is sealed, deleting what is gone all succeed."""
+
+    async def create_segment(
+        self, name: str, scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
+    ) -> None: ...
+
+    async def seal_segment(self, name: str) -> int:
+        """Seals and returns the final length. Raises NotFound for a missing segment."""
+        ...
+
+    async def truncate_segment(self, name: str, offset: int) -> None: ...
+
+    async def delete_segment(self, name: str) -> None: ...
+
+    async def update_policy(self, name: str, scale_type: ScaleType, target_rate: int) -> None: ...
+
+    async def get_segment_info(self, name: str) -> SegmentInfo: ...
+
+    async def create_transaction_segment(
+        self, segment_name: str, txn_high: int, txn_low: int, rollover_size_bytes: int
+    ) -> None: ...
+
+    async def merge_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> int:
+        """Merges the transaction segment into its parent; returns the parent's new length.
+        Merging one that was merged already returns the parent's current length."""
+        ...
+
+    async def abort_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> None: ...
+
+    async def create_table_segment(self, name: str, key_length: int, rollover_size_bytes: int) -> None: ...
+
+    async def delete_table_segment(self, name: str, must_be_empty: bool) -> None: ...
+
+
+class SegmentStoreLocator(Protocol):
+    """Where a segment's container lives: answers getURI without touching storage."""
+
+    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerEndpoint:
+    host: str
+    port: int
+
+
+class ClusterView(Protocol):
+    async def live_controllers(self) -> Sequence[ControllerEndpoint]: ...

@@ -1,0 +1,41 @@
+"""The asyncpg connection pool and its per-connection setup (JSON codecs, timeouts).
+
+Every runtime query goes through one pool; a statement that runs longer than the command
+timeout is abandoned rather than holding an RPC forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+
+from app.store.errors import translated
+
+
+def asyncpg_dsn(url: str) -> str:
+    """Accepts SQLAlchemy-style URLs too, so one setting serves migrations and runtime."""
+    for prefix in ("postgresql+asyncpg://", "postgres+asyncpg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+async def _setup_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(
+    url: str, *, min_size: int = 2, max_size: int = 20, command_timeout: float = 30.0
+) -> Any:
+    with translated():
+        return await asyncpg.create_pool(
+            asyncpg_dsn(url),
+            min_size=min_size,
+            max_size=max_size,
+            command_timeout=command_timeout,
+            init=_setup_connection,
+            server_settings={"application_name": "pgcontroller"},
+        )

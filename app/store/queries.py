@@ -1,0 +1,39 @@
+"""Loads the runtime SQL from sql/queries/*.sql once, as named blocks.
+
+A block starts at a line `-- name: <method>`; the name equals the store method that runs it,
+so a reader can go from a method to its SQL by name. Duplicate names are an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+_HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def queries_dir() -> Path:
+    # The SQL ships beside the package in a source checkout; the Dockerfile copies it too.
+    return Path(__file__).resolve().parents[2] / "sql" / "queries"
+
+
+def parse_blocks(text: str, source: str) -> dict[str, str]:
+    blocks: dict[str, str] = {}
+    headers = list(_HEADER.finditer(text))
+    for i, header in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        body = text[header.end() : end].strip()
+        name = header.group(1)
+        if name in blocks:
+            raise ValueError(f"duplicate SQL block {name!r} in {source}")
+        if not body:
+            raise ValueError(f"empty SQL block {name!r} in {source}")
+        blocks[name] = body
+    return blocks
+
+
+@functools.cache
+def load(file_stem: str) -> dict[str, str]:
+    path = queries_dir() / f"{file_stem}.sql"
+    return parse_blocks(path.read_text(encoding="utf-8"), str(path))

@@ -1,0 +1,234 @@
+"""The declared schema: SQLAlchemy Core metadata used by migrations and the drift test only.
+
+Runtime queries live in sql/queries/*.sql. Every mutable table carries `version bigint`,
+and every write to it is conditional on that version (see app/store/versioned.py).
+Immutable, insert-only tables (streams, epochs, retention set entries, tag index) carry no
+version: nothing ever updates them.
+"""
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+STREAM_STATES = (
+    "UNKNOWN",
+    "CREATING",
+    "ACTIVE",
+    "UPDATING",
+    "SCALING",
+    "COMMITTING_TXN",
+    "TRUNCATING",
+    "SEALING",
+    "SEALED",
+)
+
+
+def _version() -> Column[int]:
+    return Column("version", BigInteger, nullable=False, server_default=text("0"))
+
+
+def _stream_fk() -> Column[int]:
+    return Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True)
+
+
+scopes = Table(
+    "scopes",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("state", Text, nullable=False, server_default=text("'ACTIVE'")),
+    Column("created_at", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("state IN ('ACTIVE', 'DELETING')", name="scopes_state_check"),
+)
+
+streams = Table(
+    "streams",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("scope", Text, ForeignKey("scopes.name"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    UniqueConstraint("scope", "name", name="streams_scope_name_key"),
+)
+
+stream_configs = Table(
+    "stream_configs",
+    metadata,
+    _stream_fk(),
+    Column("scale_type", SmallInteger, nullable=False),
+    Column("target_rate", Integer, nullable=False),
+    Column("scale_factor", Integer, nullable=False),
+    Column("min_num_segments", Integer, nullable=False),
+    Column("retention_type", SmallInteger, nullable=True),
+    Column("retention_param", BigInteger, nullable=False, server_default=text("0")),
+    Column("retention_max", BigInteger, nullable=False, server_default=text("0")),
+    Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("timestamp_aggregation_timeout", BigInteger, nullable=False, server_default=text("0")),
+    Column("rollover_size_bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("updating", Boolean, nullable=False, server_default=text("false")),
+    _version(),
+)
+
+stream_states = Table(
+    "stream_states",
+    metadata,
+    _stream_fk(),
+    Column("state", Text, nullable=False),
+    _version(),
+    CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in STREAM_STATES) + ")", name="stream_states_state_check"
+    ),
+)
+
+stream_current_epochs = Table(
+    "stream_current_epochs",
+    metadata,
+    _stream_fk(),
+    Column("epoch", Integer, nullable=False),
+    _version(),
+)
+
+stream_truncations = Table(
+    "stream_truncations",
+    metadata,
+    _stream_fk(),
+    Column("stream_cut", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("span", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("deleted_segments", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("to_delete", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("size_till", BigInteger, nullable=False, server_default=text("0")),
+    Column("updating", Boolean, nullable=False, server_default=text("false")),
+    _version(),
+)
+
+# active_epoch = -1 is the empty record: no scale in flight.
+stream_epoch_transitions = Table(
+    "stream_epoch_transitions",
+    metadata,
+    _stream_fk(),
+    Column("active_epoch", Integer, nullable=False, server_default=text("-1")),
+    Column("time", BigInteger, nullable=False, server_default=text("0")),
+    Column("segments_to_seal", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("new_segment_ids", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("new_key_starts", ARRAY(Double), nullable=False, server_default=text("'{}'")),
+    Column("new_key_ends", ARRAY(Double), nullable=False, server_default=text("'{}'")),
+    _version(),
+)
+
+# One immutable row per epoch: the epoch record and its history entry (PDP-32's history
+# time series), indexed by creation time instead of a separate history time index.
+epochs = Table(
+    "epochs",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("reference_epoch", Integer, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    Column("splits", BigInteger, nullable=False, server_default=text("0")),
+    Column("merges", BigInteger, nullable=False, server_default=text("0")),
+    Column("segment_ids", ARRAY(BigInteger), nullable=False),
+    Column("key_starts", ARRAY(Double), nullable=False),
+    Column("key_ends", ARRAY(Double), nullable=False),
+    Column("segment_creation_times", ARRAY(BigInteger), nullable=False),
+    Column("sealed_segments", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("created_segments", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    PrimaryKeyConstraint("stream_id", "epoch", name="epochs_pkey"),
+    Index("epochs_by_creation_time", "stream_id", "creation_time"),
+)
+
+segments = Table(
+    "segments",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("segment_id", BigInteger, nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("creation_epoch", Integer, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    Column("key_start", Double, nullable=False),
+    Column("key_end", Double, nullable=False),
+    Column("sealed_epoch", Integer, nullable=True),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "segment_id", name="segments_pkey"),
+)
+
+# Sealed sizes sharded by creation epoch (1000 epochs a shard) so no row grows without bound.
+sealed_size_shards = Table(
+    "sealed_size_shards",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("sizes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "shard", name="sealed_size_shards_pkey"),
+)
+
+retention_set = Table(
+    "retention_set",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("recording_time", BigInteger, nullable=False),
+    Column("recording_size", BigInteger, nullable=False),
+    Column("stream_cut", JSONB, nullable=False),
+    PrimaryKeyConstraint("stream_id", "recording_time", name="retention_set_pkey"),
+)
+
+# Survives the stream: a re-created stream numbers its segments after the deleted one's.
+deleted_streams = Table(
+    "deleted_streams",
+    metadata,
+    Column("scope", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("last_segment_number", Integer, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("scope", "name", name="deleted_streams_pkey"),
+)
+
+stream_tags = Table(
+    "stream_tags",
+    metadata,
+    Column("scope", Text, nullable=False),
+    Column("tag", Text, nullable=False),
+    Column("stream", Text, nullable=False),
+    Column("stream_id", BigInteger, nullable=False),
+    PrimaryKeyConstraint("scope", "tag", "stream", name="stream_tags_pkey"),
+    ForeignKeyConstraint(["stream_id"], ["streams.id"], ondelete="CASCADE", name="stream_tags_stream_fk"),
+    Index("stream_tags_by_stream", "stream_id"),
+)
+
+# State of the embedded (simulated) segment store, shared by every controller process on
+# this database; a real segment store keeps this state itself.
+embedded_segments = Table(
+    "embedded_segments",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("length", BigInteger, nullable=False, server_default=text("0")),
+    Column("start_offset", BigInteger, nullable=False, server_default=text("0")),
+    Column("sealed", Boolean, nullable=False, server_default=text("false")),
+    Column("scale_type", SmallInteger, nullable=False, server_default=text("0")),
+    Column("target_rate", Integer, nullable=False, server_default=text("0")),
+    Column("rollover_size_bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("key_length", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("kind IN ('stream', 'transaction', 'table')", name="embedded_segments_kind_check"),
+)

@@ -1,0 +1,63 @@
+"""Scope records in PostgreSQL (ScopeStore port).
+
+A scope is deleted only when empty and only at the version it was read at.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.domain.errors import AlreadyExists, NotEmpty, NotFound, WriteConflict
+from app.domain.records import ScopeState, Versioned
+from app.store import queries
+from app.store.errors import conflict_or_missing, translated
+
+_SQL = queries.load("scopes")
+
+
+class PgScopeStore:
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    async def create_scope(self, name: str, now_ms: int) -> None:
+        with translated():
+            created = await self._pool.fetchval(_SQL["create_scope"], name, now_ms)
+        if created is None:
+            raise AlreadyExists(f"scope {name!r} already exists")
+
+    async def get_scope(self, name: str) -> Versioned[ScopeState]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_scope"], name)
+        if row is None:
+            raise NotFound(f"scope {name!r} not found")
+        return Versioned(ScopeState(row["state"]), row["version"])
+
+    async def get_scope_state(self, name: str) -> ScopeState:
+        return (await self.get_scope(name)).value
+
+    async def set_scope_state(self, name: str, state: ScopeState, expected_version: int) -> int:
+        with translated():
+            version = await self._pool.fetchval(_SQL["set_scope_state"], name, state.value, expected_version)
+            if version is None:
+                exists = await self._pool.fetchval(_SQL["get_scope"], name)
+                raise conflict_or_missing(exists is not None, f"scope {name!r}")
+        return int(version)
+
+    async def delete_scope(self, name: str) -> None:
+        try:
+            with translated():
+                row = await self._pool.fetchrow(_SQL["delete_scope"], name)
+        except WriteConflict as exc:
+            # The FK from streams fired: a stream arrived between our check and the delete.
+            raise NotEmpty(f"scope {name!r} is not empty") from exc
+        if row["found"] == 0:
+            raise NotFound(f"scope {name!r} not found")
+        if row["has_streams"]:
+            raise NotEmpty(f"scope {name!r} is not empty")
+        if row["deleted"] == 0:
+            raise WriteConflict(f"scope {name!r} was changed concurrently")
+
+    async def list_scopes(self, after: str, limit: int) -> list[str]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["list_scopes"], after, limit)
+        return [r["name"] for r in rows]

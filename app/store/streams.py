@@ -1,0 +1,349 @@
+"""Stream metadata in PostgreSQL (StreamStore port): one row per record, each versioned.
+
+Creation writes the stream, all its per-stream records and epoch 0 in one transaction, so a
+stream is either wholly absent or present in CREATING with everything it needs to finish.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.domain.errors import NotFound, WriteConflict
+from app.domain.records import (
+    EpochRecord,
+    EpochTransitionRecord,
+    ScopeState,
+    SegmentRecord,
+    StreamConfig,
+    StreamState,
+    TruncationRecord,
+    Versioned,
+)
+from app.domain.scaling import initial_segments
+from app.ports import StreamCreation
+from app.store import queries
+from app.store.errors import conflict_or_missing, translated
+from app.store.rows import (
+    config_columns,
+    config_from_row,
+    cut_from_json,
+    cut_to_json,
+    epoch_columns,
+    epoch_from_row,
+)
+
+_SQL = queries.load("streams")
+EMPTY_EPOCH_TRANSITION = -1
+
+
+class PgStreamStore:
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    # --- creation -------------------------------------------------------------------------
+
+    async def create_stream_metadata(
+        self, scope: str, name: str, config: StreamConfig, creation_time: int
+    ) -> StreamCreation:
+        with translated():
+            async with self._pool.acquire() as conn, conn.transaction():
+                scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
+                if scope_state is None or scope_state == ScopeState.DELETING.value:
+                    raise NotFound(f"scope {scope!r} not found")
+                existing = await self._existing(conn, scope, name)
+                if existing is not None:
+                    return existing
+                last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
+                first_number = 0 if last is None else last + 1
+                stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
+                if stream_id is None:
+                    raise WriteConflict(f"stream {scope}/{name} was created concurrently")
+                epoch_zero = EpochRecord(
+                    epoch=0,
+                    reference_epoch=0,
+                    segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                    creation_time=creation_time,
+                )
+                await conn.execute(
+                    _SQL["insert_stream_records"],
+                    stream_id,
+                    *config_columns(config),
+                    creation_time,
+                    *epoch_columns(epoch_zero),
+                )
+                return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+
+    async def _existing(self, conn: Any, scope: str, name: str) -> StreamCreation | None:
+        row = await conn.fetchrow(_SQL["find_stream"], scope, name)
+        if row is None:
+            return None
+        config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
+        epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
+        return StreamCreation(
+            False,
+            StreamState(row["state"]),
+            row["creation_time"],
+            config_from_row(config_row),
+            epoch_from_row(epoch_row),
+        )
+
+    async def activate_created_stream(
+        self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
+    ) -> None:
+        with translated():
+            async with self._pool.acquire() as conn, conn.transaction():
+                version = await conn.fetchval(
+                    _SQL["set_state"], scope, name, StreamState.ACTIVE.value, expected_state_version
+                )
+                if version is None:
+                    found = await conn.fetchrow(_SQL["find_stream"], scope, name)
+                    raise conflict_or_missing(found is not None, f"stream {scope}/{name}")
+                if index_tags:
+                    found = await conn.fetchrow(_SQL["find_stream"], scope, name)
+                    await conn.execute(_SQL["index_tags"], found["id"])
+
+    # --- reads ----------------------------------------------------------------------------
+
+    async def stream_exists(self, scope: str, name: str) -> bool:
+        with translated():
+            return bool(await self._pool.fetchval(_SQL["stream_exists"], scope, name))
+
+    async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_config"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return Versioned(config_from_row(row), row["version"])
+
+    async def get_config_record(self, scope: str, name: str) -> Versioned[tuple[StreamConfig, bool]]:
+        """The configuration with its `updating` flag (set while an update is in flight)."""
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_config"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return Versioned((config_from_row(row), row["updating"]), row["version"])
+
+    async def get_state(self, scope: str, name: str) -> Versioned[StreamState]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_state"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return Versioned(StreamState(row["state"]), row["version"])
+
+    async def list_streams(self, scope: str, after: str, limit: int) -> list[str]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["list_streams"], scope, after, limit)
+        if not row["scope_exists"]:
+            raise NotFound(f"scope {scope!r} not found")
+        return list(row["names"])
+
+    async def list_streams_for_tag(self, scope: str, tag: str, after: str, limit: int) -> list[str]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["list_streams_for_tag"], scope, tag, after, limit)
+        if not row["scope_exists"]:
+            raise NotFound(f"scope {scope!r} not found")
+        return list(row["names"])
+
+    async def get_active_epoch(self, scope: str, name: str) -> tuple[StreamState, EpochRecord]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_active_epoch"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return StreamState(row["state"]), epoch_from_row(row)
+
+    async def get_epoch(self, scope: str, name: str, epoch: int) -> EpochRecord:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_epoch"], scope, name, epoch)
+        if row is None:
+            raise NotFound(f"epoch {epoch} of stream {scope}/{name} not found")
+        return epoch_from_row(row)
+
+    async def get_head(self, scope: str, name: str) -> dict[int, int]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_head"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        cut = cut_from_json(row["stream_cut"])
+        if cut:
+            return cut
+        return {segment: 0 for segment in row["segment_ids"]}
+
+    async def get_segment(
+        self, scope: str, name: str, segment: int
+    ) -> Versioned[tuple[SegmentRecord, int | None]]:
+        """A segment with the epoch it was sealed in (None while it is active)."""
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_segment"], scope, name, segment)
+        if row is None:
+            raise NotFound(f"segment {segment} of stream {scope}/{name} not found")
+        record = SegmentRecord(
+            row["number"], row["creation_epoch"], row["creation_time"], row["key_start"], row["key_end"]
+        )
+        return Versioned((record, row["sealed_epoch"]), row["version"])
+
+    # --- conditional writes: each raises WriteConflict when the version moved on ----------
+
+    async def _conditional(self, query: str, what: str, scope: str, name: str, *args: Any) -> int:
+        with translated():
+            version = await self._pool.fetchval(_SQL[query], scope, name, *args)
+            if version is None:
+                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+                raise conflict_or_missing(bool(exists), f"{what} of stream {scope}/{name}")
+        return int(version)
+
+    async def set_state(self, scope: str, name: str, state: StreamState, expected_version: int) -> int:
+        return await self._conditional("set_state", "state", scope, name, state.value, expected_version)
+
+    async def set_config(
+        self, scope: str, name: str, config: StreamConfig, updating: bool, expected_version: int
+    ) -> int:
+        return await self._conditional(
+            "set_config", "configuration", scope, name, *config_columns(config), updating, expected_version
+        )
+
+    async def get_current_epoch_pointer(self, scope: str, name: str) -> Versioned[int]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_current_epoch_pointer"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return Versioned(row["epoch"], row["version"])
+
+    async def set_current_epoch_pointer(
+        self, scope: str, name: str, epoch: int, expected_version: int
+    ) -> int:
+        return await self._conditional(
+            "set_current_epoch_pointer", "current epoch", scope, name, epoch, expected_version
+        )
+
+    async def get_truncation(self, scope: str, name: str) -> Versioned[TruncationRecord]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_truncation"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        record = TruncationRecord(
+            stream_cut=cut_from_json(row["stream_cut"]),
+            span=cut_from_json(row["span"]),
+            deleted_segments=frozenset(row["deleted_segments"]),
+            to_delete=frozenset(row["to_delete"]),
+            size_till=row["size_till"],
+            updating=row["updating"],
+        )
+        return Versioned(record, row["version"])
+
+    async def set_truncation(
+        self, scope: str, name: str, record: TruncationRecord, expected_version: int
+    ) -> int:
+        return await self._conditional(
+            "set_truncation",
+            "truncation record",
+            scope,
+            name,
+            cut_to_json(record.stream_cut),
+            cut_to_json(record.span),
+            sorted(record.deleted_segments),
+            sorted(record.to_delete),
+            record.size_till,
+            record.updating,
+            expected_version,
+        )
+
+    async def get_epoch_transition(self, scope: str, name: str) -> Versioned[EpochTransitionRecord | None]:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_epoch_transition"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        if row["active_epoch"] == EMPTY_EPOCH_TRANSITION:
+            return Versioned(None, row["version"])
+        record = EpochTransitionRecord(
+            active_epoch=row["active_epoch"],
+            time=row["time"],
+            segments_to_seal=frozenset(row["segments_to_seal"]),
+            new_segments=tuple(
+                zip(row["new_segment_ids"], row["new_key_starts"], row["new_key_ends"], strict=True)
+            ),
+        )
+        return Versioned(record, row["version"])
+
+    async def set_epoch_transition(
+        self, scope: str, name: str, record: EpochTransitionRecord | None, expected_version: int
+    ) -> int:
+        if record is None:
+            columns: tuple[Any, ...] = (EMPTY_EPOCH_TRANSITION, 0, [], [], [], [])
+        else:
+            columns = (
+                record.active_epoch,
+                record.time,
+                sorted(record.segments_to_seal),
+                [s[0] for s in record.new_segments],
+                [s[1] for s in record.new_segments],
+                [s[2] for s in record.new_segments],
+            )
+        return await self._conditional(
+            "set_epoch_transition", "epoch transition", scope, name, *columns, expected_version
+        )
+
+    async def set_segment_sealed_epoch(
+        self, scope: str, name: str, segment: int, sealed_epoch: int, expected_version: int
+    ) -> int:
+        return await self._conditional(
+            "set_segment_sealed_epoch",
+            f"segment {segment}",
+            scope,
+            name,
+            segment,
+            sealed_epoch,
+            expected_version,
+        )
+
+    async def get_sealed_size_shard(
+        self, scope: str, name: str, shard: int
+    ) -> Versioned[dict[int, int]] | None:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_sealed_size_shard"], scope, name, shard)
+        if row is None:
+            return None
+        return Versioned(cut_from_json(row["sizes"]), row["version"])
+
+    async def put_sealed_size_shard(
+        self, scope: str, name: str, shard: int, sizes: dict[int, int], expected_version: int | None
+    ) -> int:
+        """Creates the shard when `expected_version` is None, else replaces it at that version."""
+        if expected_version is None:
+            with translated():
+                version = await self._pool.fetchval(
+                    _SQL["insert_sealed_size_shard"], scope, name, shard, cut_to_json(sizes)
+                )
+                if version is None:
+                    exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+                    raise conflict_or_missing(bool(exists), f"sealed-size shard {shard} of {scope}/{name}")
+            return int(version)
+        return await self._conditional(
+            "set_sealed_size_shard",
+            f"sealed-size shard {shard}",
+            scope,
+            name,
+            shard,
+            cut_to_json(sizes),
+            expected_version,
+        )
+
+    async def get_deleted_stream(self, scope: str, name: str) -> Versioned[int] | None:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_deleted_stream"], scope, name)
+        return None if row is None else Versioned(row["last_segment_number"], row["version"])
+
+    async def put_deleted_stream(
+        self, scope: str, name: str, last_segment_number: int, expected_version: int | None
+    ) -> int:
+        with translated():
+            if expected_version is None:
+                version = await self._pool.fetchval(
+                    _SQL["insert_deleted_stream"], scope, name, last_segment_number
+                )
+            else:
+                version = await self._pool.fetchval(
+                    _SQL["set_deleted_stream"], scope, name, last_segment_number, expected_version
+                )
+        if version is None:
+            raise WriteConflict(f"deleted-stream record of {scope}/{name} was changed concurrently")
+        return int(version)

@@ -1,0 +1,43 @@
+"""Alembic environment: runs migrations over a synchronous psycopg-free driver via asyncpg.
+
+The URL is passed in by app.store.migrate through the Alembic config attributes, so no
+secret ever sits in alembic.ini.
+"""
+
+import asyncio
+
+from alembic import context
+from sqlalchemy import pool
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.store.schema import metadata
+
+config = context.config
+
+
+def _do_run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async(url: str) -> None:
+    engine = create_async_engine(url, poolclass=pool.NullPool)
+    async with engine.connect() as connection:
+        await connection.run_sync(_do_run)
+    await engine.dispose()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _do_run(connection)
+        return
+    url = config.attributes["url"]
+    asyncio.run(_run_async(url))
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; use `pgcontroller db upgrade`")
+run_migrations_online()

@@ -1,0 +1,188 @@
+-- Streams and their per-stream records. Each block's name is the store method that runs it.
+
+-- name: scope_state_for_share
+SELECT state FROM scopes WHERE name = $1 FOR SHARE;
+
+-- name: find_stream
+SELECT s.id, s.creation_time, st.state, st.version AS state_version
+FROM streams s JOIN stream_states st ON st.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: last_deleted_segment_number
+SELECT last_segment_number FROM deleted_streams WHERE scope = $1 AND name = $2;
+
+-- name: insert_stream
+INSERT INTO streams (scope, name, creation_time) VALUES ($1, $2, $3)
+ON CONFLICT (scope, name) DO NOTHING
+RETURNING id;
+
+-- name: insert_stream_records
+-- Every per-stream record starts at version 0 in the same statement, so a stream row never
+-- exists without them.
+WITH cfg AS (
+    INSERT INTO stream_configs (stream_id, scale_type, target_rate, scale_factor, min_num_segments,
+        retention_type, retention_param, retention_max, tags, timestamp_aggregation_timeout,
+        rollover_size_bytes)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+), st AS (
+    INSERT INTO stream_states (stream_id, state) VALUES ($1, 'CREATING')
+), ce AS (
+    INSERT INTO stream_current_epochs (stream_id, epoch) VALUES ($1, 0)
+), tr AS (
+    INSERT INTO stream_truncations (stream_id) VALUES ($1)
+), etr AS (
+    INSERT INTO stream_epoch_transitions (stream_id) VALUES ($1)
+), ep AS (
+    INSERT INTO epochs (stream_id, epoch, reference_epoch, creation_time, segment_ids, key_starts,
+        key_ends, segment_creation_times, created_segments)
+    VALUES ($1, 0, 0, $12, $13, $14, $15, $16, $13)
+)
+INSERT INTO segments (stream_id, segment_id, number, creation_epoch, creation_time, key_start, key_end)
+SELECT $1, sid, (sid & 4294967295)::int, 0, ct, ks, ke
+FROM unnest($13::bigint[], $14::float8[], $15::float8[], $16::bigint[]) AS u(sid, ks, ke, ct);
+
+-- name: get_config
+SELECT c.scale_type, c.target_rate, c.scale_factor, c.min_num_segments, c.retention_type,
+       c.retention_param, c.retention_max, c.tags, c.timestamp_aggregation_timeout,
+       c.rollover_size_bytes, c.updating, c.version
+FROM streams s JOIN stream_configs c ON c.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: set_config
+UPDATE stream_configs c SET scale_type = $3, target_rate = $4, scale_factor = $5,
+    min_num_segments = $6, retention_type = $7, retention_param = $8, retention_max = $9,
+    tags = $10, timestamp_aggregation_timeout = $11, rollover_size_bytes = $12, updating = $13,
+    version = c.version + 1
+FROM streams s
+WHERE c.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND c.version = $14
+RETURNING c.version;
+
+-- name: get_state
+SELECT st.state, st.version
+FROM streams s JOIN stream_states st ON st.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: set_state
+UPDATE stream_states st SET state = $3, version = st.version + 1
+FROM streams s
+WHERE st.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND st.version = $4
+RETURNING st.version;
+
+-- name: index_tags
+INSERT INTO stream_tags (scope, tag, stream, stream_id)
+SELECT s.scope, t, s.name, s.id
+FROM streams s JOIN stream_configs c ON c.stream_id = s.id, unnest(c.tags) AS t
+WHERE s.id = $1
+ON CONFLICT DO NOTHING;
+
+-- name: stream_exists
+SELECT EXISTS (SELECT 1 FROM streams WHERE scope = $1 AND name = $2);
+
+-- name: list_streams
+SELECT EXISTS (SELECT 1 FROM scopes WHERE name = $1) AS scope_exists,
+       ARRAY(SELECT name FROM streams WHERE scope = $1 AND name > $2 ORDER BY name LIMIT $3) AS names;
+
+-- name: list_streams_for_tag
+SELECT EXISTS (SELECT 1 FROM scopes WHERE name = $1) AS scope_exists,
+       ARRAY(SELECT stream FROM stream_tags WHERE scope = $1 AND tag = $2 AND stream > $3
+             ORDER BY stream LIMIT $4) AS names;
+
+-- name: get_active_epoch
+SELECT st.state, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
+       e.key_starts, e.key_ends, e.segment_creation_times
+FROM streams s
+JOIN stream_states st ON st.stream_id = s.id
+JOIN stream_current_epochs ce ON ce.stream_id = s.id
+JOIN epochs e ON e.stream_id = s.id AND e.epoch = ce.epoch
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: get_epoch
+SELECT e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
+       e.key_starts, e.key_ends, e.segment_creation_times
+FROM streams s JOIN epochs e ON e.stream_id = s.id AND e.epoch = $3
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: get_head
+SELECT t.stream_cut, e.segment_ids
+FROM streams s
+JOIN stream_truncations t ON t.stream_id = s.id
+JOIN epochs e ON e.stream_id = s.id AND e.epoch = 0
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: get_current_epoch_pointer
+SELECT ce.epoch, ce.version
+FROM streams s JOIN stream_current_epochs ce ON ce.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: set_current_epoch_pointer
+UPDATE stream_current_epochs ce SET epoch = $3, version = ce.version + 1
+FROM streams s
+WHERE ce.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND ce.version = $4
+RETURNING ce.version;
+
+-- name: get_truncation
+SELECT t.stream_cut, t.span, t.deleted_segments, t.to_delete, t.size_till, t.updating, t.version
+FROM streams s JOIN stream_truncations t ON t.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: set_truncation
+UPDATE stream_truncations t SET stream_cut = $3, span = $4, deleted_segments = $5, to_delete = $6,
+    size_till = $7, updating = $8, version = t.version + 1
+FROM streams s
+WHERE t.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND t.version = $9
+RETURNING t.version;
+
+-- name: get_epoch_transition
+SELECT x.active_epoch, x.time, x.segments_to_seal, x.new_segment_ids, x.new_key_starts,
+       x.new_key_ends, x.version
+FROM streams s JOIN stream_epoch_transitions x ON x.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: set_epoch_transition
+UPDATE stream_epoch_transitions x SET active_epoch = $3, time = $4, segments_to_seal = $5,
+    new_segment_ids = $6, new_key_starts = $7, new_key_ends = $8, version = x.version + 1
+FROM streams s
+WHERE x.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND x.version = $9
+RETURNING x.version;
+
+-- name: get_segment
+SELECT g.segment_id, g.number, g.creation_epoch, g.creation_time, g.key_start, g.key_end,
+       g.sealed_epoch, g.version
+FROM streams s JOIN segments g ON g.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2 AND g.segment_id = $3;
+
+-- name: set_segment_sealed_epoch
+UPDATE segments g SET sealed_epoch = $4, version = g.version + 1
+FROM streams s
+WHERE g.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND g.segment_id = $3 AND g.version = $5
+RETURNING g.version;
+
+-- name: get_sealed_size_shard
+SELECT z.sizes, z.version
+FROM streams s JOIN sealed_size_shards z ON z.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2 AND z.shard = $3;
+
+-- name: insert_sealed_size_shard
+INSERT INTO sealed_size_shards (stream_id, shard, sizes)
+SELECT s.id, $3, $4 FROM streams s WHERE s.scope = $1 AND s.name = $2
+ON CONFLICT (stream_id, shard) DO NOTHING
+RETURNING version;
+
+-- name: set_sealed_size_shard
+UPDATE sealed_size_shards z SET sizes = $4, version = z.version + 1
+FROM streams s
+WHERE z.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND z.shard = $3 AND z.version = $5
+RETURNING z.version;
+
+-- name: get_deleted_stream
+SELECT last_segment_number, version FROM deleted_streams WHERE scope = $1 AND name = $2;
+
+-- name: insert_deleted_stream
+INSERT INTO deleted_streams (scope, name, last_segment_number) VALUES ($1, $2, $3)
+ON CONFLICT (scope, name) DO NOTHING
+RETURNING version;
+
+-- name: set_deleted_stream
+UPDATE deleted_streams SET last_segment_number = $3, version = version + 1
+WHERE scope = $1 AND name = $2 AND version = $4
+RETURNING version;

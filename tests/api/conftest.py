@@ -1,0 +1,29 @@
+"""A real grpclib server on a loopback port over real services, and a generated stub to call it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpclib.server
+import pytest
+from grpclib.client import Channel
+
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.api.grpc.service import ControllerService
+from tests.support.services import Services
+
+
+@pytest.fixture
+async def stub(services: Services) -> AsyncIterator[ControllerServiceStub]:
+    service = ControllerService(services.scopes, services.streams, services.segments, services.cluster)
+    server = grpclib.server.Server([service])
+    await server.start("127.0.0.1", 0)
+    assert server._server is not None
+    port = server._server.sockets[0].getsockname()[1]
+    channel = Channel("127.0.0.1", port)
+    try:
+        yield ControllerServiceStub(channel)
+    finally:
+        channel.close()
+        server.close()
+        await server.wait_closed()

@@ -1,0 +1,38 @@
+"""Suite-wide fixtures: a real PostgreSQL started from local binaries, a migrated template
+database, and a fresh clone of it for every test that asks for `db_url`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
+from tests.support.services import Services, build_services
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    with throwaway_cluster() as cluster:
+        url = cluster.url()
+        asyncio.run(create_template(url))
+        yield url
+
+
+@pytest.fixture
+async def db_url(pg_admin_url: str) -> AsyncIterator[str]:
+    name = await clone_database(pg_admin_url)
+    try:
+        yield with_database(pg_admin_url, name)
+    finally:
+        await drop_database(pg_admin_url, name)
+
+
+@pytest.fixture
+async def services(db_url: str) -> AsyncIterator[Services]:
+    built = await build_services(db_url)
+    try:
+        yield built
+    finally:
+        await built.pool.close()

@@ -1,0 +1,68 @@
+"""A throwaway PostgreSQL for the suite: one cluster, one migrated template, a clone per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import asyncpg
+
+from app.embedded_pg import EmbeddedPostgres
+from app.store.migrate import upgrade_to_head
+
+TEMPLATE = "pgc_template"
+_counter = itertools.count()
+
+
+@contextmanager
+def throwaway_cluster() -> Iterator[EmbeddedPostgres]:
+    # /tmp is traversable by the unprivileged user PostgreSQL runs as when we are root.
+    root = Path(tempfile.mkdtemp(prefix="pgcontroller-tests-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    cluster = EmbeddedPostgres(root / "data", fast=True)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def with_database(url: str, database: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{database}"
+
+
+async def create_template(admin_url: str) -> None:
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    finally:
+        await conn.close()
+    import asyncio
+
+    await asyncio.to_thread(upgrade_to_head, with_database(admin_url, TEMPLATE))
+
+
+async def clone_database(admin_url: str) -> str:
+    name = f"t{os.getpid()}_{next(_counter)}"
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    finally:
+        await conn.close()
+    return name
+
+
+async def drop_database(admin_url: str, name: str) -> None:
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await conn.close()
