@@ -22,7 +22,9 @@ async def test_create_scope_statuses(stub: ControllerServiceStub) -> None:
 
 
 @pytest.mark.parametrize("name", ["a" * 256, "has space", "x/y", "tab\t", "__double"])
-async def test_invalid_scope_names_write_nothing(stub: ControllerServiceStub, services: Services, name: str) -> None:
+async def test_invalid_scope_names_write_nothing(
+    stub: ControllerServiceStub, services: Services, name: str
+) -> None:
     response = await stub.createScope(pb.ScopeInfo(scope=name))
     assert response.status == pb.CreateScopeStatus.INVALID_SCOPE_NAME
     assert await services.pool.fetchval("SELECT count(*) FROM scopes") == 0
@@ -57,7 +59,9 @@ async def test_list_scopes_pages_by_1000_and_ends_with_an_empty_page(
     stub: ControllerServiceStub, services: Services
 ) -> None:
     names = [f"scope-{i:04d}" for i in range(1003)]
-    await services.pool.executemany("INSERT INTO scopes (name, created_at) VALUES ($1, 0)", [(n,) for n in names])
+    await services.pool.executemany(
+        "INSERT INTO scopes (name, created_at) VALUES ($1, 0)", [(n,) for n in names]
+    )
     first = await stub.listScopes(pb.ScopesRequest(continuationToken=pb.ContinuationToken(token="")))
     assert len(first.scopes) == 1000
     assert first.continuationToken.token != ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -29,7 +31,10 @@ def config(
     msg = pb.StreamConfig(
         streamInfo=pb.StreamInfo(scope=scope, stream=stream),
         scalingPolicy=pb.ScalingPolicy(
-            scaleType=scale_type, targetRate=rate, scaleFactor=factor, minNumSegments=segments  # type: ignore[arg-type]
+            scaleType=scale_type,
+            targetRate=rate,
+            scaleFactor=factor,
+            minNumSegments=segments,  # type: ignore[arg-type]
         ),
     )
     if retention is not None:
@@ -65,7 +70,12 @@ async def test_create_stream_statuses(stub: ControllerServiceStub) -> None:
         config("sc", "s", -1),
         config("sc", "s", 2, scale_type=pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC, rate=0, factor=2),
         config("sc", "s", 2, scale_type=pb.ScalingPolicy.BY_RATE_IN_KBYTES_PER_SEC, rate=10, factor=0),
-        config("sc", "s", 1, retention=pb.RetentionPolicy(retentionType=pb.RetentionPolicy.SIZE, retentionParam=-5)),
+        config(
+            "sc",
+            "s",
+            1,
+            retention=pb.RetentionPolicy(retentionType=pb.RetentionPolicy.SIZE, retentionParam=-5),
+        ),
         config("sc", "s", 1, tags=[f"t{i}" for i in range(128)]),
         config("sc", "s", 1, tags=["x" * 256]),
     ],
@@ -109,11 +119,13 @@ async def test_epoch_zero_uses_pravegas_exact_doubles(
     assert ranges[index].minKey == start
     assert ranges[index].maxKey == end
     assert ranges[0].minKey == 0.0
-    for left, right in zip(ranges, ranges[1:], strict=False):
+    for left, right in itertools.pairwise(ranges):
         assert left.maxKey == right.minKey
 
 
-async def test_create_makes_segments_and_the_mark_stream(stub: ControllerServiceStub, services: Services) -> None:
+async def test_create_makes_segments_and_the_mark_stream(
+    stub: ControllerServiceStub, services: Services
+) -> None:
     await make_scope(stub)
     await stub.createStream(config("sc", "orders", 2, rate=0))
     names = {r["name"] for r in await services.pool.fetch("SELECT name FROM embedded_segments")}
@@ -150,7 +162,9 @@ async def test_configuration_round_trip(stub: ControllerServiceStub) -> None:
         scale_type=pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC,
         rate=50,
         factor=3,
-        retention=pb.RetentionPolicy(retentionType=pb.RetentionPolicy.TIME, retentionParam=60000, retentionMax=I64_MAX),
+        retention=pb.RetentionPolicy(
+            retentionType=pb.RetentionPolicy.TIME, retentionParam=60000, retentionMax=I64_MAX
+        ),
         tags=["b", "a", "b"],
     )
     sent.timestampAggregationTimeout = 1234
@@ -181,7 +195,9 @@ async def test_unknown_stream_is_not_found(stub: ControllerServiceStub) -> None:
         stub.getCurrentSegments(pb.StreamInfo(scope="sc", stream="nope")),
         stub.getSegments(pb.GetSegmentsRequest(streamInfo=pb.StreamInfo(scope="sc", stream="nope"))),
         stub.isSegmentValid(pb.SegmentId(streamInfo=pb.StreamInfo(scope="sc", stream="nope"), segmentId=0)),
-        stub.getEpochSegments(pb.GetEpochSegmentsRequest(streamInfo=pb.StreamInfo(scope="sc", stream="nope"))),
+        stub.getEpochSegments(
+            pb.GetEpochSegmentsRequest(streamInfo=pb.StreamInfo(scope="sc", stream="nope"))
+        ),
     ):
         with pytest.raises(GRPCError) as raised:
             await call
@@ -195,7 +211,9 @@ async def test_list_streams_includes_internal_streams_and_pages(stub: Controller
     for name in ("a", "b", "c"):
         await stub.createStream(config("sc", name))
     listed = await stub.listStreamsInScope(
-        pb.StreamsInScopeRequest(scope=pb.ScopeInfo(scope="sc"), continuationToken=pb.ContinuationToken(token=""))
+        pb.StreamsInScopeRequest(
+            scope=pb.ScopeInfo(scope="sc"), continuationToken=pb.ContinuationToken(token="")
+        )
     )
     assert listed.status == pb.StreamsInScopeResponse.SUCCESS
     assert sorted(s.stream for s in listed.streams) == ["_MARKa", "_MARKb", "_MARKc", "a", "b", "c"]
@@ -262,7 +280,9 @@ async def test_stream_in_creating_is_an_internal_error_for_segment_reads(
     assert raised.value.status == Status.INTERNAL
 
 
-async def test_create_completes_a_stream_left_in_creating(stub: ControllerServiceStub, services: Services) -> None:
+async def test_create_completes_a_stream_left_in_creating(
+    stub: ControllerServiceStub, services: Services
+) -> None:
     """A crash after the metadata transaction leaves CREATING; the next create finishes it with
     the stored configuration and reports STREAM_EXISTS (its timestamp differs)."""
     await make_scope(stub)
@@ -276,7 +296,9 @@ async def test_create_completes_a_stream_left_in_creating(stub: ControllerServic
     assert count == 2
 
 
-async def test_recreated_stream_numbers_after_the_deleted_one(stub: ControllerServiceStub, services: Services) -> None:
+async def test_recreated_stream_numbers_after_the_deleted_one(
+    stub: ControllerServiceStub, services: Services
+) -> None:
     await make_scope(stub)
     await services.stream_store.put_deleted_stream("sc", "again", 2, None)
     await stub.createStream(config("sc", "again", 3))
@@ -295,7 +317,9 @@ async def test_get_uri_follows_the_container_map_without_existence_checks(
         assert (uri.endpoint, uri.port) == expected
     seen = set()
     for number in range(64):
-        uri = await stub.getURI(pb.SegmentId(streamInfo=pb.StreamInfo(scope="a", stream="b"), segmentId=number))
+        uri = await stub.getURI(
+            pb.SegmentId(streamInfo=pb.StreamInfo(scope="a", stream="b"), segmentId=number)
+        )
         seen.add((uri.endpoint, uri.port))
     assert seen == {("10.0.0.1", 12345), ("10.0.0.2", 12346)}
 

@@ -1,0 +1,120 @@
+"""The operators' REST application (Pravega's /v1 paths): the factory, its route table and the
+one middleware that turns every failure, expected or not, into a JSON `Error` body."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+from aiohttp import hdrs, web
+
+from app.api.rest import health as health_routes
+from app.api.rest import scopes as scope_routes
+from app.api.rest import streams as stream_routes
+from app.api.rest.http import error_response
+from app.api.rest.keys import HEALTH, OPENAPI, SCOPES, STREAMS
+from app.domain.errors import (
+    AlreadyExists,
+    DomainError,
+    IllegalState,
+    InvalidInput,
+    NotEmpty,
+    NotFound,
+    OperationNotAllowed,
+    StoreUnavailable,
+    WriteConflict,
+)
+from app.services.health import HealthService
+from app.services.scopes import ScopeService
+from app.services.streams import StreamService
+
+log = logging.getLogger(__name__)
+
+OPENAPI_PATH = "/v1/openapi.json"
+
+# Pravega's resource answers 409 for "exists" and 412 for "scope not empty"; the rest of the
+# closed set has no Pravega precedent (Java answers 500 for all of it), so:
+# - WriteConflict, IllegalState, OperationNotAllowed are 409: the request clashes with the
+#   record's current state and may succeed later. Not 403, which would send an operator
+#   looking at credentials, and not 412, which Pravega keeps for its two named preconditions.
+# - StoreUnavailable is 503 with Retry-After: PostgreSQL is unreachable, retrying is safe.
+_DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
+    (NotFound, 404),
+    (AlreadyExists, 409),
+    (NotEmpty, 412),
+    (InvalidInput, 400),
+    (WriteConflict, 409),
+    (IllegalState, 409),
+    (OperationNotAllowed, 409),
+    (StoreUnavailable, 503),
+)
+_RETRY_AFTER_S = "1"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def status_for(exc: DomainError) -> int:
+    for kind, status in _DOMAIN_STATUS:
+        if isinstance(exc, kind):
+            return status
+    return 500
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return error_response(
+            405,
+            f"{request.method} is not allowed on {request.path}; allowed: {allowed}",
+            headers={hdrs.ALLOW: allowed},
+        )
+    if isinstance(exc, web.HTTPNotFound):
+        return error_response(404, f"no resource at {request.path}")
+    # aiohttp's default text is "<status>: <reason>"; a handler's own text is more useful.
+    default_text = f"{exc.status}: {exc.reason}"
+    message = exc.text if exc.text and exc.text != default_text else exc.reason
+    return error_response(exc.status, message)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _http_error(request, exc)
+    except DomainError as exc:
+        status = status_for(exc)
+        if status == 503:
+            log.warning("%s %s: %s", request.method, request.path, exc)
+            return error_response(503, str(exc), headers={hdrs.RETRY_AFTER: _RETRY_AFTER_S})
+        if status >= 500:
+            log.error("%s %s: unmapped domain error", request.method, request.path, exc_info=exc)
+        return error_response(status, str(exc) or type(exc).__name__)
+    except Exception:
+        # The message stays generic: an unexpected error's text may carry internals.
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal server error")
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
+def load_openapi() -> bytes:
+    return resources.files("app.api.rest").joinpath("openapi.json").read_bytes()
+
+
+def create_app(scopes: ScopeService, streams: StreamService, health: HealthService) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    app[SCOPES] = scopes
+    app[STREAMS] = streams
+    app[HEALTH] = health
+    app[OPENAPI] = load_openapi()
+    app.add_routes(scope_routes.ROUTES)
+    app.add_routes(stream_routes.ROUTES)
+    app.add_routes(health_routes.ROUTES)
+    app.add_routes([web.get(OPENAPI_PATH, _openapi, allow_head=False)])
+    return app

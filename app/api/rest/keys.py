@@ -1,0 +1,15 @@
+"""Typed application keys through which REST handlers reach the services.
+
+Kept apart from the factory so handler modules can import them without a cycle.
+"""
+
+from aiohttp import web
+
+from app.services.health import HealthService
+from app.services.scopes import ScopeService
+from app.services.streams import StreamService
+
+SCOPES = web.AppKey("scopes", ScopeService)
+STREAMS = web.AppKey("streams", StreamService)
+HEALTH = web.AppKey("health", HealthService)
+OPENAPI = web.AppKey("openapi", bytes)

@@ -1,0 +1,175 @@
+"""The `pgcontroller` command: `serve`, and `db start|stop|url|upgrade`.
+
+Scripts rely on these shapes: `db start` returns once the database accepts connections and
+leaves it running; `db url` prints the connection URL on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.config import Settings, default_instance_id, env, parse_hosts
+from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
+
+EXIT_USAGE = 2
+
+
+def _int_env(name: str, default: int) -> int:
+    value = env(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"pgcontroller: {name} must be a whole number, got {value!r}") from None
+
+
+def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env("DATA_DIR", ".pgcontroller") or ".pgcontroller"),
+        help="embedded database and state (env PGCONTROLLER_DATA_DIR; default ./.pgcontroller)",
+    )
+
+
+def _db_url_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db-url",
+        default=env("DB_URL"),
+        help="PostgreSQL URL; without it an embedded PostgreSQL is used (env PGCONTROLLER_DB_URL)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgcontroller", description="A Pravega-compatible stream controller on PostgreSQL."
+    )
+    parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"), help="env PGCONTROLLER_LOG_LEVEL")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the controller (gRPC + REST)")
+    _db_url_arg(serve)
+    _data_dir_arg(serve)
+    serve.add_argument(
+        "--grpc-host", default=env("GRPC_HOST", "127.0.0.1"), help="env PGCONTROLLER_GRPC_HOST"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, default=_int_env("GRPC_PORT", 9090), help="env PGCONTROLLER_GRPC_PORT"
+    )
+    serve.add_argument(
+        "--rest-host", default=env("REST_HOST", "127.0.0.1"), help="env PGCONTROLLER_REST_HOST"
+    )
+    serve.add_argument(
+        "--rest-port", type=int, default=_int_env("REST_PORT", 9091), help="env PGCONTROLLER_REST_PORT"
+    )
+    serve.add_argument(
+        "--instance-id",
+        default=env("INSTANCE_ID") or default_instance_id(),
+        help="env PGCONTROLLER_INSTANCE_ID",
+    )
+    serve.add_argument(
+        "--container-count",
+        type=int,
+        default=_int_env("CONTAINER_COUNT", 4),
+        help="segment containers, fixed for the cluster's life (env PGCONTROLLER_CONTAINER_COUNT)",
+    )
+    serve.add_argument(
+        "--segment-store-hosts",
+        default=env("SEGMENT_STORE_HOSTS", "127.0.0.1:12345"),
+        help="comma-separated HOST:PORT list getURI answers with (env PGCONTROLLER_SEGMENT_STORE_HOSTS)",
+    )
+    serve.add_argument(
+        "--ready-file", default=env("READY_FILE"), help="write the bound ports as JSON here once serving"
+    )
+
+    db = commands.add_parser("db", help="the embedded PostgreSQL and migrations")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    for name, text in (
+        ("start", "start the embedded PostgreSQL and leave it running"),
+        ("stop", "stop the embedded PostgreSQL"),
+        ("url", "print the embedded PostgreSQL's URL (last line)"),
+    ):
+        _data_dir_arg(db_commands.add_parser(name, help=text))
+    upgrade = db_commands.add_parser("upgrade", help="apply migrations to head")
+    _data_dir_arg(upgrade)
+    _db_url_arg(upgrade)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    try:
+        return Settings(
+            db_url=args.db_url,
+            data_dir=args.data_dir,
+            grpc_host=args.grpc_host,
+            grpc_port=args.grpc_port,
+            rest_host=args.rest_host,
+            rest_port=args.rest_port,
+            instance_id=args.instance_id,
+            container_count=args.container_count,
+            segment_store_hosts=parse_hosts(args.segment_store_hosts),
+        )
+    except ValueError as exc:
+        raise SystemExit(f"pgcontroller: {exc}") from None
+
+
+def _db(args: argparse.Namespace) -> int:
+    embedded = EmbeddedPostgres(args.data_dir)
+    if args.db_command == "start":
+        started = embedded.start()
+        print("started" if started else "already running", file=sys.stderr)
+        print(embedded.url())
+    elif args.db_command == "stop":
+        embedded.stop()
+    elif args.db_command == "url":
+        if not embedded.is_running():
+            print(f"pgcontroller: no embedded PostgreSQL is running for {args.data_dir}", file=sys.stderr)
+            return 1
+        print(embedded.url())
+    elif args.db_command == "upgrade":
+        from app.store.migrate import upgrade_to_head
+
+        if args.db_url:
+            upgrade_to_head(args.db_url)
+        else:
+            started = embedded.start()
+            try:
+                upgrade_to_head(embedded.url())
+            finally:
+                if started:
+                    embedded.stop()
+        print("database is at the latest schema", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "db":
+            return _db(args)
+        from app.main import serve
+
+        return asyncio.run(serve(_settings(args), ready_file=args.ready_file))
+    except PostgresBinariesNotFound as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 1
+    except EmbeddedPostgresError as exc:
+        print(f"pgcontroller: embedded PostgreSQL failed: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

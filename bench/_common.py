@@ -1,0 +1,92 @@
+"""Shared bench helpers: a throwaway embedded PostgreSQL, a served controller, load loops."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.embedded_pg import EmbeddedPostgres
+from app.store.migrate import upgrade_to_head
+
+
+@asynccontextmanager
+async def throwaway_database() -> AsyncIterator[str]:
+    root = Path(tempfile.mkdtemp(prefix="pgcontroller-bench-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    cluster = EmbeddedPostgres(root / "data")
+    await asyncio.to_thread(cluster.start)
+    try:
+        url = cluster.url()
+        await asyncio.to_thread(upgrade_to_head, url)
+        yield url
+    finally:
+        await asyncio.to_thread(cluster.stop)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LoadResult:
+    name: str
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<42} {self.throughput:>9.0f} req/s  p50 {self.percentile(0.50):6.2f} ms  "
+            f"p99 {self.percentile(0.99):6.2f} ms  (n={self.requests})"
+        )
+
+
+async def closed_loop(
+    name: str, call: Callable[[], Awaitable[object]], in_flight: int, seconds: float, warmup_s: float = 1.0
+) -> LoadResult:
+    """`in_flight` workers each issue calls back to back; only calls after the warm-up count."""
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    start_measuring = loop.time() + warmup_s
+    stop_at = start_measuring + seconds
+
+    async def worker() -> None:
+        while True:
+            began = loop.time()
+            if began >= stop_at:
+                return
+            await call()
+            ended = loop.time()
+            if began >= start_measuring:
+                latencies.append((ended - began) * 1000)
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return LoadResult(name, len(latencies), seconds, latencies)
+
+
+def summary(values: list[float]) -> str:
+    return f"min {min(values):.2f} median {statistics.median(values):.2f} max {max(values):.2f}"
+
+
+def now() -> float:
+    return time.perf_counter()

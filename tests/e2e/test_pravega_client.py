@@ -1,0 +1,118 @@
+"""The real Pravega Python client against a served pgcontroller (gRPC over loopback)."""
+
+from __future__ import annotations
+
+import pytest
+from grpclib.client import Channel
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from tests.support.client import run_client
+from tests.support.served import Served
+
+pytestmark = pytest.mark.interop
+I64_MAX = 9223372036854775807
+
+
+async def stream_config(served: Served, scope: str, stream: str) -> pb.StreamConfig:
+    channel = Channel("127.0.0.1", served.grpc_port)
+    try:
+        return await ControllerServiceStub(channel).getStreamConfiguration(
+            pb.StreamInfo(scope=scope, stream=stream)
+        )
+    finally:
+        channel.close()
+
+
+async def test_create_scope_and_list_scopes(served: Served) -> None:
+    result = await run_client(
+        served.grpc_uri,
+        """
+        result = {
+            "first": manager.create_scope("alpha"),
+            "again": manager.create_scope("alpha"),
+            "beta": manager.create_scope("beta"),
+            "invalid": attempt(manager.create_scope, "bad/name"),
+            "scopes": sorted(manager.list_scope()),
+        }
+        """,
+    )
+    assert result["first"] is True
+    assert result["again"] is False
+    assert result["beta"] is True
+    assert "error" in result["invalid"]
+    assert result["scopes"] == ["alpha", "beta"]
+
+
+async def test_create_stream_with_policies_and_tags(served: Served) -> None:
+    result = await run_client(
+        served.grpc_uri,
+        """
+        manager.create_scope("sc")
+        result = {
+            "fixed": manager.create_stream_with_policy(
+                "sc", "fixed", StreamScalingPolicy.fixed_scaling_policy(3),
+                StreamRetentionPolicy.none(), None),
+            "by_data": manager.create_stream_with_policy(
+                "sc", "by-data", StreamScalingPolicy.auto_scaling_policy_by_data_rate(100, 2, 4),
+                StreamRetentionPolicy.by_size(1 << 30), ["red", "blue"]),
+            "by_events": manager.create_stream_with_policy(
+                "sc", "by-events", StreamScalingPolicy.auto_scaling_policy_by_event_rate(500, 3, 2),
+                StreamRetentionPolicy.by_time(3600000), []),
+            "plain": manager.create_stream("sc", "plain", 2),
+            "duplicate": manager.create_stream("sc", "plain", 2),
+            "no_scope": attempt(manager.create_stream, "missing", "s", 1),
+            "tags_data": manager.get_stream_tags("sc", "by-data"),
+            "tags_events": manager.get_stream_tags("sc", "by-events"),
+            "tags_fixed": manager.get_stream_tags("sc", "fixed"),
+            "unknown_tags": attempt(manager.get_stream_tags, "sc", "nope"),
+            "streams": sorted(str(s) for s in manager.list_stream("sc")),
+        }
+        """,
+    )
+    assert result["fixed"] is True and result["by_data"] is True and result["by_events"] is True
+    assert result["plain"] is True and result["duplicate"] is False
+    assert "error" in result["no_scope"]
+    assert sorted(result["tags_data"]) == ["blue", "red"]
+    assert result["tags_events"] == []
+    assert result["tags_fixed"] == []
+    assert "error" in result["unknown_tags"]
+    listed = " ".join(result["streams"])
+    for name in ("fixed", "by-data", "by-events", "plain", "_MARKfixed", "_MARKplain"):
+        assert name in listed
+
+    by_data = await stream_config(served, "sc", "by-data")
+    assert by_data.scalingPolicy.scaleType == pb.ScalingPolicy.BY_RATE_IN_KBYTES_PER_SEC
+    assert (by_data.scalingPolicy.targetRate, by_data.scalingPolicy.scaleFactor) == (100, 2)
+    assert by_data.scalingPolicy.minNumSegments == 4
+    assert by_data.retentionPolicy.retentionType == pb.RetentionPolicy.SIZE
+    assert by_data.retentionPolicy.retentionParam == 1 << 30
+    assert by_data.retentionPolicy.retentionMax == I64_MAX
+    by_events = await stream_config(served, "sc", "by-events")
+    assert by_events.scalingPolicy.scaleType == pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC
+    assert by_events.retentionPolicy.retentionType == pb.RetentionPolicy.TIME
+    assert by_events.retentionPolicy.retentionParam == 3600000
+    fixed = await stream_config(served, "sc", "fixed")
+    assert fixed.scalingPolicy.minNumSegments == 3
+    assert not fixed.HasField("retentionPolicy")
+
+
+async def test_delete_scope_non_empty_then_empty(served: Served) -> None:
+    result = await run_client(
+        served.grpc_uri,
+        """
+        manager.create_scope("full")
+        manager.create_stream("full", "s", 1)
+        manager.create_scope("empty")
+        result = {
+            "non_empty": attempt(manager.delete_scope, "full"),
+            "empty": manager.delete_scope("empty"),
+            "missing": manager.delete_scope("empty"),
+            "scopes": sorted(manager.list_scope()),
+        }
+        """,
+    )
+    assert "error" in result["non_empty"]
+    assert result["empty"] is True
+    assert result["missing"] is False
+    assert result["scopes"] == ["full"]

@@ -1,0 +1,52 @@
+"""Drives the real Pravega Python client (`pravega_client`) in a subprocess.
+
+The client blocks while holding the GIL and retries retryable errors for about 61 s, so it
+can only be bounded from outside: every script runs in its own interpreter under a hard
+timeout, and reports what it saw as one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+from typing import Any
+
+PRELUDE = textwrap.dedent(
+    """
+    import json, sys
+    import pravega_client
+    from pravega_client import StreamManager, StreamScalingPolicy, StreamRetentionPolicy
+
+    def attempt(fn, *args, **kwargs):
+        try:
+            return {"ok": fn(*args, **kwargs)}
+        except ValueError as exc:
+            return {"error": str(exc)[:500]}
+
+    manager = StreamManager(sys.argv[1])
+    """
+)
+
+
+async def run_client(controller_uri: str, body: str, timeout_s: float = 90.0) -> Any:
+    script = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(result))\n"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        controller_uri,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout=timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"pravega client did not finish within {timeout_s}s") from None
+    lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
+    if process.returncode != 0 or not lines:
+        raise AssertionError(f"client script failed ({process.returncode}):\n{err.decode()[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
