@@ -89,5 +89,11 @@ class PgEmbeddedSegmentRows:
     async def delete_table(self, name: str, must_be_empty: bool) -> None:
         with translated():
             deleted = await self._pool.fetchval(_SQL["delete_table_segment"], name, must_be_empty)
-        if deleted is None and await self.exists(name):
+        if deleted is None:
+            with translated():
+                row = await self._pool.fetchrow(_SQL["get_segment_info"], name)
+            if row is None:
+                return
+            if row["kind"] != "table":
+                raise InvalidInput(f"segment {name} is not a table segment")
             raise NotEmpty(f"table segment {name} is not empty")

@@ -1,7 +1,8 @@
 """The declared schema: SQLAlchemy Core metadata used by migrations and the drift test only.
 
 Runtime queries live in sql/queries/*.sql. Every mutable table carries `version bigint`,
-and every write to it is conditional on that version (see app/store/versioned.py).
+and every write to it is conditional on that version (see the set_* blocks in
+sql/queries/streams.sql and PgStreamStore._conditional).
 Immutable, insert-only tables (streams, epochs, retention set entries, tag index) carry no
 version: nothing ever updates them.
 """

@@ -183,12 +183,26 @@ class PgStreamStore:
 
     # --- conditional writes: each raises WriteConflict when the version moved on ----------
 
-    async def _conditional(self, query: str, what: str, scope: str, name: str, *args: Any) -> int:
+    async def _conditional(
+        self,
+        query: str,
+        what: str,
+        scope: str,
+        name: str,
+        *args: Any,
+        record_exists: tuple[str, tuple[Any, ...]] = (_SQL["stream_exists"], ()),
+    ) -> int:
+        """Runs a version-checked write; on no row, tells a missing record from a lost race.
+        `record_exists` is the read (SQL, extra args) proving the record itself, not just the
+        stream, exists."""
         with translated():
             version = await self._pool.fetchval(_SQL[query], scope, name, *args)
             if version is None:
-                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
-                raise conflict_or_missing(bool(exists), f"{what} of stream {scope}/{name}")
+                exists_sql, exists_args = record_exists
+                found = await self._pool.fetchval(exists_sql, scope, name, *exists_args)
+                raise conflict_or_missing(
+                    found is not None and found is not False, f"{what} of stream {scope}/{name}"
+                )
         return int(version)
 
     async def set_state(self, scope: str, name: str, state: StreamState, expected_version: int) -> int:
@@ -293,6 +307,7 @@ class PgStreamStore:
             segment,
             sealed_epoch,
             expected_version,
+            record_exists=(_SQL["get_segment"], (segment,)),
         )
 
     async def get_sealed_size_shard(
@@ -325,6 +340,7 @@ class PgStreamStore:
             shard,
             cut_to_json(sizes),
             expected_version,
+            record_exists=(_SQL["get_sealed_size_shard"], (shard,)),
         )
 
     async def get_deleted_stream(self, scope: str, name: str) -> Versioned[int] | None:

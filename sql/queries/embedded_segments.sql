@@ -28,15 +28,21 @@ RETURNING version;
 SELECT name, kind, length, start_offset, sealed, key_length FROM embedded_segments WHERE name = $1;
 
 -- name: merge_transaction_segment
--- Deleting the transaction segment and growing the parent happen in one statement: a second
--- merge finds nothing to delete and adds nothing.
-WITH txn AS (
-    DELETE FROM embedded_segments WHERE name = $2 AND kind = 'transaction' RETURNING length
+-- One statement: the unsealed parent is locked first (a concurrent seal waits), the
+-- transaction segment is deleted only then, and the parent grows by what was deleted. A
+-- second merge finds nothing to delete and adds nothing; a sealed parent changes nothing.
+WITH parent AS (
+    SELECT name FROM embedded_segments WHERE name = $1 AND NOT sealed FOR UPDATE
+), txn AS (
+    DELETE FROM embedded_segments t USING parent
+    WHERE t.name = $2 AND t.kind = 'transaction'
+    RETURNING t.length
 )
 UPDATE embedded_segments p
 SET length = p.length + COALESCE((SELECT length FROM txn), 0),
     version = p.version + CASE WHEN EXISTS (SELECT 1 FROM txn) THEN 1 ELSE 0 END
-WHERE p.name = $1 AND NOT p.sealed
+FROM parent
+WHERE p.name = parent.name
 RETURNING p.length;
 
 -- name: append

@@ -1,0 +1,348 @@
+"""Contract of the SegmentStore port (app/ports.py), run against every adapter.
+
+Only the embedded adapter exists today. A new adapter joins by adding a builder to ADAPTERS:
+it returns the port implementation plus a `write` hook that appends bytes to a segment the
+way a writer would (the port itself has no write call).
+
+These tests also cover the embedded_segments table's concurrent writers (merge-once under
+concurrent merges), which is why tests/store/test_versioned_races.py lists it as covered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
+from app.domain.records import ScaleType
+from app.ports import SegmentInfo, SegmentStore
+from app.segmentstore.embedded import transaction_segment_name
+from tests.support.services import Services
+
+SEG = "scope/stream/0.#epoch.0"
+OTHER = "scope/stream/1.#epoch.0"
+TABLE = "_system/_tables/kvt/0.#epoch.0"
+TXN = (0x0123456789ABCDEF, 42)
+NEGATIVE_TXN = (-1, -2)  # UUID halves as Java longs: the name uses 64-bit two's complement
+
+
+@dataclass(frozen=True)
+class Adapter:
+    store: SegmentStore
+    # Appends `size` bytes to a (stream, transaction or table) segment; returns its new length.
+    write: Callable[[str, int], Awaitable[int]]
+
+
+async def _embedded(services: Services) -> Adapter:
+    return Adapter(services.segment_store, services.segment_store.append)
+
+
+ADAPTERS: dict[str, Callable[[Services], Awaitable[Adapter]]] = {
+    "embedded": _embedded,
+}
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+async def adapter(request: pytest.FixtureRequest, services: Services) -> AsyncIterator[Adapter]:
+    yield await ADAPTERS[request.param](services)
+
+
+async def create(a: Adapter, name: str = SEG) -> None:
+    await a.store.create_segment(name, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
+
+
+async def info_or_none(a: Adapter, name: str) -> SegmentInfo | None:
+    try:
+        return await a.store.get_segment_info(name)
+    except NotFound:
+        return None
+
+
+def txn_name(parent: str, txn: tuple[int, int]) -> str:
+    return transaction_segment_name(parent, *txn)
+
+
+# --- stream segments ---------------------------------------------------------------------------
+
+
+async def test_new_segment_is_empty_and_open(adapter: Adapter) -> None:
+    await create(adapter)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 0, 0, False)
+
+
+async def test_create_is_idempotent_and_keeps_the_data(adapter: Adapter) -> None:
+    await create(adapter)
+    assert await adapter.write(SEG, 10) == 10
+    await create(adapter)
+    await adapter.store.create_segment(SEG, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 100, 1024)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 10, 0, False)
+
+
+async def test_writes_grow_the_length(adapter: Adapter) -> None:
+    await create(adapter)
+    await create(adapter, OTHER)
+    assert await adapter.write(SEG, 10) == 10
+    assert await adapter.write(SEG, 5) == 15
+    assert (await adapter.store.get_segment_info(SEG)).length == 15
+    assert (await adapter.store.get_segment_info(OTHER)).length == 0
+
+
+async def test_seal_returns_the_final_length_and_is_idempotent(adapter: Adapter) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 123)
+    assert await adapter.store.seal_segment(SEG) == 123
+    assert await adapter.store.seal_segment(SEG) == 123
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 123, 0, True)
+
+
+async def test_write_after_seal_fails(adapter: Adapter) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 7)
+    await adapter.store.seal_segment(SEG)
+    with pytest.raises(IllegalState):
+        await adapter.write(SEG, 1)
+    assert (await adapter.store.get_segment_info(SEG)).length == 7
+
+
+async def test_missing_segment_is_not_found(adapter: Adapter) -> None:
+    with pytest.raises(NotFound):
+        await adapter.store.seal_segment(SEG)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(SEG)
+    with pytest.raises(NotFound):
+        await adapter.store.truncate_segment(SEG, 0)
+    with pytest.raises(NotFound):
+        await adapter.store.update_policy(SEG, ScaleType.BY_RATE_IN_KBYTES_PER_SEC, 10)
+
+
+async def test_update_policy_keeps_the_data(adapter: Adapter) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 9)
+    await adapter.store.update_policy(SEG, ScaleType.BY_RATE_IN_KBYTES_PER_SEC, 10)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 9, 0, False)
+
+
+async def test_truncate(adapter: Adapter) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 100)
+    await adapter.store.truncate_segment(SEG, 40)
+    assert (await adapter.store.get_segment_info(SEG)).start_offset == 40
+
+    with pytest.raises(InvalidInput):
+        await adapter.store.truncate_segment(SEG, 101)
+    assert (await adapter.store.get_segment_info(SEG)).start_offset == 40
+
+    # Never backwards.
+    await adapter.store.truncate_segment(SEG, 10)
+    assert (await adapter.store.get_segment_info(SEG)).start_offset == 40
+
+    # Up to the length is allowed, also on a sealed segment.
+    await adapter.store.seal_segment(SEG)
+    await adapter.store.truncate_segment(SEG, 100)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 100, 100, True)
+
+
+async def test_delete_is_idempotent(adapter: Adapter) -> None:
+    await create(adapter)
+    await create(adapter, OTHER)
+    await adapter.write(SEG, 10)
+    await adapter.store.delete_segment(SEG)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(SEG)
+    await adapter.store.delete_segment(SEG)
+    await adapter.store.delete_segment("never/created/0.#epoch.0")
+    assert await adapter.store.get_segment_info(OTHER) == SegmentInfo(OTHER, 0, 0, False)
+
+    # A re-created segment starts empty.
+    await create(adapter)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 0, 0, False)
+
+
+async def test_delete_takes_the_transaction_segments_along(adapter: Adapter) -> None:
+    await create(adapter)
+    await create(adapter, OTHER)
+    for txn in (TXN, NEGATIVE_TXN):
+        await adapter.store.create_transaction_segment(SEG, *txn, 0)
+        await adapter.write(txn_name(SEG, txn), 5)
+    await adapter.store.create_transaction_segment(OTHER, *TXN, 0)
+
+    await adapter.store.delete_segment(SEG)
+
+    for txn in (TXN, NEGATIVE_TXN):
+        with pytest.raises(NotFound):
+            await adapter.store.get_segment_info(txn_name(SEG, txn))
+    # Another segment's transaction is untouched.
+    assert (await adapter.store.get_segment_info(txn_name(OTHER, TXN))).length == 0
+
+
+async def test_delete_matches_its_own_transactions_only(adapter: Adapter) -> None:
+    # "_" and "%" in a name are literal characters, not patterns.
+    underscore = "sc/s_t/0.#epoch.0"
+    lookalike = "sc/sxt/0.#epoch.0"
+    percent = "sc/s%/0.#epoch.0"
+    lookalike2 = "sc/sabc/0.#epoch.0"
+    for name in (underscore, lookalike, percent, lookalike2):
+        await create(adapter, name)
+        await adapter.store.create_transaction_segment(name, *TXN, 0)
+
+    await adapter.store.delete_segment(underscore)
+    await adapter.store.delete_segment(percent)
+
+    for gone in (underscore, percent):
+        with pytest.raises(NotFound):
+            await adapter.store.get_segment_info(txn_name(gone, TXN))
+    for kept in (lookalike, lookalike2):
+        assert (await adapter.store.get_segment_info(kept)).name == kept
+        assert (await adapter.store.get_segment_info(txn_name(kept, TXN))).name == txn_name(kept, TXN)
+
+
+# --- transaction segments ----------------------------------------------------------------------
+
+
+def test_transaction_segment_name_uses_twos_complement() -> None:
+    assert transaction_segment_name(SEG, *NEGATIVE_TXN) == (
+        SEG + "#transaction." + "ffffffffffffffff" + "fffffffffffffffe"
+    )
+    assert transaction_segment_name(SEG, *TXN) == (
+        SEG + "#transaction." + "0123456789abcdef" + "000000000000002a"
+    )
+    assert transaction_segment_name(SEG, -(2**63), 0) == (
+        SEG + "#transaction." + "8000000000000000" + "0000000000000000"
+    )
+
+
+async def test_transaction_segment_needs_its_parent(adapter: Adapter) -> None:
+    with pytest.raises(NotFound):
+        await adapter.store.create_transaction_segment(SEG, *TXN, 0)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(txn_name(SEG, TXN))
+
+
+@pytest.mark.parametrize("txn", [TXN, NEGATIVE_TXN], ids=["positive", "negative"])
+async def test_merge_adds_the_transaction_once(adapter: Adapter, txn: tuple[int, int]) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 10)
+    await adapter.store.create_transaction_segment(SEG, *txn, 0)
+    await adapter.store.create_transaction_segment(SEG, *txn, 0)  # idempotent
+    name = txn_name(SEG, txn)
+    assert await adapter.store.get_segment_info(name) == SegmentInfo(name, 0, 0, False)
+    assert await adapter.write(name, 30) == 30
+    assert (await adapter.store.get_segment_info(SEG)).length == 10
+
+    results = await asyncio.gather(
+        adapter.store.merge_transaction_segment(SEG, *txn),
+        adapter.store.merge_transaction_segment(SEG, *txn),
+        return_exceptions=True,
+    )
+    assert results == [40, 40]
+    assert (await adapter.store.get_segment_info(SEG)).length == 40
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(name)
+
+    # Merging again returns the parent's current length.
+    await adapter.write(SEG, 5)
+    assert await adapter.store.merge_transaction_segment(SEG, *txn) == 45
+    assert (await adapter.store.get_segment_info(SEG)).length == 45
+
+
+async def test_merges_of_different_transactions_all_land(adapter: Adapter) -> None:
+    await create(adapter)
+    txns = [(1, i) for i in range(1, 6)]
+    for high, low in txns:
+        await adapter.store.create_transaction_segment(SEG, high, low, 0)
+        await adapter.write(txn_name(SEG, (high, low)), low)
+    results = await asyncio.gather(*(adapter.store.merge_transaction_segment(SEG, *t) for t in txns))
+    assert max(results) == 15
+    assert sorted(results) == sorted(set(results)), "each merge reports the length after its own bytes"
+    assert (await adapter.store.get_segment_info(SEG)).length == 15
+
+
+async def _sealed_parent_with_transaction(a: Adapter) -> str:
+    await create(a)
+    await a.write(SEG, 10)
+    await a.store.create_transaction_segment(SEG, *TXN, 0)
+    name = txn_name(SEG, TXN)
+    await a.write(name, 30)
+    await a.store.seal_segment(SEG)
+    return name
+
+
+async def test_merge_into_a_sealed_parent_fails(adapter: Adapter) -> None:
+    await _sealed_parent_with_transaction(adapter)
+    with pytest.raises(IllegalState):
+        await adapter.store.merge_transaction_segment(SEG, *TXN)
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 10, 0, True)
+
+
+async def test_failed_merge_keeps_the_transaction_segment(adapter: Adapter) -> None:
+    name = await _sealed_parent_with_transaction(adapter)
+    with pytest.raises(IllegalState):
+        await adapter.store.merge_transaction_segment(SEG, *TXN)
+    # A failed merge changes nothing: the transaction's bytes must still be there.
+    assert await info_or_none(adapter, name) == SegmentInfo(name, 30, 0, False), (
+        "BUG: a merge refused because the parent is sealed still deleted the transaction segment "
+        "and its 30 bytes (sql/queries/embedded_segments.sql, merge_transaction_segment: the "
+        "DELETE in the CTE runs even when the UPDATE of the sealed parent matches no row)"
+    )
+
+
+@pytest.mark.parametrize("txn", [TXN, NEGATIVE_TXN], ids=["positive", "negative"])
+async def test_abort_removes_the_transaction_and_is_idempotent(
+    adapter: Adapter, txn: tuple[int, int]
+) -> None:
+    await create(adapter)
+    await adapter.write(SEG, 10)
+    await adapter.store.create_transaction_segment(SEG, *txn, 0)
+    other_txn = (txn[0], txn[1] + 1)
+    await adapter.store.create_transaction_segment(SEG, *other_txn, 0)
+    name = txn_name(SEG, txn)
+    await adapter.write(name, 30)
+
+    await adapter.store.abort_transaction_segment(SEG, *txn)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(name)
+    await adapter.store.abort_transaction_segment(SEG, *txn)
+
+    # The parent and the sibling transaction are untouched; merging the aborted one adds nothing.
+    assert (await adapter.store.get_segment_info(txn_name(SEG, other_txn))).length == 0
+    assert await adapter.store.merge_transaction_segment(SEG, *txn) == 10
+    assert await adapter.store.get_segment_info(SEG) == SegmentInfo(SEG, 10, 0, False)
+
+
+# --- table segments ----------------------------------------------------------------------------
+
+
+async def test_table_segment_create_and_delete(adapter: Adapter) -> None:
+    await adapter.store.create_table_segment(TABLE, 16, 0)
+    await adapter.store.create_table_segment(TABLE, 16, 0)  # idempotent
+    assert await adapter.store.get_segment_info(TABLE) == SegmentInfo(TABLE, 0, 0, False)
+
+    await adapter.store.delete_table_segment(TABLE, True)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(TABLE)
+    await adapter.store.delete_table_segment(TABLE, True)  # idempotent
+    await adapter.store.delete_table_segment(TABLE, False)
+
+
+async def test_non_empty_table_segment_is_deleted_only_when_allowed(adapter: Adapter) -> None:
+    await adapter.store.create_table_segment(TABLE, 16, 0)
+    await adapter.write(TABLE, 64)
+
+    with pytest.raises(NotEmpty):
+        await adapter.store.delete_table_segment(TABLE, True)
+    assert (await adapter.store.get_segment_info(TABLE)).length == 64
+
+    await adapter.store.delete_table_segment(TABLE, False)
+    with pytest.raises(NotFound):
+        await adapter.store.get_segment_info(TABLE)
+
+
+async def test_deleting_a_stream_segment_as_a_table_is_refused(adapter: Adapter) -> None:
+    await create(adapter)
+    with pytest.raises(InvalidInput):
+        await adapter.store.delete_table_segment(SEG, must_be_empty=False)
+    assert await info_or_none(adapter, SEG) is not None
+    await adapter.store.delete_table_segment("scope/never-existed_kvtable/0.#epoch.0", must_be_empty=True)

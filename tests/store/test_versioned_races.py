@@ -1,0 +1,470 @@
+"""Every versioned table: two writers that read the same version race, and exactly one wins.
+
+The race is forced, not hoped for: a third transaction holds a lock on the table that blocks
+both writers until the database shows both of them waiting, and only then lets them go. The
+loser must get WriteConflict and the stored row must be the winner's.
+
+`test_every_versioned_table_has_a_race_test` walks the declared schema so that a new table
+with a `version` column fails the suite until a race test for it is added here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from app.domain.errors import NotFound, WriteConflict
+from app.domain.ids import segment_id
+from app.domain.records import (
+    EpochTransitionRecord,
+    ScalingPolicy,
+    ScopeState,
+    StreamConfig,
+    StreamState,
+    TruncationRecord,
+)
+from app.store import schema
+from tests.support.services import Services
+
+SCOPE = "racescope"
+STREAM = "racestream"
+SHARD = 0
+
+# embedded_segments is versioned too; its concurrent writers (merge-once, seal, append) are
+# covered by tests/store/test_segment_store_contract.py, which drives it through the port.
+COVERED_ELSEWHERE = frozenset({"embedded_segments"})
+
+
+async def make_stream(services: Services) -> None:
+    await services.scopes.create_scope(SCOPE)
+    await services.streams.create_stream(SCOPE, STREAM, StreamConfig(ScalingPolicy.fixed(2)))
+
+
+# --- the cases: one per versioned table (two for the insert-or-update tables) --------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    table: str
+    # Prepares the record; returns the version both writers read (None: both insert).
+    setup: Callable[[Services], Awaitable[int | None]]
+    # Writes variant 0 or 1 at the given expected version; returns the new version.
+    write: Callable[[Services, int, int | None], Awaitable[int]]
+    # The stored (value, version).
+    read: Callable[[Services], Awaitable[tuple[Any, int]]]
+    # The value that variant 0 or 1 leaves behind, as `read` returns it.
+    expected: Callable[[int], Any]
+
+
+# scopes
+
+
+async def _scope_setup(s: Services) -> int:
+    await s.scopes.create_scope(SCOPE)
+    return (await s.scope_store.get_scope(SCOPE)).version
+
+
+_SCOPE_STATES = (ScopeState.DELETING, ScopeState.ACTIVE)
+
+
+async def _scope_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.scope_store.set_scope_state(SCOPE, _SCOPE_STATES[variant], version)
+
+
+async def _scope_read(s: Services) -> tuple[Any, int]:
+    v = await s.scope_store.get_scope(SCOPE)
+    return v.value, v.version
+
+
+# stream_configs
+
+_CONFIGS = (StreamConfig(ScalingPolicy.fixed(3)), StreamConfig(ScalingPolicy.fixed(4), tags=("b",)))
+
+
+async def _config_setup(s: Services) -> int:
+    await make_stream(s)
+    return (await s.stream_store.get_config(SCOPE, STREAM)).version
+
+
+async def _config_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_config(SCOPE, STREAM, _CONFIGS[variant], variant == 1, version)
+
+
+async def _config_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_config_record(SCOPE, STREAM)
+    return v.value, v.version
+
+
+# stream_states
+
+_STATES = (StreamState.SCALING, StreamState.SEALING)
+
+
+async def _state_setup(s: Services) -> int:
+    await make_stream(s)
+    return (await s.stream_store.get_state(SCOPE, STREAM)).version
+
+
+async def _state_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_state(SCOPE, STREAM, _STATES[variant], version)
+
+
+async def _state_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_state(SCOPE, STREAM)
+    return v.value, v.version
+
+
+# stream_current_epochs
+
+
+async def _epoch_setup(s: Services) -> int:
+    await make_stream(s)
+    return (await s.stream_store.get_current_epoch_pointer(SCOPE, STREAM)).version
+
+
+async def _epoch_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_current_epoch_pointer(SCOPE, STREAM, 10 + variant, version)
+
+
+async def _epoch_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_current_epoch_pointer(SCOPE, STREAM)
+    return v.value, v.version
+
+
+# stream_truncations
+
+_TRUNCATIONS = (
+    TruncationRecord(stream_cut={0: 10, 1: 20}, span={0: 0, 1: 0}, size_till=30, updating=True),
+    TruncationRecord(
+        stream_cut={0: 5, 1: 7},
+        span={0: 0, 1: 0},
+        deleted_segments=frozenset({9}),
+        to_delete=frozenset({8}),
+        size_till=12,
+    ),
+)
+
+
+async def _truncation_setup(s: Services) -> int:
+    await make_stream(s)
+    return (await s.stream_store.get_truncation(SCOPE, STREAM)).version
+
+
+async def _truncation_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_truncation(SCOPE, STREAM, _TRUNCATIONS[variant], version)
+
+
+async def _truncation_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_truncation(SCOPE, STREAM)
+    return v.value, v.version
+
+
+# stream_epoch_transitions
+
+_TRANSITIONS = (
+    EpochTransitionRecord(
+        active_epoch=0,
+        time=1000,
+        segments_to_seal=frozenset({0}),
+        new_segments=((segment_id(2, 1), 0.0, 0.25), (segment_id(3, 1), 0.25, 0.5)),
+    ),
+    EpochTransitionRecord(
+        active_epoch=0,
+        time=2000,
+        segments_to_seal=frozenset({0, 1}),
+        new_segments=((segment_id(2, 1), 0.0, 1.0),),
+    ),
+)
+
+
+async def _transition_setup(s: Services) -> int:
+    await make_stream(s)
+    v = await s.stream_store.get_epoch_transition(SCOPE, STREAM)
+    assert v.value is None
+    return v.version
+
+
+async def _transition_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_epoch_transition(SCOPE, STREAM, _TRANSITIONS[variant], version)
+
+
+async def _transition_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_epoch_transition(SCOPE, STREAM)
+    return v.value, v.version
+
+
+# segments
+
+
+async def _segment_setup(s: Services) -> int:
+    await make_stream(s)
+    v = await s.stream_store.get_segment(SCOPE, STREAM, 1)
+    assert v.value[1] is None
+    return v.version
+
+
+async def _segment_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.stream_store.set_segment_sealed_epoch(SCOPE, STREAM, 1, 5 + variant, version)
+
+
+async def _segment_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_segment(SCOPE, STREAM, 1)
+    return v.value[1], v.version
+
+
+# sealed_size_shards
+
+_SIZES = ({0: 100, 1: 200}, {0: 7})
+
+
+async def _shard_insert_setup(s: Services) -> None:
+    await make_stream(s)
+    assert await s.stream_store.get_sealed_size_shard(SCOPE, STREAM, SHARD) is None
+    return None
+
+
+async def _shard_update_setup(s: Services) -> int:
+    await make_stream(s)
+    await s.stream_store.put_sealed_size_shard(SCOPE, STREAM, SHARD, {5: 5}, None)
+    v = await s.stream_store.get_sealed_size_shard(SCOPE, STREAM, SHARD)
+    assert v is not None
+    return v.version
+
+
+async def _shard_write(s: Services, variant: int, version: int | None) -> int:
+    return await s.stream_store.put_sealed_size_shard(SCOPE, STREAM, SHARD, _SIZES[variant], version)
+
+
+async def _shard_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_sealed_size_shard(SCOPE, STREAM, SHARD)
+    assert v is not None, "the sealed-size shard is missing"
+    return v.value, v.version
+
+
+# deleted_streams
+
+
+async def _deleted_insert_setup(s: Services) -> None:
+    assert await s.stream_store.get_deleted_stream(SCOPE, STREAM) is None
+    return None
+
+
+async def _deleted_update_setup(s: Services) -> int:
+    await s.stream_store.put_deleted_stream(SCOPE, STREAM, 1, None)
+    v = await s.stream_store.get_deleted_stream(SCOPE, STREAM)
+    assert v is not None
+    return v.version
+
+
+async def _deleted_write(s: Services, variant: int, version: int | None) -> int:
+    return await s.stream_store.put_deleted_stream(SCOPE, STREAM, 20 + variant, version)
+
+
+async def _deleted_read(s: Services) -> tuple[Any, int]:
+    v = await s.stream_store.get_deleted_stream(SCOPE, STREAM)
+    assert v is not None, "the deleted-stream record is missing"
+    return v.value, v.version
+
+
+CASES = (
+    Case("scopes", "scopes", _scope_setup, _scope_write, _scope_read, lambda i: _SCOPE_STATES[i]),
+    Case(
+        "stream_configs",
+        "stream_configs",
+        _config_setup,
+        _config_write,
+        _config_read,
+        lambda i: (_CONFIGS[i], i == 1),
+    ),
+    Case("stream_states", "stream_states", _state_setup, _state_write, _state_read, lambda i: _STATES[i]),
+    Case(
+        "stream_current_epochs",
+        "stream_current_epochs",
+        _epoch_setup,
+        _epoch_write,
+        _epoch_read,
+        lambda i: 10 + i,
+    ),
+    Case(
+        "stream_truncations",
+        "stream_truncations",
+        _truncation_setup,
+        _truncation_write,
+        _truncation_read,
+        lambda i: _TRUNCATIONS[i],
+    ),
+    Case(
+        "stream_epoch_transitions",
+        "stream_epoch_transitions",
+        _transition_setup,
+        _transition_write,
+        _transition_read,
+        lambda i: _TRANSITIONS[i],
+    ),
+    Case("segments", "segments", _segment_setup, _segment_write, _segment_read, lambda i: 5 + i),
+    Case(
+        "sealed_size_shards-insert",
+        "sealed_size_shards",
+        _shard_insert_setup,
+        _shard_write,
+        _shard_read,
+        lambda i: _SIZES[i],
+    ),
+    Case(
+        "sealed_size_shards-update",
+        "sealed_size_shards",
+        _shard_update_setup,
+        _shard_write,
+        _shard_read,
+        lambda i: _SIZES[i],
+    ),
+    Case(
+        "deleted_streams-insert",
+        "deleted_streams",
+        _deleted_insert_setup,
+        _deleted_write,
+        _deleted_read,
+        lambda i: 20 + i,
+    ),
+    Case(
+        "deleted_streams-update",
+        "deleted_streams",
+        _deleted_update_setup,
+        _deleted_write,
+        _deleted_read,
+        lambda i: 20 + i,
+    ),
+)
+
+RACED_TABLES = frozenset(c.table for c in CASES)
+COVERED_TABLES = RACED_TABLES | COVERED_ELSEWHERE
+
+
+# --- the race harness -------------------------------------------------------------------------
+
+
+LOCK_WAIT_SECONDS = 10.0
+
+
+async def _wait_for_lock_waiters(conn: Any, count: int) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOCK_WAIT_SECONDS
+    while True:
+        # Inside a transaction pg_stat_activity is a snapshot taken at first use; refresh it.
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        waiting = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        if waiting >= count:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(
+                f"only {waiting} of {count} writers reached the lock in {LOCK_WAIT_SECONDS}s"
+            )
+        await asyncio.sleep(0.01)
+
+
+async def race(
+    services: Services, table: str, writers: list[Callable[[], Awaitable[int]]]
+) -> list[int | BaseException]:
+    """Runs the writers concurrently, all released at once from behind a table lock."""
+    tasks: list[asyncio.Future[int]] = []
+    try:
+        async with services.pool.acquire() as holder, holder.transaction():
+            # Blocks INSERT/UPDATE/DELETE on the table (not reads) until the transaction ends.
+            await holder.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+            tasks = [asyncio.ensure_future(w()) for w in writers]
+            await _wait_for_lock_waiters(holder, len(writers))
+    finally:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    return list(results)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+async def test_two_writers_exactly_one_wins(services: Services, case: Case) -> None:
+    version = await case.setup(services)
+    results = await race(
+        services,
+        case.table,
+        [lambda: case.write(services, 0, version), lambda: case.write(services, 1, version)],
+    )
+
+    winners = [i for i, r in enumerate(results) if isinstance(r, int)]
+    losers = [i for i, r in enumerate(results) if isinstance(r, WriteConflict)]
+    assert len(winners) == 1 and len(losers) == 1, f"expected one winner and one WriteConflict: {results!r}"
+    winner = winners[0]
+    new_version = results[winner]
+    assert new_version == (0 if version is None else version + 1)
+
+    value, stored_version = await case.read(services)
+    assert stored_version == new_version
+    assert value == case.expected(winner)
+    assert value != case.expected(1 - winner)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+async def test_stale_version_after_a_successful_write_conflicts(services: Services, case: Case) -> None:
+    version = await case.setup(services)
+    first = await case.write(services, 0, version)
+    assert first == (0 if version is None else version + 1)
+
+    with pytest.raises(WriteConflict):
+        await case.write(services, 1, version)
+
+    value, stored_version = await case.read(services)
+    assert (value, stored_version) == (case.expected(0), first)
+
+    # The fresh version still works: the conflict was about the version, nothing else.
+    if version is not None:
+        assert await case.write(services, 1, first) == first + 1
+        assert await case.read(services) == (case.expected(1), first + 1)
+
+
+MISSING_STREAM_WRITES: dict[str, Callable[[Services], Awaitable[int]]] = {
+    "set_config": lambda s: s.stream_store.set_config(SCOPE, "missing", _CONFIGS[0], False, 0),
+    "set_state": lambda s: s.stream_store.set_state(SCOPE, "missing", StreamState.ACTIVE, 0),
+    "set_current_epoch_pointer": lambda s: s.stream_store.set_current_epoch_pointer(SCOPE, "missing", 1, 0),
+    "set_truncation": lambda s: s.stream_store.set_truncation(SCOPE, "missing", _TRUNCATIONS[0], 0),
+    "set_epoch_transition": lambda s: s.stream_store.set_epoch_transition(
+        SCOPE, "missing", _TRANSITIONS[0], 0
+    ),
+    "set_segment_sealed_epoch": lambda s: s.stream_store.set_segment_sealed_epoch(SCOPE, "missing", 0, 1, 0),
+    "put_sealed_size_shard-insert": lambda s: s.stream_store.put_sealed_size_shard(
+        SCOPE, "missing", 0, {0: 1}, None
+    ),
+    "put_sealed_size_shard-update": lambda s: s.stream_store.put_sealed_size_shard(
+        SCOPE, "missing", 0, {0: 1}, 0
+    ),
+    "set_scope_state": lambda s: s.scope_store.set_scope_state("missing", ScopeState.DELETING, 0),
+}
+
+
+@pytest.mark.parametrize("write", list(MISSING_STREAM_WRITES.values()), ids=list(MISSING_STREAM_WRITES))
+async def test_conditional_write_on_a_missing_record_is_not_found(
+    services: Services, write: Callable[[Services], Awaitable[int]]
+) -> None:
+    await make_stream(services)  # the scope and another stream exist; "missing" does not
+    with pytest.raises(NotFound):
+        await write(services)
+    assert not await services.stream_store.stream_exists(SCOPE, "missing")
+
+
+def test_every_versioned_table_has_a_race_test() -> None:
+    versioned = {name for name, table in schema.metadata.tables.items() if "version" in table.columns}
+    missing = versioned - COVERED_TABLES
+    assert not missing, f"versioned tables without a two-writer race test: {sorted(missing)}"
+    stale = COVERED_TABLES - versioned
+    assert not stale, f"covered tables that are not versioned (or no longer exist): {sorted(stale)}"
