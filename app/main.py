@@ -91,6 +91,10 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted sockets inherit this; without it a response written after an await (a database
+    # read) sits behind Nagle and the peer's delayed ACK: ~40 ms per call instead of ~1 ms.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
     try:
         sock.bind((host, port))
     except OSError:
