@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.config import Settings, default_instance_id, env, parse_hosts
+from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 
 EXIT_USAGE = 2
@@ -115,7 +116,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             container_count=args.container_count,
             segment_store_hosts=parse_hosts(args.segment_store_hosts),
         )
-    except ValueError as exc:
+    except (ValueError, InvalidInput) as exc:
         raise SystemExit(f"pgcontroller: {exc}") from None
 
 

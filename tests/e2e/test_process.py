@@ -1,0 +1,91 @@
+"""`pgcontroller serve` and `pgcontroller db …` as operators and scripts use them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.support.served import Served, start_served
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_signal_gives_an_ordered_shutdown_within_5_seconds(
+    db_url: str, tmp_path: Path, sig: signal.Signals
+) -> None:
+    served = await start_served(tmp_path, "--db-url", db_url)
+    began = time.monotonic()
+    served.process.send_signal(sig)
+    code = await asyncio.wait_for(served.process.wait(), timeout=10)
+    assert code == 0, served.log()
+    assert time.monotonic() - began < 5.0
+    assert "shutdown requested" in served.log()
+
+
+async def test_health_and_rest_on_a_served_instance(served: Served) -> None:
+    async with aiohttp.ClientSession() as http:
+        deadline = time.monotonic() + 10
+        while True:
+            async with http.get(f"{served.rest_base}/v1/health/readiness") as response:
+                assert response.status == 200
+                if await response.json() is True:
+                    break
+            assert time.monotonic() < deadline, "never became ready"
+            await asyncio.sleep(0.2)
+        async with http.post(f"{served.rest_base}/v1/scopes", json={"scopeName": "viarest"}) as response:
+            assert response.status == 201
+        async with http.get(f"{served.rest_base}/v1/scopes") as response:
+            assert {"scopeName": "viarest"} in (await response.json())["scopes"]
+
+
+async def test_db_commands_and_serve_on_the_embedded_database(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    data_dir = tmp_path / "data"
+    try:
+        started = await asyncio.to_thread(cli, "db", "start", "--data-dir", str(data_dir))
+        assert started.returncode == 0, started.stderr
+        url = started.stdout.strip().splitlines()[-1]
+        assert url.startswith("postgresql://") and "127.0.0.1" in url
+        again = await asyncio.to_thread(cli, "db", "url", "--data-dir", str(data_dir))
+        assert again.stdout.strip().splitlines()[-1] == url
+
+        # serve reuses the running database and, not having started it, leaves it running.
+        served = await start_served(tmp_path, "--data-dir", str(data_dir))
+        assert await served.stop() == 0, served.log()
+        still = await asyncio.to_thread(cli, "db", "url", "--data-dir", str(data_dir))
+        assert still.returncode == 0 and still.stdout.strip().splitlines()[-1] == url
+
+        stopped = await asyncio.to_thread(cli, "db", "stop", "--data-dir", str(data_dir))
+        assert stopped.returncode == 0
+        gone = await asyncio.to_thread(cli, "db", "url", "--data-dir", str(data_dir))
+        assert gone.returncode == 1 and "no embedded PostgreSQL is running" in gone.stderr
+
+        # serve alone starts the embedded database, migrates it, and stops it on exit.
+        served = await start_served(tmp_path, "--data-dir", str(data_dir))
+        assert await served.stop() == 0, served.log()
+        after = await asyncio.to_thread(cli, "db", "url", "--data-dir", str(data_dir))
+        assert after.returncode == 1
+    finally:
+        await asyncio.to_thread(cli, "db", "stop", "--data-dir", str(data_dir))
+
+
+def test_bad_flags_give_a_clear_message(tmp_path: Path) -> None:
+    result = cli("serve", "--grpc-port", "70000", "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert "grpc-port must be 0..65535" in result.stderr
+    hosts = cli("serve", "--segment-store-hosts", "nohostport", "--data-dir", str(tmp_path))
+    assert hosts.returncode != 0 and "HOST:PORT" in hosts.stderr
+    assert "Traceback" not in result.stderr + hosts.stderr
