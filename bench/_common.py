@@ -6,9 +6,7 @@ import asyncio
 import os
 import shutil
 import socket
-import statistics
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -82,11 +80,3 @@ async def closed_loop(
 
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     return LoadResult(name, len(latencies), seconds, latencies)
-
-
-def summary(values: list[float]) -> str:
-    return f"min {min(values):.2f} median {statistics.median(values):.2f} max {max(values):.2f}"
-
-
-def now() -> float:
-    return time.perf_counter()

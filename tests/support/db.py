@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shutil
@@ -45,8 +46,6 @@ async def create_template(admin_url: str) -> None:
         await conn.execute(f"CREATE DATABASE {TEMPLATE}")
     finally:
         await conn.close()
-    import asyncio
-
     await asyncio.to_thread(upgrade_to_head, with_database(admin_url, TEMPLATE))
 
 
