@@ -86,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated HOST:PORT list getURI answers with (env PGCONTROLLER_SEGMENT_STORE_HOSTS)",
     )
     serve.add_argument(
+        "--request-concurrency",
+        type=int,
+        default=_int_env("REQUEST_CONCURRENCY", 64),
+        help="streams whose requests run at once (env PGCONTROLLER_REQUEST_CONCURRENCY; default 64)",
+    )
+    serve.add_argument(
+        "--completion-timeout",
+        type=int,
+        default=_int_env("COMPLETION_TIMEOUT", 120),
+        help="seconds an API waits for its workflow before DEADLINE_EXCEEDED (env "
+        "PGCONTROLLER_COMPLETION_TIMEOUT; default 120, Pravega's bound)",
+    )
+    serve.add_argument(
         "--ready-file", default=env("READY_FILE"), help="write the bound ports as JSON here once serving"
     )
 
@@ -115,6 +128,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             instance_id=args.instance_id,
             container_count=args.container_count,
             segment_store_hosts=parse_hosts(args.segment_store_hosts),
+            request_concurrency=args.request_concurrency,
+            completion_timeout_s=float(args.completion_timeout),
         )
     except (ValueError, InvalidInput) as exc:
         raise SystemExit(f"pgcontroller: {exc}") from None

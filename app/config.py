@@ -38,6 +38,8 @@ class Settings:
     segment_store_hosts: tuple[HostAddress, ...] = (HostAddress("127.0.0.1", 12345),)
     shutdown_timeout_s: float = 5.0
     pool_max_size: int = 20
+    request_concurrency: int = 64
+    completion_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "rest_port"):
@@ -46,6 +48,10 @@ class Settings:
                 raise ValueError(f"{name.replace('_', '-')} must be 0..65535, got {port}")
         if self.container_count <= 0:
             raise ValueError(f"container-count must be positive, got {self.container_count}")
+        if self.request_concurrency <= 0:
+            raise ValueError(f"request-concurrency must be positive, got {self.request_concurrency}")
+        if self.completion_timeout_s <= 0:
+            raise ValueError(f"completion-timeout must be positive, got {self.completion_timeout_s:g}")
         if not self.segment_store_hosts:
             raise ValueError("at least one segment-store host is needed")
 

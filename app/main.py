@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,20 +26,31 @@ from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.config import Settings
+from app.domain.requests import REQUEST_BUCKETS
 from app.embedded_pg import EmbeddedPostgres
 from app.ports import ControllerEndpoint
 from app.segmentstore.embedded import EmbeddedSegmentStore
 from app.segmentstore.hosts import StaticContainerMap
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
+from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
+from app.store.cache import RecordCache
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.errors import translated
+from app.store.locks import PgAdvisoryLocks
 from app.store.migrate import ensure_schema
+from app.store.notifications import PgListener
 from app.store.pool import create_pool
+from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
+from workers.buckets import REQUEST_BUCKETS_LOCK_NAMESPACE, BucketOwner
+from workers.dispatcher import RequestDispatcher
+from workers.handlers import stream_request_handlers
+from workers.handlers.common import WorkflowDeps
+from workers.runner import RequestRunner
 
 log = logging.getLogger("pgcontroller")
 
@@ -55,6 +66,100 @@ class SelfOnlyCluster:
 
 
 @dataclass
+class Controller:
+    """Everything one process runs, wired: stores, services, and the request workers."""
+
+    pool: Any
+    clock: SystemClock
+    cache: RecordCache
+    listener: PgListener
+    scope_store: PgScopeStore
+    stream_store: PgStreamStore
+    requests: PgRequestQueue
+    segment_store: EmbeddedSegmentStore
+    locator: StaticContainerMap
+    scopes: ScopeService
+    streams: StreamService
+    segments: SegmentQueries
+    lifecycle: StreamLifecycle
+    bucket_owner: BucketOwner
+    dispatcher: RequestDispatcher
+
+    def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
+        """The background loops, by name; each runs until cancelled."""
+        return {
+            "notifications": self.listener.run(),
+            "request-buckets": self.bucket_owner.run(),
+            "request-dispatcher": self.dispatcher.run(),
+        }
+
+    async def stop_workers(self, timeout_s: float) -> None:
+        await self.dispatcher.stop(timeout_s)
+        await self.bucket_owner.release()
+
+
+def build_controller(
+    url: str,
+    pool: Any,
+    locator: StaticContainerMap,
+    *,
+    request_concurrency: int = 64,
+    completion_timeout_s: float = 120.0,
+    seal_busy_first_s: float = 0.1,
+    poll_s: float = 1.0,
+) -> Controller:
+    clock = SystemClock()
+    cache = RecordCache()
+    listener = PgListener(url, cache)
+    scope_store = PgScopeStore(pool)
+    stream_store = PgStreamStore(pool, cache)
+    requests = PgRequestQueue(pool)
+    segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
+    deps = WorkflowDeps(stream_store, scope_store, segment_store, clock)
+    owner_ref: list[BucketOwner] = []
+    runner = RequestRunner(
+        requests, stream_request_handlers(deps), clock, owns=lambda bucket: owner_ref[0].owns(bucket)
+    )
+    dispatcher = RequestDispatcher(
+        requests, runner, lambda: owner_ref[0].owned(), ceiling=request_concurrency, poll_s=poll_s
+    )
+    owner = BucketOwner(
+        PgAdvisoryLocks(url),
+        REQUEST_BUCKETS_LOCK_NAMESPACE,
+        REQUEST_BUCKETS,
+        on_lost=dispatcher.buckets_lost,
+        on_gained=lambda _gained: dispatcher.wake(),
+    )
+    owner_ref.append(owner)
+    listener.on_request(dispatcher.wake)
+    listener.on_connected(dispatcher.wake)
+    return Controller(
+        pool=pool,
+        clock=clock,
+        cache=cache,
+        listener=listener,
+        scope_store=scope_store,
+        stream_store=stream_store,
+        requests=requests,
+        segment_store=segment_store,
+        locator=locator,
+        scopes=ScopeService(scope_store, clock),
+        streams=StreamService(stream_store, segment_store, clock),
+        segments=SegmentQueries(stream_store, locator),
+        lifecycle=StreamLifecycle.build(
+            scope_store,
+            stream_store,
+            requests,
+            clock,
+            completion_timeout_s=completion_timeout_s,
+            seal_busy_first_s=seal_busy_first_s,
+        ),
+        bucket_owner=owner,
+        dispatcher=dispatcher,
+    )
+
+
+@dataclass
 class Running:
     grpc_server: grpclib.server.Server
     rest_runner: web.AppRunner
@@ -62,24 +167,25 @@ class Running:
     rest_port: int
 
 
-async def _start_servers(settings: Settings, pool: Any, health: HealthService) -> Running:
-    clock = SystemClock()
-    scope_store = PgScopeStore(pool)
-    stream_store = PgStreamStore(pool)
-    segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
-    locator = StaticContainerMap(settings.container_count, settings.segment_store_hosts)
-    scopes = ScopeService(scope_store, clock)
-    streams = StreamService(stream_store, segment_store, clock)
-    segments = SegmentQueries(stream_store, locator)
-
+async def _start_servers(settings: Settings, controller: Controller, health: HealthService) -> Running:
     # Bind first so an ephemeral port (0) is known before we advertise it.
     grpc_socket = _bind(settings.grpc_host, settings.grpc_port)
     grpc_port = grpc_socket.getsockname()[1]
     cluster = SelfOnlyCluster(ControllerEndpoint(settings.grpc_host, grpc_port))
-    grpc_server = grpclib.server.Server([ControllerService(scopes, streams, segments, cluster)])
+    grpc_server = grpclib.server.Server(
+        [
+            ControllerService(
+                controller.scopes, controller.streams, controller.segments, cluster, controller.lifecycle
+            )
+        ]
+    )
     await grpc_server.start(sock=grpc_socket)
 
-    runner = web.AppRunner(create_app(scopes, streams, health), handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        create_app(controller.scopes, controller.streams, health, controller.lifecycle),
+        handle_signals=False,
+        access_log=None,
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.rest_host, settings.rest_port, reuse_address=True)
     await site.start()
@@ -127,7 +233,14 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
     try:
         await ensure_schema(url)
         pool = await create_pool(url, max_size=settings.pool_max_size)
-        running = await _start_servers(settings, pool, health)
+        controller = build_controller(
+            url,
+            pool,
+            StaticContainerMap(settings.container_count, settings.segment_store_hosts),
+            request_concurrency=settings.request_concurrency,
+            completion_timeout_s=settings.completion_timeout_s,
+        )
+        running = await _start_servers(settings, controller, health)
 
         async def ping() -> None:
             with translated():
@@ -147,14 +260,17 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
             _write_ready_file(ready_file, running)
         try:
             async with asyncio.TaskGroup() as loops:
-                probe = loops.create_task(
-                    probe_metadata_store(health, ping, clock), name="metadata-store-probe"
-                )
-                background = [probe]
+                background = [
+                    loops.create_task(probe_metadata_store(health, ping, clock), name="metadata-store-probe")
+                ]
+                for name, loop_coroutine in controller.loops().items():
+                    background.append(loops.create_task(_must_not_end(name, loop_coroutine, stop), name=name))
                 await stop.wait()
                 log.info("shutdown requested")
                 await _stop_intake(running, settings.shutdown_timeout_s)
                 running = None
+                # Requests in flight get what is left of the budget; unfinished ones stay queued.
+                await controller.stop_workers(settings.shutdown_timeout_s / 2)
                 for task in background:
                     task.cancel()
         except* Exception as group:
@@ -172,6 +288,14 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
     return exit_code
+
+
+async def _must_not_end(name: str, loop_coroutine: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Background loops run until shutdown; one that returns before is a bug and must stop
+    the process rather than leave it half-alive."""
+    await loop_coroutine
+    if not stop.is_set():
+        raise RuntimeError(f"background loop {name!r} ended unexpectedly")
 
 
 async def _stop_intake(running: Running, timeout_s: float) -> None:

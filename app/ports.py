@@ -11,12 +11,16 @@ from typing import Protocol
 
 from app.domain.records import (
     EpochRecord,
+    EpochTransitionRecord,
     ScaleType,
     ScopeState,
+    SegmentRecord,
     StreamConfig,
     StreamState,
+    TruncationRecord,
     Versioned,
 )
+from app.domain.requests import NewRequest, Processor, Request, RequestKind
 
 
 class Clock(Protocol):
@@ -53,6 +57,18 @@ class ScopeStore(Protocol):
         """Names strictly after `after` in name order; "" starts at the beginning."""
         ...
 
+    async def get_scope(self, name: str) -> Versioned[ScopeState]: ...
+
+    async def set_scope_state(
+        self, name: str, state: ScopeState, expected_version: int, *, request: NewRequest | None = None
+    ) -> int:
+        """Conditional; a `request` is enqueued in the same transaction (outbox)."""
+        ...
+
+    async def stream_names(self, name: str) -> list[str]:
+        """Every stream of the scope, internal ones too."""
+        ...
+
 
 class StreamStore(Protocol):
     async def create_stream_metadata(
@@ -64,8 +80,18 @@ class StreamStore(Protocol):
 
     async def get_state(self, scope: str, name: str) -> Versioned[StreamState]: ...
 
-    async def set_state(self, scope: str, name: str, state: StreamState, expected_version: int) -> int:
-        """Conditional on the version; returns the new version. Raises WriteConflict."""
+    async def set_state(
+        self,
+        scope: str,
+        name: str,
+        state: StreamState,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int:
+        """Conditional on the version; returns the new version. Raises WriteConflict. Every
+        conditional write below takes an optional `request`, enqueued in the same
+        transaction (the outbox: no intent without its request)."""
         ...
 
     async def activate_created_stream(
@@ -92,6 +118,140 @@ class StreamStore(Protocol):
 
     async def get_head(self, scope: str, name: str) -> dict[int, int]:
         """The truncation stream cut, or the epoch-0 segments at offset 0 if never truncated."""
+        ...
+
+    async def get_epochs(self, scope: str, name: str, low: int, high: int) -> list[EpochRecord]:
+        """Epochs low..high in order, one round trip whatever the history length."""
+        ...
+
+    async def get_epochs_by_time(
+        self, scope: str, name: str, from_ms: int, to_ms: int, limit: int
+    ) -> list[EpochRecord]: ...
+
+    async def get_successor_epochs(
+        self, scope: str, name: str, segment: int
+    ) -> tuple[EpochRecord, EpochRecord] | None:
+        """(the epoch the segment was sealed in, the one before), None while unsealed/unknown."""
+        ...
+
+    async def get_config_record(self, scope: str, name: str) -> Versioned[tuple[StreamConfig, bool]]:
+        """The configuration with its `updating` flag."""
+        ...
+
+    async def set_config(
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        updating: bool,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int: ...
+
+    async def reindex_tags(self, scope: str, name: str) -> None:
+        """Makes the tag index match the stored configuration's tags."""
+        ...
+
+    async def get_current_epoch_pointer(self, scope: str, name: str) -> Versioned[int]: ...
+
+    async def set_current_epoch_pointer(
+        self, scope: str, name: str, epoch: int, expected_version: int
+    ) -> int: ...
+
+    async def get_truncation(self, scope: str, name: str) -> Versioned[TruncationRecord]: ...
+
+    async def set_truncation(
+        self,
+        scope: str,
+        name: str,
+        record: TruncationRecord,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int: ...
+
+    async def get_epoch_transition(
+        self, scope: str, name: str
+    ) -> Versioned[EpochTransitionRecord | None]: ...
+
+    async def set_epoch_transition(
+        self,
+        scope: str,
+        name: str,
+        record: EpochTransitionRecord | None,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int: ...
+
+    async def add_epoch(
+        self,
+        scope: str,
+        name: str,
+        record: EpochRecord,
+        sealed: Sequence[int],
+        created: Sequence[SegmentRecord],
+    ) -> None:
+        """The new epoch, its new segments, and sealed-in marks for the sealed ones; idempotent."""
+        ...
+
+    async def get_sealed_size_shard(
+        self, scope: str, name: str, shard: int
+    ) -> Versioned[dict[int, int]] | None: ...
+
+    async def put_sealed_size_shard(
+        self, scope: str, name: str, shard: int, sizes: dict[int, int], expected_version: int | None
+    ) -> int: ...
+
+    async def all_segment_ids(self, scope: str, name: str) -> list[int]: ...
+
+    async def get_creation_time(self, scope: str, name: str) -> int: ...
+
+    async def delete_stream(self, scope: str, name: str, creation_time: int = 0) -> bool:
+        """Removes the metadata (only the incarnation created at `creation_time` when non-zero)."""
+        ...
+
+
+class RequestQueue(Protocol):
+    """The durable request queue. Rows are deleted only once their workflow completed."""
+
+    async def enqueue(self, request: NewRequest) -> int: ...
+
+    async def pending(
+        self, processor: Processor, buckets: Sequence[int], exclude: Sequence[int], limit: int
+    ) -> list[Request]: ...
+
+    async def get(self, request_id: int) -> Request | None: ...
+
+    async def postpone(self, request: Request, not_before: int, error: str | None) -> Request: ...
+
+    async def mark_started(self, request: Request) -> Request: ...
+
+    async def ack(self, request_id: int) -> None: ...
+
+    async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool: ...
+
+    async def get_waiting_processor(self, scope: str, stream: str) -> Versioned[str] | None: ...
+
+    async def set_waiting_processor(self, scope: str, stream: str, processor: Processor) -> str | None: ...
+
+    async def clear_waiting_processor(self, scope: str, stream: str, processor: Processor) -> None: ...
+
+
+class AdvisoryLocks(Protocol):
+    """Session-level locks on one dedicated connection: losing it loses every lock at once."""
+
+    async def try_lock(self, namespace: int, key: int) -> bool: ...
+
+    async def unlock(self, namespace: int, key: int) -> None: ...
+
+    async def check_alive(self) -> None:
+        """Raises StoreUnavailable when the session (and with it every lock) is gone."""
+        ...
+
+    async def reset(self) -> None:
+        """Drops the session; the next call opens a new one holding no locks."""
         ...
 
 

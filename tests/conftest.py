@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
-from tests.support.services import Services, build_services
+from tests.support.services import Services, running_controller
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +31,5 @@ async def db_url(pg_admin_url: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    built = await build_services(db_url)
-    try:
-        yield built
-    finally:
-        await built.pool.close()
+    async with running_controller(db_url) as running:
+        yield running

@@ -39,3 +39,7 @@ class InvalidInput(DomainError):
 
 class StoreUnavailable(DomainError):
     """The metadata store cannot be reached; retryable."""
+
+
+class Timeout(DomainError):
+    """A workflow the caller waits for did not complete in time (Pravega's 2-minute bound)."""

@@ -21,6 +21,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.ConnectionFailureError,
+    asyncpg.InternalClientError,
     ConnectionError,
     OSError,
 )

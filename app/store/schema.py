@@ -233,3 +233,36 @@ embedded_segments = Table(
     _version(),
     CheckConstraint("kind IN ('stream', 'transaction', 'table')", name="embedded_segments_kind_check"),
 )
+
+# The durable request queue (transactional outbox): a row is written in the same transaction
+# as its operation's first metadata step and deleted only once its workflow completed.
+requests = Table(
+    "requests",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("processor", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("stream", Text, nullable=False, server_default=text("''")),
+    Column("bucket", Integer, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", BigInteger, nullable=False),
+    Column("not_before", BigInteger, nullable=False, server_default=text("0")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("started", Boolean, nullable=False, server_default=text("false")),
+    Column("last_error", Text, nullable=True),
+    _version(),
+    CheckConstraint("processor IN ('requests', 'commits')", name="requests_processor_check"),
+    Index("requests_by_bucket", "processor", "bucket", "id"),
+    Index("requests_by_key", "scope", "stream", "id"),
+)
+
+# Pravega's fairness barrier: while a processor waits for a state transition on a stream,
+# other processors postpone that stream's requests that have not started yet.
+stream_waiting_processors = Table(
+    "stream_waiting_processors",
+    metadata,
+    _stream_fk(),
+    Column("processor", Text, nullable=False),
+    _version(),
+)

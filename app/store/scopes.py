@@ -9,8 +9,10 @@ from typing import Any
 
 from app.domain.errors import AlreadyExists, NotEmpty, NotFound, WriteConflict
 from app.domain.records import ScopeState, Versioned
+from app.domain.requests import NewRequest
 from app.store import queries
 from app.store.errors import conflict_or_missing, translated
+from app.store.requests import insert_request
 
 _SQL = queries.load("scopes")
 
@@ -35,13 +37,25 @@ class PgScopeStore:
     async def get_scope_state(self, name: str) -> ScopeState:
         return (await self.get_scope(name)).value
 
-    async def set_scope_state(self, name: str, state: ScopeState, expected_version: int) -> int:
+    async def set_scope_state(
+        self, name: str, state: ScopeState, expected_version: int, *, request: NewRequest | None = None
+    ) -> int:
+        """Conditional on the version; a `request` commits in the same transaction (outbox)."""
         with translated():
-            version = await self._pool.fetchval(_SQL["set_scope_state"], name, state.value, expected_version)
-            if version is None:
-                exists = await self._pool.fetchval(_SQL["get_scope"], name)
-                raise conflict_or_missing(exists is not None, f"scope {name!r}")
+            async with self._pool.acquire() as conn, conn.transaction():
+                version = await conn.fetchval(_SQL["set_scope_state"], name, state.value, expected_version)
+                if version is None:
+                    exists = await conn.fetchval(_SQL["get_scope"], name)
+                    raise conflict_or_missing(exists is not None, f"scope {name!r}")
+                if request is not None:
+                    await insert_request(conn, request)
         return int(version)
+
+    async def stream_names(self, name: str) -> list[str]:
+        """Every stream in the scope, internal ones included."""
+        with translated():
+            rows = await self._pool.fetch(_SQL["scope_stream_names"], name)
+        return [r["name"] for r in rows]
 
     async def delete_scope(self, name: str) -> None:
         try:

@@ -6,6 +6,7 @@ stream is either wholly absent or present in CREATING with everything it needs t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
@@ -19,10 +20,13 @@ from app.domain.records import (
     TruncationRecord,
     Versioned,
 )
+from app.domain.requests import NewRequest
 from app.domain.scaling import initial_segments
 from app.ports import StreamCreation
 from app.store import queries
+from app.store.cache import RecordCache, StreamView
 from app.store.errors import conflict_or_missing, translated
+from app.store.requests import insert_request
 from app.store.rows import (
     config_columns,
     config_from_row,
@@ -37,8 +41,10 @@ EMPTY_EPOCH_TRANSITION = -1
 
 
 class PgStreamStore:
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, cache: RecordCache | None = None) -> None:
         self._pool = pool
+        # Without a listener the cache is never trusted: only immutable records are reused.
+        self._cache = cache if cache is not None else RecordCache()
 
     # --- creation -------------------------------------------------------------------------
 
@@ -101,6 +107,7 @@ class PgStreamStore:
                 if index_tags:
                     found = await conn.fetchrow(_SQL["find_stream"], scope, name)
                     await conn.execute(_SQL["index_tags"], found["id"])
+        self._cache.invalidate_name(scope, name)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -145,18 +152,88 @@ class PgStreamStore:
         return list(row["names"])
 
     async def get_active_epoch(self, scope: str, name: str) -> tuple[StreamState, EpochRecord]:
+        view = self._cache.view(scope, name)
+        if view is not None:
+            record = self._cache.epoch(view.stream_id, view.epoch)
+            if record is not None:
+                return view.state, record
+        generation = self._cache.generation
         with translated():
             row = await self._pool.fetchrow(_SQL["get_active_epoch"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
-        return StreamState(row["state"]), epoch_from_row(row)
+        record = epoch_from_row(row)
+        state = StreamState(row["state"])
+        self._cache.remember_epoch(row["stream_id"], record)
+        self._cache.remember_view(scope, name, StreamView(row["stream_id"], state, record.epoch), generation)
+        return state, record
 
     async def get_epoch(self, scope: str, name: str, epoch: int) -> EpochRecord:
+        view = self._cache.view(scope, name)
+        if view is not None:
+            cached = self._cache.epoch(view.stream_id, epoch)
+            if cached is not None:
+                return cached
         with translated():
             row = await self._pool.fetchrow(_SQL["get_epoch"], scope, name, epoch)
         if row is None:
             raise NotFound(f"epoch {epoch} of stream {scope}/{name} not found")
-        return epoch_from_row(row)
+        record = epoch_from_row(row)
+        self._cache.remember_epoch(row["stream_id"], record)
+        return record
+
+    async def get_epochs(self, scope: str, name: str, low: int, high: int) -> list[EpochRecord]:
+        """Epochs low..high in order (fewer if the history is shorter); one round trip."""
+        view = self._cache.view(scope, name)
+        if view is not None and high - low < 64:
+            cached = [self._cache.epoch(view.stream_id, e) for e in range(low, high + 1)]
+            if all(record is not None for record in cached):
+                return [record for record in cached if record is not None]
+        with translated():
+            rows = await self._pool.fetch(_SQL["get_epoch_range"], scope, name, low, high)
+        if not rows:
+            raise NotFound(f"stream {scope}/{name} not found")
+        records = [epoch_from_row(row) for row in rows if row["epoch"] is not None]
+        for record in records:
+            self._cache.remember_epoch(rows[0]["stream_id"], record)
+        return records
+
+    async def get_epochs_by_time(
+        self, scope: str, name: str, from_ms: int, to_ms: int, limit: int
+    ) -> list[EpochRecord]:
+        """The epoch in force at `from_ms` and those created in [from_ms, to_ms], by epoch."""
+        with translated():
+            rows = await self._pool.fetch(_SQL["get_epochs_by_time"], scope, name, from_ms, to_ms, limit)
+        if not rows:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return [epoch_from_row(row) for row in rows if row["epoch"] is not None]
+
+    async def get_successor_epochs(
+        self, scope: str, name: str, segment: int
+    ) -> tuple[EpochRecord, EpochRecord] | None:
+        """(epoch the segment was sealed in, the epoch before it), or None while it is unsealed
+        or unknown. Raises NotFound for a missing stream. At most one round trip."""
+        view = self._cache.view(scope, name)
+        if view is not None:
+            sealed_in = self._cache.sealed_in(view.stream_id, segment)
+            if sealed_in is not None:
+                sealed_record = self._cache.epoch(view.stream_id, sealed_in)
+                previous = self._cache.epoch(view.stream_id, sealed_in - 1)
+                if sealed_record is not None and previous is not None:
+                    return sealed_record, previous
+        with translated():
+            rows = await self._pool.fetch(_SQL["get_successors"], scope, name, segment)
+        if not rows:
+            raise NotFound(f"stream {scope}/{name} not found")
+        sealed_epoch = rows[0]["sealed_epoch"]
+        records = {row["epoch"]: epoch_from_row(row) for row in rows if row["epoch"] is not None}
+        if sealed_epoch is None or sealed_epoch not in records or sealed_epoch - 1 not in records:
+            return None
+        stream_id = rows[0]["stream_id"]
+        for record in records.values():
+            self._cache.remember_epoch(stream_id, record)
+        self._cache.remember_sealed_in(stream_id, segment, sealed_epoch)
+        return records[sealed_epoch], records[sealed_epoch - 1]
 
     async def get_head(self, scope: str, name: str) -> dict[int, int]:
         with translated():
@@ -191,28 +268,75 @@ class PgStreamStore:
         name: str,
         *args: Any,
         record_exists: tuple[str, tuple[Any, ...]] = (_SQL["stream_exists"], ()),
+        request: NewRequest | None = None,
     ) -> int:
         """Runs a version-checked write; on no row, tells a missing record from a lost race.
         `record_exists` is the read (SQL, extra args) proving the record itself, not just the
-        stream, exists."""
+        stream, exists. A `request` is enqueued in the same transaction (the outbox): the
+        write and its request commit together or not at all."""
+        sql = _SQL[query]
         with translated():
-            version = await self._pool.fetchval(_SQL[query], scope, name, *args)
-            if version is None:
-                exists_sql, exists_args = record_exists
-                found = await self._pool.fetchval(exists_sql, scope, name, *exists_args)
-                raise conflict_or_missing(
-                    found is not None and found is not False, f"{what} of stream {scope}/{name}"
-                )
+            if request is None:
+                return await self._write_checked(self._pool, sql, what, scope, name, args, record_exists)
+            async with self._pool.acquire() as conn, conn.transaction():
+                version = await self._write_checked(conn, sql, what, scope, name, args, record_exists)
+                await insert_request(conn, request)
+                return version
+
+    @staticmethod
+    async def _write_checked(
+        runner: Any,
+        sql: str,
+        what: str,
+        scope: str,
+        name: str,
+        args: tuple[Any, ...],
+        record_exists: tuple[str, tuple[Any, ...]],
+    ) -> int:
+        version = await runner.fetchval(sql, scope, name, *args)
+        if version is None:
+            exists_sql, exists_args = record_exists
+            found = await runner.fetchval(exists_sql, scope, name, *exists_args)
+            raise conflict_or_missing(
+                found is not None and found is not False, f"{what} of stream {scope}/{name}"
+            )
         return int(version)
 
-    async def set_state(self, scope: str, name: str, state: StreamState, expected_version: int) -> int:
-        return await self._conditional("set_state", "state", scope, name, state.value, expected_version)
+    async def set_state(
+        self,
+        scope: str,
+        name: str,
+        state: StreamState,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int:
+        try:
+            return await self._conditional(
+                "set_state", "state", scope, name, state.value, expected_version, request=request
+            )
+        finally:
+            self._cache.invalidate_name(scope, name)
 
     async def set_config(
-        self, scope: str, name: str, config: StreamConfig, updating: bool, expected_version: int
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        updating: bool,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
     ) -> int:
         return await self._conditional(
-            "set_config", "configuration", scope, name, *config_columns(config), updating, expected_version
+            "set_config",
+            "configuration",
+            scope,
+            name,
+            *config_columns(config),
+            updating,
+            expected_version,
+            request=request,
         )
 
     async def get_current_epoch_pointer(self, scope: str, name: str) -> Versioned[int]:
@@ -225,9 +349,12 @@ class PgStreamStore:
     async def set_current_epoch_pointer(
         self, scope: str, name: str, epoch: int, expected_version: int
     ) -> int:
-        return await self._conditional(
-            "set_current_epoch_pointer", "current epoch", scope, name, epoch, expected_version
-        )
+        try:
+            return await self._conditional(
+                "set_current_epoch_pointer", "current epoch", scope, name, epoch, expected_version
+            )
+        finally:
+            self._cache.invalidate_name(scope, name)
 
     async def get_truncation(self, scope: str, name: str) -> Versioned[TruncationRecord]:
         with translated():
@@ -245,7 +372,13 @@ class PgStreamStore:
         return Versioned(record, row["version"])
 
     async def set_truncation(
-        self, scope: str, name: str, record: TruncationRecord, expected_version: int
+        self,
+        scope: str,
+        name: str,
+        record: TruncationRecord,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
     ) -> int:
         return await self._conditional(
             "set_truncation",
@@ -259,6 +392,7 @@ class PgStreamStore:
             record.size_till,
             record.updating,
             expected_version,
+            request=request,
         )
 
     async def get_epoch_transition(self, scope: str, name: str) -> Versioned[EpochTransitionRecord | None]:
@@ -279,7 +413,13 @@ class PgStreamStore:
         return Versioned(record, row["version"])
 
     async def set_epoch_transition(
-        self, scope: str, name: str, record: EpochTransitionRecord | None, expected_version: int
+        self,
+        scope: str,
+        name: str,
+        record: EpochTransitionRecord | None,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
     ) -> int:
         if record is None:
             columns: tuple[Any, ...] = (EMPTY_EPOCH_TRANSITION, 0, [], [], [], [])
@@ -293,7 +433,13 @@ class PgStreamStore:
                 [s[2] for s in record.new_segments],
             )
         return await self._conditional(
-            "set_epoch_transition", "epoch transition", scope, name, *columns, expected_version
+            "set_epoch_transition",
+            "epoch transition",
+            scope,
+            name,
+            *columns,
+            expected_version,
+            request=request,
         )
 
     async def set_segment_sealed_epoch(
@@ -363,3 +509,64 @@ class PgStreamStore:
         if version is None:
             raise WriteConflict(f"deleted-stream record of {scope}/{name} was changed concurrently")
         return int(version)
+
+    async def reindex_tags(self, scope: str, name: str) -> None:
+        with translated():
+            await self._pool.execute(_SQL["reindex_tags"], scope, name)
+
+    # --- scale, deletion ------------------------------------------------------------------------
+
+    async def add_epoch(
+        self,
+        scope: str,
+        name: str,
+        record: EpochRecord,
+        sealed: Sequence[int],
+        created: Sequence[SegmentRecord],
+    ) -> None:
+        """Writes a new epoch with its new segments and marks the sealed ones sealed in it.
+        Idempotent: re-running it after a crash leaves the same rows."""
+        ids, starts, ends, times = epoch_columns(record)
+        with translated():
+            found = await self._pool.fetchval(
+                _SQL["insert_epoch"],
+                scope,
+                name,
+                record.epoch,
+                record.reference_epoch,
+                record.creation_time,
+                record.splits,
+                record.merges,
+                ids,
+                starts,
+                ends,
+                times,
+                sorted(sealed),
+                [s.id for s in created],
+                [s.key_start for s in created],
+                [s.key_end for s in created],
+            )
+        if not found:
+            raise NotFound(f"stream {scope}/{name} not found")
+
+    async def all_segment_ids(self, scope: str, name: str) -> list[int]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["all_segment_ids"], scope, name)
+        return [row["segment_id"] for row in rows]
+
+    async def get_creation_time(self, scope: str, name: str) -> int:
+        with translated():
+            value = await self._pool.fetchval(_SQL["get_creation_time"], scope, name)
+        if value is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return int(value)
+
+    async def delete_stream(self, scope: str, name: str, creation_time: int = 0) -> bool:
+        """Removes the stream's metadata (when `creation_time` is non-zero, only that
+        incarnation of the name) and records its highest segment number; False if absent."""
+        try:
+            with translated():
+                gone = await self._pool.fetchval(_SQL["delete_stream"], scope, name, creation_time)
+        finally:
+            self._cache.invalidate_name(scope, name)
+        return bool(gone)

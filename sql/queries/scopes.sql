@@ -29,3 +29,6 @@ SELECT (SELECT count(*) FROM target) AS found,
 
 -- name: list_scopes
 SELECT name FROM scopes WHERE name > $1 ORDER BY name LIMIT $2;
+
+-- name: scope_stream_names
+SELECT name FROM streams WHERE scope = $1 ORDER BY name;

@@ -88,7 +88,7 @@ SELECT EXISTS (SELECT 1 FROM scopes WHERE name = $1) AS scope_exists,
              ORDER BY stream LIMIT $4) AS names;
 
 -- name: get_active_epoch
-SELECT st.state, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
+SELECT s.id AS stream_id, st.state, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
        e.key_starts, e.key_ends, e.segment_creation_times
 FROM streams s
 JOIN stream_states st ON st.stream_id = s.id
@@ -97,7 +97,7 @@ JOIN epochs e ON e.stream_id = s.id AND e.epoch = ce.epoch
 WHERE s.scope = $1 AND s.name = $2;
 
 -- name: get_epoch
-SELECT e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
+SELECT s.id AS stream_id, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges, e.segment_ids,
        e.key_starts, e.key_ends, e.segment_creation_times
 FROM streams s JOIN epochs e ON e.stream_id = s.id AND e.epoch = $3
 WHERE s.scope = $1 AND s.name = $2;
@@ -186,3 +186,98 @@ RETURNING version;
 UPDATE deleted_streams SET last_segment_number = $3, version = version + 1
 WHERE scope = $1 AND name = $2 AND version = $4
 RETURNING version;
+
+-- name: get_epoch_range
+-- One round trip whatever the history length: the (stream_id, epoch) key bounds the scan.
+SELECT s.id AS stream_id, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges,
+       e.segment_ids, e.key_starts, e.key_ends, e.segment_creation_times
+FROM streams s
+LEFT JOIN epochs e ON e.stream_id = s.id AND e.epoch BETWEEN $3 AND $4
+WHERE s.scope = $1 AND s.name = $2
+ORDER BY e.epoch;
+
+-- name: get_epochs_by_time
+-- Epochs created in [from, to], plus the one in force at `from` (REST scaling events).
+SELECT s.id AS stream_id, e.epoch, e.reference_epoch, e.creation_time, e.splits, e.merges,
+       e.segment_ids, e.key_starts, e.key_ends, e.segment_creation_times
+FROM streams s
+LEFT JOIN LATERAL (
+    (SELECT * FROM epochs x WHERE x.stream_id = s.id AND x.creation_time < $3
+     ORDER BY x.creation_time DESC, x.epoch DESC LIMIT 1)
+    UNION ALL
+    (SELECT * FROM epochs x WHERE x.stream_id = s.id AND x.creation_time BETWEEN $3 AND $4
+     ORDER BY x.creation_time, x.epoch LIMIT $5)
+) e ON true
+WHERE s.scope = $1 AND s.name = $2
+ORDER BY e.epoch;
+
+-- name: get_successors
+-- The segment's sealed-in epoch E with the records of E and E-1, in one round trip.
+SELECT s.id AS stream_id, g.sealed_epoch, e.epoch, e.reference_epoch, e.creation_time, e.splits,
+       e.merges, e.segment_ids, e.key_starts, e.key_ends, e.segment_creation_times
+FROM streams s
+LEFT JOIN segments g ON g.stream_id = s.id AND g.segment_id = $3
+LEFT JOIN epochs e ON e.stream_id = s.id AND g.sealed_epoch IS NOT NULL
+    AND e.epoch IN (g.sealed_epoch, g.sealed_epoch - 1)
+WHERE s.scope = $1 AND s.name = $2
+ORDER BY e.epoch;
+
+-- name: insert_epoch
+-- A scale's new epoch: the epoch row, its new segments and the sealed-in epoch of the sealed
+-- ones, in one statement. Re-running it after a crash changes nothing: inserts skip existing
+-- rows and sealed_epoch is set only where still unset (a set-once field; its value is the guard).
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+ep AS (
+    INSERT INTO epochs (stream_id, epoch, reference_epoch, creation_time, splits, merges, segment_ids,
+        key_starts, key_ends, segment_creation_times, sealed_segments, created_segments)
+    SELECT id, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM target
+    ON CONFLICT (stream_id, epoch) DO NOTHING
+), seg AS (
+    INSERT INTO segments (stream_id, segment_id, number, creation_epoch, creation_time, key_start, key_end)
+    SELECT t.id, u.sid, (u.sid & 4294967295)::int, (u.sid >> 32)::int, $5, u.ks, u.ke
+    FROM target t, unnest($13::bigint[], $14::float8[], $15::float8[]) AS u(sid, ks, ke)
+    ON CONFLICT (stream_id, segment_id) DO NOTHING
+), sealed AS (
+    UPDATE segments g SET sealed_epoch = $3, version = g.version + 1
+    FROM target t
+    WHERE g.stream_id = t.id AND g.segment_id = ANY($12::bigint[]) AND g.sealed_epoch IS NULL
+)
+SELECT count(*) FROM target;
+
+-- name: all_segment_ids
+SELECT g.segment_id FROM streams s JOIN segments g ON g.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: delete_stream
+-- Removes the stream and, by cascade, every per-stream record and its tag index entries. The
+-- deleted-stream record only ever grows (GREATEST), so a re-created stream never reuses a
+-- segment number the segment store may still be deleting.
+WITH target AS (
+    SELECT id FROM streams WHERE scope = $1 AND name = $2 AND ($3::bigint = 0 OR creation_time = $3)
+), highest AS (
+    SELECT max(g.number) AS number FROM segments g JOIN target t ON g.stream_id = t.id
+), rec AS (
+    INSERT INTO deleted_streams (scope, name, last_segment_number)
+    SELECT $1, $2, h.number FROM highest h WHERE h.number IS NOT NULL
+    ON CONFLICT (scope, name) DO UPDATE
+    SET last_segment_number = GREATEST(deleted_streams.last_segment_number, EXCLUDED.last_segment_number),
+        version = deleted_streams.version + 1
+), gone AS (
+    DELETE FROM streams s USING target t WHERE s.id = t.id RETURNING s.id
+)
+SELECT count(*) FROM gone;
+
+-- name: get_creation_time
+SELECT creation_time FROM streams WHERE scope = $1 AND name = $2;
+
+-- name: reindex_tags
+WITH target AS (
+    SELECT s.id, s.scope, s.name, c.tags
+    FROM streams s JOIN stream_configs c ON c.stream_id = s.id
+    WHERE s.scope = $1 AND s.name = $2
+), gone AS (
+    DELETE FROM stream_tags t USING target WHERE t.stream_id = target.id AND NOT (t.tag = ANY(target.tags))
+)
+INSERT INTO stream_tags (scope, tag, stream, stream_id)
+SELECT target.scope, tag, target.name, target.id FROM target, unnest(target.tags) AS tag
+ON CONFLICT DO NOTHING;

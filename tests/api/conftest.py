@@ -15,7 +15,9 @@ from tests.support.services import Services
 
 @pytest.fixture
 async def stub(services: Services) -> AsyncIterator[ControllerServiceStub]:
-    service = ControllerService(services.scopes, services.streams, services.segments, services.cluster)
+    service = ControllerService(
+        services.scopes, services.streams, services.segments, services.cluster, services.lifecycle
+    )
     server = grpclib.server.Server([service])
     await server.start("127.0.0.1", 0)
     assert server._server is not None

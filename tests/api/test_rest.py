@@ -19,11 +19,13 @@ from app.clock import SystemClock
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
 from app.segmentstore.embedded import EmbeddedSegmentStore
 from app.services.health import HealthService, HealthStatus
+from app.services.lifecycle import StreamLifecycle
 from app.services.paging import PAGE_LIMIT, Page
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
+from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
 from tests.api.conftest_rest import PREFIX, Api, resolve
@@ -42,7 +44,8 @@ def build_app(pool: Any, scopes_cls: type[ScopeService] = ScopeService) -> web.A
     streams = StreamService(
         PgStreamStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
     )
-    return create_app(scopes, streams, HealthService(clock))
+    lifecycle = StreamLifecycle.build(PgScopeStore(pool), PgStreamStore(pool), PgRequestQueue(pool), clock)
+    return create_app(scopes, streams, HealthService(clock), lifecycle)
 
 
 @pytest.fixture

@@ -1,21 +1,19 @@
-"""Real services over a real database, as app.main wires them (minus the servers)."""
+"""Real services over a real database, wired by app.main exactly as `serve` wires them
+(minus the servers), with the request workers running."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from app.clock import SystemClock
+from app.main import Controller, build_controller
 from app.ports import ControllerEndpoint
-from app.segmentstore.embedded import EmbeddedSegmentStore
 from app.segmentstore.hosts import HostAddress, StaticContainerMap
-from app.services.scopes import ScopeService
-from app.services.segments import SegmentQueries
-from app.services.streams import StreamService
-from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
-from app.store.scopes import PgScopeStore
-from app.store.streams import PgStreamStore
 
 SEGMENT_STORE_HOSTS = (HostAddress("10.0.0.1", 12345), HostAddress("10.0.0.2", 12346))
 
@@ -30,34 +28,41 @@ class FixedCluster:
 
 @dataclass
 class Services:
-    pool: Any
-    clock: SystemClock
-    scope_store: PgScopeStore
-    stream_store: PgStreamStore
-    segment_store: EmbeddedSegmentStore
-    locator: StaticContainerMap
-    scopes: ScopeService
-    streams: StreamService
-    segments: SegmentQueries
+    """The wired Controller, plus a fixed cluster view for getControllerServerList."""
+
+    controller: Controller
     cluster: FixedCluster
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.controller, name)
 
-async def build_services(url: str) -> Services:
+
+@asynccontextmanager
+async def running_controller(
+    url: str, *, completion_timeout_s: float = 30.0, workers: bool = True
+) -> AsyncIterator[Services]:
     pool = await create_pool(url, min_size=1, max_size=10)
-    clock = SystemClock()
-    scope_store = PgScopeStore(pool)
-    stream_store = PgStreamStore(pool)
-    segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
-    locator = StaticContainerMap(4, SEGMENT_STORE_HOSTS)
-    return Services(
-        pool=pool,
-        clock=clock,
-        scope_store=scope_store,
-        stream_store=stream_store,
-        segment_store=segment_store,
-        locator=locator,
-        scopes=ScopeService(scope_store, clock),
-        streams=StreamService(stream_store, segment_store, clock),
-        segments=SegmentQueries(stream_store, locator),
-        cluster=FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]),
+    controller = build_controller(
+        url,
+        pool,
+        StaticContainerMap(4, SEGMENT_STORE_HOSTS),
+        completion_timeout_s=completion_timeout_s,
+        seal_busy_first_s=0.02,
+        poll_s=0.2,
     )
+    services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
+    tasks = [asyncio.create_task(c, name=n) for n, c in controller.loops().items()] if workers else []
+    try:
+        if workers:
+            await asyncio.wait_for(controller.listener.connected.wait(), 10)
+            await asyncio.wait_for(controller.bucket_owner.first_round.wait(), 10)
+        yield services
+    finally:
+        if workers:
+            await controller.stop_workers(5)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await pool.close()

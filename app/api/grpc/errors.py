@@ -22,6 +22,7 @@ _CODES: tuple[tuple[type[errors.DomainError], Status], ...] = (
     (errors.OperationNotAllowed, Status.PERMISSION_DENIED),
     (errors.InvalidInput, Status.INVALID_ARGUMENT),
     (errors.StoreUnavailable, Status.UNAVAILABLE),
+    (errors.Timeout, Status.DEADLINE_EXCEEDED),
 )
 
 

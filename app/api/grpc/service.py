@@ -24,8 +24,12 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import DomainError, NotFound
 from app.domain.names import is_valid_scope_or_stream_name
 from app.ports import ClusterView
+from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
+from app.services.lifecycle import StreamLifecycle
+from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
 from app.services.scopes import ScopeOutcome, ScopeService
 from app.services.segments import SegmentQueries
+from app.services.stream_updates import UpdateOutcome
 from app.services.streams import CreateStreamOutcome, StreamService
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,35 @@ _CREATE_STREAM = {
     CreateStreamOutcome.SCOPE_NOT_FOUND: pb.CreateStreamStatus.SCOPE_NOT_FOUND,
     CreateStreamOutcome.INVALID_NAME: pb.CreateStreamStatus.INVALID_STREAM_NAME,
 }
+_UPDATE_STREAM = {
+    UpdateOutcome.SUCCESS: pb.UpdateStreamStatus.SUCCESS,
+    UpdateOutcome.FAILURE: pb.UpdateStreamStatus.FAILURE,
+    UpdateOutcome.STREAM_NOT_FOUND: pb.UpdateStreamStatus.STREAM_NOT_FOUND,
+    UpdateOutcome.STREAM_SEALED: pb.UpdateStreamStatus.STREAM_SEALED,
+}
+_DELETE_STREAM = {
+    DeleteStreamOutcome.SUCCESS: pb.DeleteStreamStatus.SUCCESS,
+    DeleteStreamOutcome.FAILURE: pb.DeleteStreamStatus.FAILURE,
+    DeleteStreamOutcome.STREAM_NOT_FOUND: pb.DeleteStreamStatus.STREAM_NOT_FOUND,
+    DeleteStreamOutcome.STREAM_NOT_SEALED: pb.DeleteStreamStatus.STREAM_NOT_SEALED,
+}
+_DELETE_SCOPE_RECURSIVE = {
+    DeleteScopeOutcome.SUCCESS: pb.DeleteScopeStatus.SUCCESS,
+    DeleteScopeOutcome.FAILURE: pb.DeleteScopeStatus.FAILURE,
+    DeleteScopeOutcome.SCOPE_NOT_FOUND: pb.DeleteScopeStatus.SCOPE_NOT_FOUND,
+    DeleteScopeOutcome.SCOPE_NOT_EMPTY: pb.DeleteScopeStatus.SCOPE_NOT_EMPTY,
+}
+_SCALE = {
+    ScaleOutcomeStatus.STARTED: pb.ScaleResponse.STARTED,
+    ScaleOutcomeStatus.FAILURE: pb.ScaleResponse.FAILURE,
+    ScaleOutcomeStatus.PRECONDITION_FAILED: pb.ScaleResponse.PRECONDITION_FAILED,
+}
+_CHECK_SCALE = {
+    CheckScaleOutcome.IN_PROGRESS: pb.ScaleStatusResponse.IN_PROGRESS,
+    CheckScaleOutcome.SUCCESS: pb.ScaleStatusResponse.SUCCESS,
+    CheckScaleOutcome.INVALID_INPUT: pb.ScaleStatusResponse.INVALID_INPUT,
+    CheckScaleOutcome.INTERNAL_ERROR: pb.ScaleStatusResponse.INTERNAL_ERROR,
+}
 
 Handler = Callable[[Any], Awaitable[Message]]
 
@@ -60,11 +93,13 @@ class ControllerService:
         streams: StreamService,
         segments: SegmentQueries,
         cluster: ClusterView,
+        lifecycle: StreamLifecycle,
     ) -> None:
         self._scopes = scopes
         self._streams = streams
         self._segments = segments
         self._cluster = cluster
+        self._lifecycle = lifecycle
 
     # --- grpclib plumbing -----------------------------------------------------------------
 
@@ -92,6 +127,10 @@ class ControllerService:
     async def rpc_deleteScope(self, request: pb.ScopeInfo) -> pb.DeleteScopeStatus:
         outcome = await self._scopes.delete_scope(request.scope)
         return pb.DeleteScopeStatus(status=_DELETE_SCOPE[outcome])
+
+    async def rpc_deleteScopeRecursive(self, request: pb.ScopeInfo) -> pb.DeleteScopeStatus:
+        outcome = await self._lifecycle.deletion.delete_scope_recursive(request.scope)
+        return pb.DeleteScopeStatus(status=_DELETE_SCOPE_RECURSIVE[outcome])
 
     async def rpc_checkScopeExists(self, request: pb.ScopeInfo) -> pb.ExistsResponse:
         return pb.ExistsResponse(exists=await self._scopes.scope_exists(request.scope))
@@ -145,6 +184,79 @@ class ControllerService:
                 continuationToken=pb.ContinuationToken(token=token),
             )
         return _streams_page(scope, page.names, page.token)
+
+    # --- stream lifecycle -----------------------------------------------------------------
+
+    async def rpc_updateStream(self, request: pb.StreamConfig) -> pb.UpdateStreamStatus:
+        info = request.streamInfo
+        config = stream_config_from_proto(request)
+        outcome = await self._lifecycle.updates.update_stream(info.scope, info.stream, config)
+        return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
+
+    async def rpc_truncateStream(self, request: pb.StreamCut) -> pb.UpdateStreamStatus:
+        info = request.streamInfo
+        outcome = await self._lifecycle.truncation.truncate_stream(info.scope, info.stream, dict(request.cut))
+        return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
+
+    async def rpc_sealStream(self, request: pb.StreamInfo) -> pb.UpdateStreamStatus:
+        outcome = await self._lifecycle.sealing.seal_stream(request.scope, request.stream)
+        return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
+
+    async def rpc_deleteStream(self, request: pb.StreamInfo) -> pb.DeleteStreamStatus:
+        outcome = await self._lifecycle.deletion.delete_stream(request.scope, request.stream)
+        return pb.DeleteStreamStatus(status=_DELETE_STREAM[outcome])
+
+    async def rpc_scale(self, request: pb.ScaleRequest) -> pb.ScaleResponse:
+        info = request.streamInfo
+        ranges = [(entry.start, entry.end) for entry in request.newKeyRanges]
+        outcome = await self._lifecycle.scaling.scale(
+            info.scope, info.stream, list(request.sealedSegments), ranges, request.scaleTimestamp
+        )
+        return pb.ScaleResponse(
+            status=_SCALE[outcome.status],
+            segments=[segment_range(info.scope, info.stream, s) for s in outcome.segments],
+            epoch=outcome.epoch,
+        )
+
+    async def rpc_checkScale(self, request: pb.ScaleStatusRequest) -> pb.ScaleStatusResponse:
+        info = request.streamInfo
+        outcome = await self._lifecycle.scaling.check_scale(info.scope, info.stream, request.epoch)
+        return pb.ScaleStatusResponse(status=_CHECK_SCALE[outcome])
+
+    # --- history queries -------------------------------------------------------------------
+
+    async def rpc_getSegmentsImmediatelyFollowing(self, request: pb.SegmentId) -> pb.SuccessorResponse:
+        info = request.streamInfo
+        successors = await self._lifecycle.history.successors(info.scope, info.stream, request.segmentId)
+        return pb.SuccessorResponse(
+            segments=[
+                pb.SuccessorResponse.SegmentEntry(
+                    segment=segment_range(info.scope, info.stream, segment), value=predecessors
+                )
+                for segment, predecessors in successors
+            ],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_getSegmentsImmediatlyFollowing(self, request: pb.SegmentId) -> pb.SuccessorResponse:
+        """Pravega's deprecated misspelling; same answer."""
+        return await self.rpc_getSegmentsImmediatelyFollowing(request)
+
+    async def rpc_getSegmentsBetween(self, request: pb.StreamCutRange) -> pb.StreamCutRangeResponse:
+        info = request.streamInfo
+        segments = await self._lifecycle.history.segments_between(
+            info.scope, info.stream, dict(getattr(request, "from")), dict(request.to)
+        )
+        stream_info = pb.StreamInfo(scope=info.scope, stream=info.stream)
+        return pb.StreamCutRangeResponse(
+            segments=[pb.SegmentId(streamInfo=stream_info, segmentId=s) for s in segments],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_isStreamCutValid(self, request: pb.StreamCut) -> pb.StreamCutValidityResponse:
+        info = request.streamInfo
+        valid = await self._lifecycle.history.is_stream_cut_valid(info.scope, info.stream, dict(request.cut))
+        return pb.StreamCutValidityResponse(response=valid)
 
     # --- segments -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
 from app.api.rest.http import error_response
-from app.api.rest.keys import HEALTH, OPENAPI, SCOPES, STREAMS
+from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS
 from app.domain.errors import (
     AlreadyExists,
     DomainError,
@@ -23,9 +23,11 @@ from app.domain.errors import (
     NotFound,
     OperationNotAllowed,
     StoreUnavailable,
+    Timeout,
     WriteConflict,
 )
 from app.services.health import HealthService
+from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
 
@@ -48,6 +50,7 @@ _DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
     (IllegalState, 409),
     (OperationNotAllowed, 409),
     (StoreUnavailable, 503),
+    (Timeout, 504),
 )
 _RETRY_AFTER_S = "1"
 
@@ -107,11 +110,14 @@ def load_openapi() -> bytes:
     return resources.files("app.api.rest").joinpath("openapi.json").read_bytes()
 
 
-def create_app(scopes: ScopeService, streams: StreamService, health: HealthService) -> web.Application:
+def create_app(
+    scopes: ScopeService, streams: StreamService, health: HealthService, lifecycle: StreamLifecycle
+) -> web.Application:
     app = web.Application(middlewares=[json_errors])
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health
+    app[LIFECYCLE] = lifecycle
     app[OPENAPI] = load_openapi()
     app.add_routes(scope_routes.ROUTES)
     app.add_routes(stream_routes.ROUTES)

@@ -1,0 +1,77 @@
+"""Durable requests: the rows that stand in for Pravega's internal request stream.
+
+A request is keyed by `scope/stream`; the key's bucket decides which process consumes it,
+and every request of one key runs in id order.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Fixed for the life of a database: requests of one key must always land in one bucket, so
+# this is not a setting a process could disagree with.
+REQUEST_BUCKETS = 16
+
+
+class Processor(enum.Enum):
+    """Which queue runs a request: concurrent across streams, or the serial commit queue."""
+
+    REQUESTS = "requests"
+    COMMITS = "commits"
+
+
+class RequestKind(enum.Enum):
+    UPDATE_STREAM = "update_stream"
+    SCALE = "scale"
+    TRUNCATE_STREAM = "truncate_stream"
+    SEAL_STREAM = "seal_stream"
+    DELETE_STREAM = "delete_stream"
+    DELETE_SCOPE = "delete_scope"
+
+
+def request_key(scope: str, stream: str) -> str:
+    return f"{scope}/{stream}"
+
+
+def request_bucket(scope: str, stream: str) -> int:
+    # crc32 is stable across processes and Python versions, unlike hash().
+    return zlib.crc32(request_key(scope, stream).encode("utf-8")) % REQUEST_BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class NewRequest:
+    kind: RequestKind
+    scope: str
+    stream: str  # "" for scope-wide requests
+    created_at: int
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    processor: Processor = Processor.REQUESTS
+
+    @property
+    def bucket(self) -> int:
+        return request_bucket(self.scope, self.stream)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: int
+    kind: RequestKind
+    scope: str
+    stream: str
+    bucket: int
+    payload: Mapping[str, Any]
+    created_at: int
+    not_before: int
+    attempts: int
+    started: bool
+    last_error: str | None
+    version: int
+    processor: Processor = Processor.REQUESTS
+
+    @property
+    def key(self) -> str:
+        return request_key(self.scope, self.stream)

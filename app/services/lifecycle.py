@@ -1,0 +1,45 @@
+"""The stream-lifecycle use cases the API layers call, bundled for wiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
+from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S
+from app.services.deletion import Deletion
+from app.services.history import HistoryQueries
+from app.services.scaling import Scaling
+from app.services.sealing import Sealing
+from app.services.stream_updates import StreamUpdates
+from app.services.truncation import Truncation
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLifecycle:
+    updates: StreamUpdates
+    scaling: Scaling
+    truncation: Truncation
+    sealing: Sealing
+    deletion: Deletion
+    history: HistoryQueries
+
+    @staticmethod
+    def build(
+        scopes: ScopeStore,
+        streams: StreamStore,
+        requests: RequestQueue,
+        clock: Clock,
+        *,
+        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        seal_busy_first_s: float = 0.1,
+    ) -> StreamLifecycle:
+        return StreamLifecycle(
+            updates=StreamUpdates(streams, clock, completion_timeout_s=completion_timeout_s),
+            scaling=Scaling(streams, clock),
+            truncation=Truncation(streams, clock, completion_timeout_s=completion_timeout_s),
+            sealing=Sealing(
+                streams, clock, completion_timeout_s=completion_timeout_s, busy_first_s=seal_busy_first_s
+            ),
+            deletion=Deletion(scopes, streams, requests, clock, completion_timeout_s=completion_timeout_s),
+            history=HistoryQueries(streams),
+        )

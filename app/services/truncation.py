@@ -1,0 +1,87 @@
+"""truncateStream (§4.1): the new truncation record is computed and stored "updating" together
+with its request (outbox); the caller waits until the workflow completed it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.domain.errors import InvalidInput, NotFound, WriteConflict
+from app.domain.names import require_present
+from app.domain.records import StreamState
+from app.domain.requests import NewRequest, RequestKind
+from app.domain.streamcuts import (
+    EpochWindow,
+    cut_equal_or_after,
+    is_stream_cut_valid,
+    next_truncation,
+    resolve_span,
+    stream_cut_span,
+    truncation_epoch_range,
+)
+from app.ports import Clock, StreamStore
+from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.stream_updates import UpdateOutcome
+
+SEALED_SIZE_SHARD_EPOCHS = 1000
+
+
+class Truncation:
+    def __init__(
+        self,
+        streams: StreamStore,
+        clock: Clock,
+        *,
+        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+    ) -> None:
+        self._streams = streams
+        self._clock = clock
+        self._timeout_s = completion_timeout_s
+
+    async def truncate_stream(self, scope: str, name: str, cut: Mapping[int, int]) -> UpdateOutcome:
+        require_present("scope", scope)
+        require_present("stream", name)
+        if not cut:
+            raise InvalidInput("the stream cut must not be empty")
+        try:
+            if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
+                return UpdateOutcome.STREAM_SEALED
+            previous = await self._streams.get_truncation(scope, name)
+            if previous.value.updating:
+                return UpdateOutcome.FAILURE
+            low, high = truncation_epoch_range(previous.value, cut)
+            window = EpochWindow.of(await self._streams.get_epochs(scope, name, low, high))
+            if not window.covers(low) or not window.covers(high) or not is_stream_cut_valid(cut, window):
+                return UpdateOutcome.FAILURE
+            span = stream_cut_span(cut, window)
+            if previous.value.stream_cut and not cut_equal_or_after(
+                cut, span, previous.value.stream_cut, resolve_span(previous.value.span, window)
+            ):
+                return UpdateOutcome.FAILURE
+            sizes = await self._sealed_sizes(scope, name, low, high)
+            record = next_truncation(previous.value, cut, span, window, sizes)
+            request = NewRequest(RequestKind.TRUNCATE_STREAM, scope, name, self._clock.now_ms())
+            try:
+                await self._streams.set_truncation(scope, name, record, previous.version, request=request)
+            except WriteConflict:
+                return UpdateOutcome.FAILURE
+            await wait_until(
+                lambda: self._is_truncated(scope, name),
+                f"truncation of stream {scope}/{name}",
+                timeout_s=self._timeout_s,
+            )
+        except NotFound:
+            return UpdateOutcome.STREAM_NOT_FOUND
+        except InvalidInput:
+            return UpdateOutcome.FAILURE  # ids that name no segment of this stream
+        return UpdateOutcome.SUCCESS
+
+    async def _sealed_sizes(self, scope: str, name: str, low: int, high: int) -> dict[int, int]:
+        sizes: dict[int, int] = {}
+        for shard in range(low // SEALED_SIZE_SHARD_EPOCHS, high // SEALED_SIZE_SHARD_EPOCHS + 1):
+            found = await self._streams.get_sealed_size_shard(scope, name, shard)
+            if found is not None:
+                sizes.update(found.value)
+        return sizes
+
+    async def _is_truncated(self, scope: str, name: str) -> bool:
+        return not (await self._streams.get_truncation(scope, name)).value.updating

@@ -1,0 +1,131 @@
+"""Process-wide caches of stream records, so hot reads do not hit PostgreSQL on every RPC.
+
+Immutable records (epoch records; a segment's sealed-in epoch once set) are cached forever
+under the stream's id, which is never reused. Mutable ones (a stream's state and current
+epoch) are cached only while a LISTEN connection is up ("trusted"), and are dropped when a
+NOTIFY says they changed; a read that raced with an invalidation is not stored (generation).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from app.domain.records import EpochRecord, StreamState
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def pop(self, key: K) -> V | None:
+        return self._items.pop(key, None)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamView:
+    """The mutable facts a hot read needs: which stream row, its state, its current epoch."""
+
+    stream_id: int
+    state: StreamState
+    epoch: int
+
+
+class RecordCache:
+    def __init__(self, max_streams: int = 10_000, max_epochs: int = 100_000) -> None:
+        self._views: _Lru[tuple[str, str], StreamView] = _Lru(max_streams)
+        self._names_by_id: dict[int, tuple[str, str]] = {}
+        self._epochs: _Lru[tuple[int, int], EpochRecord] = _Lru(max_epochs)
+        self._sealed_in: _Lru[tuple[int, int], int] = _Lru(max_epochs)
+        self._generation = 0
+        self._trusted = False
+
+    # --- trust follows the LISTEN connection ---------------------------------------------------
+
+    @property
+    def trusted(self) -> bool:
+        return self._trusted
+
+    def trust(self) -> None:
+        """Called once LISTEN is in place: anything cached before may have missed a change."""
+        self._drop_views()
+        self._trusted = True
+
+    def distrust(self) -> None:
+        self._trusted = False
+        self._drop_views()
+
+    # --- mutable views ------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """Read before a database read; pass to `remember_view` so a raced read is not kept."""
+        return self._generation
+
+    def view(self, scope: str, name: str) -> StreamView | None:
+        if not self._trusted:
+            return None
+        return self._views.get((scope, name))
+
+    def remember_view(self, scope: str, name: str, view: StreamView, read_generation: int) -> None:
+        if not self._trusted or read_generation != self._generation:
+            return
+        self._views.put((scope, name), view)
+        self._names_by_id[view.stream_id] = (scope, name)
+        if len(self._names_by_id) > 2 * len(self._views) + 1024:
+            self._names_by_id = {v.stream_id: k for k, v in self._views._items.items()}
+
+    def invalidate_stream(self, stream_id: int) -> None:
+        self._generation += 1
+        key = self._names_by_id.pop(stream_id, None)
+        if key is not None:
+            self._views.pop(key)
+
+    def invalidate_name(self, scope: str, name: str) -> None:
+        """After a local write commits, before its NOTIFY arrives."""
+        self._generation += 1
+        view = self._views.pop((scope, name))
+        if view is not None:
+            self._names_by_id.pop(view.stream_id, None)
+
+    def _drop_views(self) -> None:
+        self._generation += 1
+        self._views.clear()
+        self._names_by_id.clear()
+
+    # --- immutable records --------------------------------------------------------------------
+
+    def epoch(self, stream_id: int, epoch: int) -> EpochRecord | None:
+        return self._epochs.get((stream_id, epoch))
+
+    def remember_epoch(self, stream_id: int, record: EpochRecord) -> None:
+        self._epochs.put((stream_id, record.epoch), record)
+
+    def sealed_in(self, stream_id: int, segment: int) -> int | None:
+        return self._sealed_in.get((stream_id, segment))
+
+    def remember_sealed_in(self, stream_id: int, segment: int, epoch: int) -> None:
+        self._sealed_in.put((stream_id, segment), epoch)

@@ -1,0 +1,62 @@
+"""Session advisory locks on one dedicated connection (AdvisoryLocks port).
+
+Ownership lives exactly as long as the session: when the connection drops, PostgreSQL
+releases every lock it held, so the owner must treat any error here as "all locks lost".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import asyncpg
+
+from app.domain.errors import StoreUnavailable
+from app.store.errors import translated
+from app.store.pool import asyncpg_dsn
+
+
+class PgAdvisoryLocks:
+    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
+        self._dsn = asyncpg_dsn(url)
+        self._timeout_s = timeout_s
+        self._conn: Any = None
+
+    async def _connection(self) -> Any:
+        if self._conn is None or self._conn.is_closed():
+            with translated():
+                self._conn = await asyncio.wait_for(
+                    asyncpg.connect(self._dsn, server_settings={"application_name": "pgcontroller-locks"}),
+                    timeout=self._timeout_s,
+                )
+        return self._conn
+
+    async def try_lock(self, namespace: int, key: int) -> bool:
+        conn = await self._connection()
+        with translated():
+            got = await asyncio.wait_for(
+                conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", namespace, key),
+                timeout=self._timeout_s,
+            )
+        return bool(got)
+
+    async def unlock(self, namespace: int, key: int) -> None:
+        conn = await self._connection()
+        with translated():
+            await asyncio.wait_for(
+                conn.fetchval("SELECT pg_advisory_unlock($1::int, $2::int)", namespace, key),
+                timeout=self._timeout_s,
+            )
+
+    async def check_alive(self) -> None:
+        if self._conn is None or self._conn.is_closed():
+            raise StoreUnavailable("the lock session is gone")
+        with translated():
+            await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=self._timeout_s)
+
+    async def reset(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=1)

@@ -1,0 +1,97 @@
+"""One LISTEN connection per process: cache invalidation and request wake-ups.
+
+While the connection is up the record cache is trusted; the moment it is lost (database
+restart, network) the cache is distrusted and emptied, because notifications sent meanwhile
+are gone. The loop reconnects with backoff forever; it never ends the process on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from app.store.cache import RecordCache
+from app.store.pool import asyncpg_dsn
+
+log = logging.getLogger("pgcontroller.notifications")
+
+STREAMS_CHANNEL = "pgc_streams"
+REQUESTS_CHANNEL = "pgc_requests"
+
+
+class PgListener:
+    def __init__(
+        self,
+        url: str,
+        cache: RecordCache,
+        *,
+        heartbeat_s: float = 2.0,
+        max_backoff_s: float = 5.0,
+    ) -> None:
+        self._dsn = asyncpg_dsn(url)
+        self._cache = cache
+        self._heartbeat_s = heartbeat_s
+        self._max_backoff_s = max_backoff_s
+        self._request_callbacks: list[Callable[[str], None]] = []
+        self._connected_callbacks: list[Callable[[], None]] = []
+        self.connected = asyncio.Event()
+
+    def on_request(self, callback: Callable[[str], None]) -> None:
+        """`callback("processor:bucket")` for each request inserted (after commit)."""
+        self._request_callbacks.append(callback)
+
+    def on_connected(self, callback: Callable[[], None]) -> None:
+        """Called after each (re)connection: notifications may have been missed meanwhile."""
+        self._connected_callbacks.append(callback)
+
+    async def run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                await self._listen_until_lost()
+                backoff = 0.05
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+                log.warning("notification connection lost: %r; reconnecting", exc)
+            finally:
+                self.connected.clear()
+                self._cache.distrust()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff_s)
+
+    async def _listen_until_lost(self) -> None:
+        conn = await asyncio.wait_for(asyncpg.connect(self._dsn), timeout=10)
+        lost = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: lost.set())
+        try:
+            await conn.add_listener(STREAMS_CHANNEL, self._stream_changed)
+            await conn.add_listener(REQUESTS_CHANNEL, self._request_inserted)
+            self._cache.trust()
+            self.connected.set()
+            for callback in self._connected_callbacks:
+                callback()
+            while not lost.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lost.wait(), timeout=self._heartbeat_s)
+                if not lost.is_set():
+                    # A silent network can hide a dead server; a round trip proves it is alive.
+                    await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=self._heartbeat_s * 2)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=1)
+
+    def _stream_changed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            stream_id = int(payload)
+        except ValueError:
+            self._cache.distrust()
+            self._cache.trust()
+            return
+        self._cache.invalidate_stream(stream_id)
+
+    def _request_inserted(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for callback in self._request_callbacks:
+            callback(payload)

@@ -1,0 +1,140 @@
+"""The durable request queue in PostgreSQL (RequestQueue port) and the fairness barrier.
+
+A request row is deleted only after its workflow completed (at-least-once); postponing or
+starting one is a version-checked update, so two consumers can never both advance a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from app.domain.errors import WriteConflict
+from app.domain.records import Versioned
+from app.domain.requests import NewRequest, Processor, Request, RequestKind
+from app.store import queries
+from app.store.errors import translated
+
+_SQL = queries.load("requests")
+
+
+async def insert_request(conn: Any, request: NewRequest) -> int:
+    """Inserts on the caller's connection, so the row commits with the caller's transaction."""
+    request_id = await conn.fetchval(
+        _SQL["insert_request"],
+        request.processor.value,
+        request.kind.value,
+        request.scope,
+        request.stream,
+        request.bucket,
+        dict(request.payload),
+        request.created_at,
+    )
+    return int(request_id)
+
+
+def _request_from_row(row: Any) -> Request:
+    return Request(
+        id=row["id"],
+        kind=RequestKind(row["kind"]),
+        scope=row["scope"],
+        stream=row["stream"],
+        bucket=row["bucket"],
+        payload=row["payload"],
+        created_at=row["created_at"],
+        not_before=row["not_before"],
+        attempts=row["attempts"],
+        started=row["started"],
+        last_error=row["last_error"],
+        version=row["version"],
+        processor=Processor(row["processor"]),
+    )
+
+
+class PgRequestQueue:
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    async def enqueue(self, request: NewRequest) -> int:
+        """For requests with no metadata step of their own (the request is the intent)."""
+        with translated():
+            async with self._pool.acquire() as conn:
+                return await insert_request(conn, request)
+
+    async def pending(
+        self, processor: Processor, buckets: Sequence[int], exclude: Sequence[int], limit: int
+    ) -> list[Request]:
+        with translated():
+            rows = await self._pool.fetch(
+                _SQL["pending_requests"], processor.value, list(buckets), list(exclude), limit
+            )
+        return [_request_from_row(row) for row in rows]
+
+    async def get(self, request_id: int) -> Request | None:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_request"], request_id)
+        return None if row is None else _request_from_row(row)
+
+    async def list_requests(self, after_id: int, limit: int) -> list[Request]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["list_requests"], after_id, limit)
+        return [_request_from_row(row) for row in rows]
+
+    async def postpone(self, request: Request, not_before: int, error: str | None) -> Request:
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["postpone_request"], request.id, not_before, error, request.version
+            )
+        if version is None:
+            raise WriteConflict(f"request {request.id} was changed or completed concurrently")
+        return replace(
+            request, not_before=not_before, attempts=request.attempts + 1, last_error=error, version=version
+        )
+
+    async def mark_started(self, request: Request) -> Request:
+        if request.started:
+            return request
+        with translated():
+            version = await self._pool.fetchval(_SQL["start_request"], request.id, request.version)
+        if version is None:
+            raise WriteConflict(f"request {request.id} was changed or completed concurrently")
+        return replace(request, started=True, version=version)
+
+    async def ack(self, request_id: int) -> None:
+        """Idempotent: acknowledging a request twice is harmless."""
+        with translated():
+            await self._pool.execute(_SQL["ack_request"], request_id)
+
+    async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool:
+        with translated():
+            return bool(await self._pool.fetchval(_SQL["pending_for_key"], scope, stream, kind.value))
+
+    # --- the fairness barrier ----------------------------------------------------------------
+
+    async def get_waiting_processor(self, scope: str, stream: str) -> Versioned[str] | None:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_waiting_processor"], scope, stream)
+        return None if row is None else Versioned(row["processor"], row["version"])
+
+    async def set_waiting_processor(self, scope: str, stream: str, processor: Processor) -> str | None:
+        """Records `processor` as the stream's waiting processor unless another one is;
+        returns the processor recorded afterwards (None when the stream is gone)."""
+        with translated():
+            inserted = await self._pool.fetchval(
+                _SQL["insert_waiting_processor"], scope, stream, processor.value
+            )
+            if inserted is not None:
+                return processor.value
+            current = await self._pool.fetchrow(_SQL["get_waiting_processor"], scope, stream)
+        return None if current is None else str(current["processor"])
+
+    async def clear_waiting_processor(self, scope: str, stream: str, processor: Processor) -> None:
+        """Clears the barrier if `processor` holds it; a barrier of another processor stays."""
+        current = await self.get_waiting_processor(scope, stream)
+        if current is None or current.value != processor.value:
+            return
+        with translated():
+            await self._pool.fetchval(
+                _SQL["delete_waiting_processor"], scope, stream, processor.value, current.version
+            )

@@ -1,0 +1,57 @@
+-- The durable request queue and the per-stream fairness barrier.
+
+-- name: insert_request
+INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id;
+
+-- name: pending_requests
+-- Due or not: a postponed request still holds its place in its stream's order.
+SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+       started, last_error, version
+FROM requests
+WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[]))
+ORDER BY id
+LIMIT $4;
+
+-- name: get_request
+SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+       started, last_error, version
+FROM requests WHERE id = $1;
+
+-- name: list_requests
+SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+       started, last_error, version
+FROM requests WHERE id > $1 ORDER BY id LIMIT $2;
+
+-- name: postpone_request
+UPDATE requests SET not_before = $2, attempts = attempts + 1, last_error = $3, version = version + 1
+WHERE id = $1 AND version = $4
+RETURNING version;
+
+-- name: start_request
+UPDATE requests SET started = true, version = version + 1
+WHERE id = $1 AND version = $2
+RETURNING version;
+
+-- name: ack_request
+DELETE FROM requests WHERE id = $1;
+
+-- name: pending_for_key
+SELECT EXISTS (SELECT 1 FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3);
+
+-- name: get_waiting_processor
+SELECT w.processor, w.version
+FROM streams s JOIN stream_waiting_processors w ON w.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: insert_waiting_processor
+INSERT INTO stream_waiting_processors (stream_id, processor)
+SELECT s.id, $3 FROM streams s WHERE s.scope = $1 AND s.name = $2
+ON CONFLICT (stream_id) DO NOTHING
+RETURNING version;
+
+-- name: delete_waiting_processor
+DELETE FROM stream_waiting_processors w USING streams s
+WHERE w.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND w.processor = $3 AND w.version = $4
+RETURNING w.version;

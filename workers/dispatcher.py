@@ -1,0 +1,102 @@
+"""Feeds the requests of the buckets this process owns into per-stream serial queues.
+
+Wakes on NOTIFY (a request was inserted) and polls anyway, so a missed notification only
+delays work. Each request row is in memory at most once (tracked by id until its queue is
+done with it); requests of buckets lost are dropped from memory and stay in the database
+for the new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from app.domain.errors import StoreUnavailable
+from app.domain.requests import Processor, Request, request_bucket
+from app.ports import RequestQueue
+from workers.keyed import KeyedQueues
+from workers.runner import RequestRunner
+
+log = logging.getLogger("pgcontroller.dispatcher")
+
+
+class RequestDispatcher:
+    def __init__(
+        self,
+        queue: RequestQueue,
+        runner: RequestRunner,
+        owned_buckets: Callable[[], frozenset[int]],
+        *,
+        processor: Processor = Processor.REQUESTS,
+        ceiling: int = 64,
+        poll_s: float = 1.0,
+        batch: int = 500,
+        idle_s: float = 5.0,
+    ) -> None:
+        self._queue = queue
+        self._owned = owned_buckets
+        self._processor = processor
+        self._poll_s = poll_s
+        self._batch = batch
+        self._in_flight: set[int] = set()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._queues: KeyedQueues[str, Request] = KeyedQueues(
+            runner.attempt, ceiling=ceiling, idle_s=idle_s, on_done=self._done
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def wake(self, payload: str = "") -> None:
+        """NOTIFY callback; `payload` is "processor:bucket" (ignored if not ours)."""
+        if not payload or payload.startswith(self._processor.value + ":"):
+            self._wake.set()
+
+    def buckets_lost(self, buckets: frozenset[int]) -> None:
+        def lost(key: str) -> bool:
+            scope, _, stream = key.partition("/")
+            return request_bucket(scope, stream) in buckets
+
+        self._queues.cancel_where(lost)
+        # Forget them all: a request still owned will simply be read again.
+        self._in_flight.clear()
+
+    def _done(self, request: Request) -> None:
+        self._in_flight.discard(request.id)
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            fetched = await self._dispatch_once()
+            if fetched >= self._batch:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
+
+    async def _dispatch_once(self) -> int:
+        buckets = self._owned()
+        if not buckets:
+            return 0
+        try:
+            pending = await self._queue.pending(
+                self._processor, sorted(buckets), sorted(self._in_flight), self._batch
+            )
+        except StoreUnavailable as exc:
+            log.warning("cannot read pending requests: %s", exc)
+            return 0
+        for request in pending:
+            if request.id in self._in_flight or request.bucket not in buckets:
+                continue
+            self._in_flight.add(request.id)
+            self._queues.submit(request.key, request)
+        return len(pending)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop intake, let running requests finish within the timeout, cancel the rest."""
+        self._stopping.set()
+        self._wake.set()
+        await self._queues.shutdown(timeout_s)

@@ -1,0 +1,24 @@
+"""Request handlers, one module per request kind, and the table the runner dispatches on."""
+
+from __future__ import annotations
+
+from app.domain.requests import RequestKind
+from workers.handlers.common import WorkflowDeps
+from workers.handlers.delete_scope import DeleteScopeHandler
+from workers.handlers.delete_stream import DeleteStreamHandler
+from workers.handlers.scale import ScaleHandler
+from workers.handlers.seal_stream import SealStreamHandler
+from workers.handlers.truncate_stream import TruncateStreamHandler
+from workers.handlers.update_stream import UpdateStreamHandler
+from workers.runner import RequestHandler
+
+
+def stream_request_handlers(deps: WorkflowDeps) -> dict[RequestKind, RequestHandler]:
+    return {
+        RequestKind.UPDATE_STREAM: UpdateStreamHandler(deps),
+        RequestKind.SCALE: ScaleHandler(deps),
+        RequestKind.TRUNCATE_STREAM: TruncateStreamHandler(deps),
+        RequestKind.SEAL_STREAM: SealStreamHandler(deps),
+        RequestKind.DELETE_STREAM: DeleteStreamHandler(deps),
+        RequestKind.DELETE_SCOPE: DeleteScopeHandler(deps),
+    }

@@ -1,0 +1,35 @@
+"""Scale requests (Pravega's ScaleOperationTask): ACTIVE -> SCALING, run the pending epoch
+transition, SCALING -> ACTIVE. With nothing pending (a re-delivery after completion) it only
+makes sure the stream is ACTIVE again."""
+
+from __future__ import annotations
+
+from app.domain.records import StreamState
+from app.domain.requests import Request
+from workers.handlers.common import WorkflowDeps, move_state
+from workers.handlers.scale_steps import run_pending_scale
+from workers.runner import MarkStarted
+
+
+class ScaleHandler:
+    def __init__(self, deps: WorkflowDeps) -> None:
+        self._deps = deps
+
+    async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        streams = self._deps.streams
+        pending = (await streams.get_epoch_transition(request.scope, request.stream)).value
+        if pending is None:
+            await _back_to_active_if(self._deps, request, StreamState.SCALING)
+            return
+        await move_state(streams, request.scope, request.stream, StreamState.SCALING)
+        await mark_started()
+        await run_pending_scale(
+            self._deps, request.scope, request.stream, manual=bool(request.payload.get("manual", True))
+        )
+        await move_state(streams, request.scope, request.stream, StreamState.ACTIVE)
+
+
+async def _back_to_active_if(deps: WorkflowDeps, request: Request, working_state: StreamState) -> None:
+    state = (await deps.streams.get_state(request.scope, request.stream)).value
+    if state == working_state:
+        await move_state(deps.streams, request.scope, request.stream, StreamState.ACTIVE)

@@ -1,0 +1,106 @@
+"""Runs a stream's pending epoch transition to its end (§2.4 steps 3-8).
+
+Used by the scale handler and by updates that change the segment count. Crash-safe: each
+step checks what is done already, so a restart after any step completes the same scale
+with the same ids, and no segment is created twice.
+"""
+
+from __future__ import annotations
+
+from app.domain.errors import WriteConflict
+from app.domain.ids import qualified_segment_name
+from app.domain.records import EpochRecord, EpochTransitionRecord, SegmentRecord, Versioned
+from app.domain.scale_rules import migrate_transition, new_epoch_record
+from workers.handlers.common import WorkflowDeps, record_sealed_sizes, seal_segments
+
+_CONFLICT_ATTEMPTS = 20
+
+
+def _completed(etr: EpochTransitionRecord, active: EpochRecord) -> bool:
+    return active.epoch >= etr.new_epoch and all(active.contains(sid) for sid, _, _ in etr.new_segments)
+
+
+async def run_pending_scale(deps: WorkflowDeps, scope: str, name: str, *, manual: bool) -> bool:
+    """True when a transition was pending and is now complete; False when there was none or it
+    no longer fitted the stream and was discarded."""
+    etr_v = await deps.streams.get_epoch_transition(scope, name)
+    etr = etr_v.value
+    if etr is None:
+        return False
+    _state, active = await deps.streams.get_active_epoch(scope, name)
+    if not _completed(etr, active):
+        fitted = await _fit_to_active(deps, scope, name, etr_v, active, manual=manual)
+        if fitted is None:
+            await _reset_transition(deps, scope, name, etr)
+            return False
+        etr = fitted.value
+        await _apply(deps, scope, name, etr, active)
+    await _reset_transition(deps, scope, name, etr)
+    return True
+
+
+async def _fit_to_active(
+    deps: WorkflowDeps,
+    scope: str,
+    name: str,
+    etr_v: Versioned[EpochTransitionRecord | None],
+    active: EpochRecord,
+    *,
+    manual: bool,
+) -> Versioned[EpochTransitionRecord] | None:
+    etr = etr_v.value
+    assert etr is not None
+    if etr.active_epoch == active.epoch:
+        return Versioned(etr, etr_v.version)
+    submitted_on = await deps.streams.get_epoch(scope, name, etr.active_epoch)
+    migrated = migrate_transition(etr, submitted_on, active, manual=manual)
+    if migrated is None:
+        return None
+    version = await deps.streams.set_epoch_transition(scope, name, migrated, etr_v.version)
+    return Versioned(migrated, version)
+
+
+async def _apply(
+    deps: WorkflowDeps, scope: str, name: str, etr: EpochTransitionRecord, active: EpochRecord
+) -> None:
+    config = (await deps.streams.get_config(scope, name)).value
+    for sid, _start, _end in etr.new_segments:
+        await deps.segment_store.create_segment(
+            qualified_segment_name(scope, name, sid),
+            config.scaling.scale_type,
+            config.scaling.target_rate,
+            config.rollover_size_bytes,
+        )
+    change = new_epoch_record(active, etr)
+    created: list[SegmentRecord] = [s for s in change.record.segments if s.id in set(change.created)]
+    await deps.streams.add_epoch(scope, name, change.record, change.sealed, created)
+    sizes = await seal_segments(deps, scope, name, change.sealed)
+    await record_sealed_sizes(deps.streams, scope, name, sizes)
+    await _advance_pointer(deps, scope, name, change.record.epoch)
+
+
+async def _advance_pointer(deps: WorkflowDeps, scope: str, name: str, epoch: int) -> None:
+    for _ in range(_CONFLICT_ATTEMPTS):
+        pointer = await deps.streams.get_current_epoch_pointer(scope, name)
+        if pointer.value >= epoch:
+            return
+        try:
+            await deps.streams.set_current_epoch_pointer(scope, name, epoch, pointer.version)
+            return
+        except WriteConflict:
+            continue
+    raise WriteConflict(f"current epoch of {scope}/{name} kept changing")
+
+
+async def _reset_transition(deps: WorkflowDeps, scope: str, name: str, ours: EpochTransitionRecord) -> None:
+    """Empties the record only while it still holds our transition."""
+    for _ in range(_CONFLICT_ATTEMPTS):
+        etr_v = await deps.streams.get_epoch_transition(scope, name)
+        if etr_v.value != ours:
+            return
+        try:
+            await deps.streams.set_epoch_transition(scope, name, None, etr_v.version)
+            return
+        except WriteConflict:
+            continue
+    raise WriteConflict(f"epoch transition of {scope}/{name} kept changing")

@@ -1,0 +1,61 @@
+"""Truncate requests (Pravega's TruncateStreamTask): ACTIVE -> TRUNCATING, truncate each
+segment of the cut at its offset, delete the segments wholly before it, mark the truncation
+record complete, TRUNCATING -> ACTIVE."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from app.domain.errors import NotFound, WriteConflict
+from app.domain.ids import qualified_segment_name
+from app.domain.records import StreamState
+from app.domain.requests import Request
+from workers.handlers.common import WorkflowDeps, log, move_state
+from workers.runner import MarkStarted
+
+_CONFLICT_ATTEMPTS = 20
+
+
+class TruncateStreamHandler:
+    def __init__(self, deps: WorkflowDeps) -> None:
+        self._deps = deps
+
+    async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        scope, name = request.scope, request.stream
+        streams = self._deps.streams
+        record = (await streams.get_truncation(scope, name)).value
+        if not record.updating:
+            if (await streams.get_state(scope, name)).value == StreamState.TRUNCATING:
+                await move_state(streams, scope, name, StreamState.ACTIVE)
+            return
+        await move_state(streams, scope, name, StreamState.TRUNCATING)
+        await mark_started()
+        store = self._deps.segment_store
+        for segment, offset in sorted(record.stream_cut.items()):
+            if offset < 0:
+                continue  # a future segment: nothing of it is before the cut
+            try:
+                await store.truncate_segment(qualified_segment_name(scope, name, segment), offset)
+            except NotFound:
+                log.warning(
+                    "truncating %s/%s: segment %d is missing in the segment store", scope, name, segment
+                )
+        for segment in sorted(record.to_delete):
+            await store.delete_segment(qualified_segment_name(scope, name, segment))
+        await self._complete(scope, name)
+        await move_state(streams, scope, name, StreamState.ACTIVE)
+
+    async def _complete(self, scope: str, name: str) -> None:
+        streams = self._deps.streams
+        for _ in range(_CONFLICT_ATTEMPTS):
+            current = await streams.get_truncation(scope, name)
+            if not current.value.updating:
+                return
+            try:
+                await streams.set_truncation(
+                    scope, name, dataclasses.replace(current.value, updating=False), current.version
+                )
+                return
+            except WriteConflict:
+                continue
+        raise WriteConflict(f"truncation record of {scope}/{name} kept changing")

@@ -1,0 +1,69 @@
+"""Update requests (Pravega's UpdateStreamTask): ACTIVE -> UPDATING, scale when the segment
+count must change, push the policy to the segment store, fix the tag index, clear the
+"updating" flag, UPDATING -> ACTIVE."""
+
+from __future__ import annotations
+
+from app.domain.errors import WriteConflict
+from app.domain.ids import qualified_segment_name
+from app.domain.names import is_internal_stream
+from app.domain.records import StreamState
+from app.domain.requests import Request
+from app.domain.scale_rules import compute_epoch_transition, segment_count_update
+from workers.handlers.common import WorkflowDeps, move_state
+from workers.handlers.scale_steps import run_pending_scale
+from workers.runner import MarkStarted
+
+_CONFLICT_ATTEMPTS = 20
+
+
+class UpdateStreamHandler:
+    def __init__(self, deps: WorkflowDeps) -> None:
+        self._deps = deps
+
+    async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        scope, name = request.scope, request.stream
+        streams = self._deps.streams
+        config, updating = (await streams.get_config_record(scope, name)).value
+        if not updating:
+            if (await streams.get_state(scope, name)).value == StreamState.UPDATING:
+                await move_state(streams, scope, name, StreamState.ACTIVE)
+            return
+        await move_state(streams, scope, name, StreamState.UPDATING)
+        await mark_started()
+        # A transition left pending (ours from before a crash, or a manual scale queued behind
+        # this update) runs to its end first, so the count below is judged on a settled epoch.
+        await run_pending_scale(self._deps, scope, name, manual=True)
+        _state, active = await streams.get_active_epoch(scope, name)
+        ranges = segment_count_update(config, active)
+        if ranges is not None:
+            etr_v = await streams.get_epoch_transition(scope, name)
+            etr = compute_epoch_transition(
+                active, [s.id for s in active.segments], ranges, self._deps.clock.now_ms()
+            )
+            await streams.set_epoch_transition(scope, name, etr, etr_v.version)
+            await run_pending_scale(self._deps, scope, name, manual=False)
+            _state, active = await streams.get_active_epoch(scope, name)
+        for segment in active.segments:
+            await self._deps.segment_store.update_policy(
+                qualified_segment_name(scope, name, segment.id),
+                config.scaling.scale_type,
+                config.scaling.target_rate,
+            )
+        await self._complete(scope, name)
+        await move_state(streams, scope, name, StreamState.ACTIVE)
+
+    async def _complete(self, scope: str, name: str) -> None:
+        streams = self._deps.streams
+        for _ in range(_CONFLICT_ATTEMPTS):
+            record = await streams.get_config_record(scope, name)
+            config, updating = record.value
+            if updating:
+                try:
+                    await streams.set_config(scope, name, config, False, record.version)
+                except WriteConflict:
+                    continue
+            if not is_internal_stream(name):
+                await streams.reindex_tags(scope, name)
+            return
+        raise WriteConflict(f"configuration of {scope}/{name} kept changing")
