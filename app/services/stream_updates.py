@@ -9,6 +9,7 @@ from app.domain.errors import NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import StreamConfig, StreamState
 from app.domain.requests import NewRequest, RequestKind
+from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
 from app.ports import Clock, StreamStore
 from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
 
@@ -44,6 +45,8 @@ class StreamUpdates:
             record = await self._streams.get_config_record(scope, name)
             if record.value[1]:
                 return UpdateOutcome.FAILURE  # another update is in progress
+            if not await self._segment_count_reachable(scope, name, config):
+                return UpdateOutcome.FAILURE
             request = NewRequest(RequestKind.UPDATE_STREAM, scope, name, self._clock.now_ms())
             try:
                 await self._streams.set_config(scope, name, config, True, record.version, request=request)
@@ -59,6 +62,13 @@ class StreamUpdates:
         except NotFound:
             return UpdateOutcome.STREAM_NOT_FOUND
         return UpdateOutcome.SUCCESS
+
+    async def _segment_count_reachable(self, scope: str, name: str, config: StreamConfig) -> bool:
+        """Whether the scale this update implies can pass the exact range check (§2.2: for
+        n = 49 and a few others it cannot, and Pravega's update would never complete)."""
+        _state, active = await self._streams.get_active_epoch(scope, name)
+        ranges = segment_count_update(config, active)
+        return ranges is None or ranges_replace_sealed(active, [s.id for s in active.segments], ranges)
 
     async def _is_updated(self, scope: str, name: str, config: StreamConfig) -> bool:
         stored, updating = (await self._streams.get_config_record(scope, name)).value
