@@ -16,6 +16,7 @@ from collections.abc import Callable
 from app.domain.errors import StoreUnavailable
 from app.domain.requests import Processor, Request, request_bucket
 from app.ports import RequestQueue
+from workers.failpoints import failpoint
 from workers.keyed import KeyedQueues
 from workers.runner import RequestRunner
 
@@ -71,6 +72,7 @@ class RequestDispatcher:
     async def run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
+            await failpoint("dispatcher.loop")
             fetched = await self._dispatch_once()
             if fetched >= self._batch:
                 continue

@@ -30,11 +30,13 @@ class PgListener:
         cache: RecordCache,
         *,
         heartbeat_s: float = 2.0,
+        first_backoff_s: float = 0.05,
         max_backoff_s: float = 5.0,
     ) -> None:
         self._dsn = asyncpg_dsn(url)
         self._cache = cache
         self._heartbeat_s = heartbeat_s
+        self._first_backoff_s = first_backoff_s
         self._max_backoff_s = max_backoff_s
         self._request_callbacks: list[Callable[[str], None]] = []
         self._connected_callbacks: list[Callable[[], None]] = []
@@ -49,11 +51,11 @@ class PgListener:
         self._connected_callbacks.append(callback)
 
     async def run(self) -> None:
-        backoff = 0.05
+        backoff = self._first_backoff_s
         while True:
             try:
                 await self._listen_until_lost()
-                backoff = 0.05
+                backoff = self._first_backoff_s
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
                 log.warning("notification connection lost: %r; reconnecting", exc)
             finally:

@@ -116,3 +116,64 @@ async def test_delete_scope_non_empty_then_empty(served: Served) -> None:
     assert result["empty"] is True
     assert result["missing"] is False
     assert result["scopes"] == ["full"]
+
+
+async def test_update_seal_and_delete_stream(served: Served) -> None:
+    result = await run_client(
+        served.grpc_uri,
+        """
+        manager.create_scope("life")
+        manager.create_stream("life", "s", 2)
+        result = {
+            "update": manager.update_stream_with_policy(
+                "life", "s", StreamScalingPolicy.fixed_scaling_policy(3),
+                StreamRetentionPolicy.by_size(1 << 20), ["green"]),
+            "tags": manager.get_stream_tags("life", "s"),
+            "update_missing": attempt(
+                manager.update_stream_with_policy, "life", "nope",
+                StreamScalingPolicy.fixed_scaling_policy(1), StreamRetentionPolicy.none(), None),
+            "delete_unsealed": attempt(manager.delete_stream, "life", "s"),
+            "seal": manager.seal_stream("life", "s"),
+            "seal_again": manager.seal_stream("life", "s"),
+            "seal_missing": attempt(manager.seal_stream, "life", "nope"),
+            "delete": manager.delete_stream("life", "s"),
+            "delete_missing": manager.delete_stream("life", "s"),
+            "streams": sorted(str(s) for s in manager.list_stream("life")),
+            "delete_scope": manager.delete_scope("life"),
+        }
+        """,
+    )
+    assert result["update"] is True
+    assert result["tags"] == ["green"]
+    assert "error" in result["update_missing"]
+    assert "error" in result["delete_unsealed"]
+    assert result["seal"] is True and result["seal_again"] is True
+    assert "error" in result["seal_missing"]
+    assert result["delete"] is True and result["delete_missing"] is False
+    assert result["streams"] == []  # the mark stream went with its stream
+    assert result["delete_scope"] is True
+
+
+async def test_update_scales_the_stream_the_client_sees(served: Served) -> None:
+    await run_client(
+        served.grpc_uri,
+        """
+        manager.create_scope("grow")
+        manager.create_stream("grow", "s", 1)
+        result = manager.update_stream_with_policy(
+            "grow", "s", StreamScalingPolicy.fixed_scaling_policy(4), StreamRetentionPolicy.none(), None)
+        """,
+    )
+    channel = Channel("127.0.0.1", served.grpc_port)
+    try:
+        current = await ControllerServiceStub(channel).getCurrentSegments(
+            pb.StreamInfo(scope="grow", stream="s")
+        )
+    finally:
+        channel.close()
+    assert [(r.minKey, r.maxKey) for r in current.segmentRanges] == [
+        (0.0, 0.25),
+        (0.25, 0.5),
+        (0.5, 0.75),
+        (0.75, 1.0),
+    ]

@@ -89,3 +89,27 @@ def test_bad_flags_give_a_clear_message(tmp_path: Path) -> None:
     hosts = cli("serve", "--segment-store-hosts", "nohostport", "--data-dir", str(tmp_path))
     assert hosts.returncode != 0 and "HOST:PORT" in hosts.stderr
     assert "Traceback" not in result.stderr + hosts.stderr
+
+
+async def test_a_background_loop_that_dies_stops_the_process_with_exit_code_1(
+    db_url: str, tmp_path: Path
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--db-url",
+        db_url,
+        "--grpc-port",
+        "0",
+        "--rest-port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PGCONTROLLER_FAILPOINTS": "dispatcher.loop=raise"},
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    text = output.decode()
+    assert process.returncode == 1, text
+    assert "background loop died" in text and "failpoint dispatcher.loop raised" in text

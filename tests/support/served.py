@@ -37,7 +37,7 @@ class Served:
         return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
 
 
-async def start_served(work_dir: Path, *extra_args: str) -> Served:
+async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> Served:
     ready = work_dir / "ready.json"
     ready.unlink(missing_ok=True)
     log_path = work_dir / "serve.log"
@@ -56,7 +56,7 @@ async def start_served(work_dir: Path, *extra_args: str) -> Served:
         *extra_args,
         stdout=log_file,
         stderr=log_file,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     log_file.close()
     deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S

@@ -11,6 +11,7 @@ from app.domain.errors import WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, EpochTransitionRecord, SegmentRecord, Versioned
 from app.domain.scale_rules import migrate_transition, new_epoch_record
+from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, record_sealed_sizes, seal_segments
 
 _CONFLICT_ATTEMPTS = 20
@@ -74,6 +75,7 @@ async def _apply(
     change = new_epoch_record(active, etr)
     created: list[SegmentRecord] = [s for s in change.record.segments if s.id in set(change.created)]
     await deps.streams.add_epoch(scope, name, change.record, change.sealed, created)
+    await failpoint("scale.after_new_epoch")
     sizes = await seal_segments(deps, scope, name, change.sealed)
     await record_sealed_sizes(deps.streams, scope, name, sizes)
     await _advance_pointer(deps, scope, name, change.record.epoch)

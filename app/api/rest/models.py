@@ -1,9 +1,10 @@
-"""JSON <-> domain conversion for Pravega's REST models (CreateStreamRequest, ScalingConfig,
-RetentionConfig, StreamProperty) and the strict field checks behind every 400 they raise."""
+"""JSON <-> domain conversion for Pravega's REST models (Create/UpdateStreamRequest, ScalingConfig,
+RetentionConfig, StreamProperty, StreamState, ScaleMetadata) and the strict checks behind every 400."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from app.api.rest.http import json_type_name
@@ -15,6 +16,7 @@ from app.domain.names import (
     is_valid_user_name,
 )
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamConfig
+from app.services.history import ScalingEvent
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -130,7 +132,9 @@ def stream_name_from_json(body: Mapping[str, Any]) -> str:
 
 def stream_config_from_json(body: Mapping[str, Any]) -> StreamConfig:
     """Maps a CreateStreamRequest as Pravega's ModelHelper.getCreateStreamConfig does, but a
-    request the mapping cannot honour is a 400 here where Java throws (a 500)."""
+    request the mapping cannot honour is a 400 here where Java throws (a 500). An
+    UpdateStreamRequest is the same body without streamName, and maps the same way (Java's
+    getUpdateStreamConfig drops the retention maximum; we keep it, as on create)."""
     fields = Fields(body)
     scaling = _scaling_from_json(fields.required_object("scalingPolicy"))
     retention_fields = fields.object("retentionPolicy")
@@ -216,6 +220,35 @@ def _product(value: int, unit: int, label: str) -> int:
     return value * unit
 
 
+# --- UpdateStreamStateRequest, scaling-events query -------------------------------------
+
+SEALED = "SEALED"
+# Up to 19 significant digits: anything longer is outside Java's long, and int() of a huge
+# string is slow enough to matter.
+_QUERY_LONG = re.compile(r"[+-]?0*[0-9]{1,19}")
+
+
+def stream_state_from_json(body: Mapping[str, Any]) -> str:
+    """Pravega's StreamState enum has one value; any other, or none, is its 400."""
+    return Fields(body).required_choice("streamState", (SEALED,))
+
+
+def scaling_window_from_query(query: Mapping[str, str]) -> tuple[int, int]:
+    """`from` and `to`: both required, each a non-negative long, as Pravega's resource checks
+    them. Whether from <= to is the history service's rule."""
+    return _query_ms(query, "from"), _query_ms(query, "to")
+
+
+def _query_ms(query: Mapping[str, str], name: str) -> int:
+    raw = query.get(name)
+    if raw is None:
+        raise InvalidInput(f"query parameter {name!r} is required: milliseconds since the Unix epoch")
+    value = int(raw) if _QUERY_LONG.fullmatch(raw) else -1
+    if not 0 <= value <= INT64_MAX:
+        raise InvalidInput(f"query parameter {name!r} must be an integer from 0 to {INT64_MAX}, got {raw!r}")
+    return value
+
+
 # --- StreamConfig -> StreamProperty -----------------------------------------------------
 
 
@@ -268,3 +301,37 @@ def _split_duration(ms: int) -> tuple[int, dict[str, int]]:
     minutes = rest // MINUTE_MS
     value = days if ms == days * DAY_MS else 0
     return value, {"days": days, "hours": hours, "minutes": minutes}
+
+
+# --- ScalingEvent -> ScaleMetadata ------------------------------------------------------
+
+
+def scale_metadata(events: Sequence[ScalingEvent]) -> list[dict[str, Any]]:
+    """What Pravega's resource actually serves: its store's ScaleMetadata and Segment as Jackson
+    writes them (the swagger's ScalingEventList/segmentList/startTime shape is never served).
+    Its splits and merges count the change from the epoch listed before (0 for the first), while
+    an epoch record carries running totals, as Pravega's EpochRecord does: hence the difference."""
+    totals = [(event.splits, event.merges) for event in events]
+    before = totals[:1] + totals[:-1]
+    return [
+        _scale_metadata(event, event.splits - splits, event.merges - merges)
+        for event, (splits, merges) in zip(events, before, strict=True)
+    ]
+
+
+def _scale_metadata(event: ScalingEvent, splits: int, merges: int) -> dict[str, Any]:
+    return {
+        "timestamp": event.timestamp,
+        "segments": [
+            {
+                "number": segment.number,
+                "epoch": segment.creation_epoch,
+                "start": segment.creation_time,
+                "keyStart": float(segment.key_start),
+                "keyEnd": float(segment.key_end),
+            }
+            for segment in event.segments
+        ],
+        "splits": splits,
+        "merges": merges,
+    }

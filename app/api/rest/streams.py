@@ -1,18 +1,31 @@
-"""REST handlers for streams in a scope: list (with Pravega's filter_type/filter_value
-filters), create and get, each answering with a StreamProperty body."""
+"""REST handlers for streams in a scope: list (with Pravega's filter_type/filter_value filters),
+create, get, update, seal, delete and scaling events, with the status codes Pravega's resource
+answers for each outcome."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import web
 
 from app.api.rest.http import collect_names, error_response, read_json_object
-from app.api.rest.keys import STREAMS
-from app.api.rest.models import stream_config_from_json, stream_name_from_json, stream_property
+from app.api.rest.keys import LIFECYCLE, STREAMS
+from app.api.rest.models import (
+    scale_metadata,
+    scaling_window_from_query,
+    stream_config_from_json,
+    stream_name_from_json,
+    stream_property,
+    stream_state_from_json,
+)
 from app.domain.errors import NotFound
 from app.domain.names import is_internal_stream
+from app.services.deletion import DeleteStreamOutcome
+from app.services.stream_updates import UpdateOutcome
 from app.services.streams import CreateStreamOutcome, StreamService
+
+log = logging.getLogger(__name__)
 
 SHOW_INTERNAL_STREAMS = "showInternalStreams"
 TAG = "tag"
@@ -62,15 +75,75 @@ async def create_stream(request: web.Request) -> web.Response:
     raise RuntimeError(f"create_stream answered {outcome}")
 
 
+def _stream_path(request: web.Request) -> tuple[str, str]:
+    return request.match_info["scopeName"], request.match_info["streamName"]
+
+
+def _failed(message: str) -> web.Response:
+    # Pravega's resource answers a bare 500 for these outcomes; ours says which one it was.
+    log.warning("%s", message)
+    return error_response(500, message)
+
+
 async def get_stream(request: web.Request) -> web.Response:
-    scope = request.match_info["scopeName"]
-    name = request.match_info["streamName"]
+    scope, name = _stream_path(request)
     config = await request.app[STREAMS].get_config(scope, name)
     return web.json_response(stream_property(scope, name, config))
 
 
+def _not_updated(outcome: UpdateOutcome, scope: str, name: str, action: str) -> web.Response:
+    if outcome == UpdateOutcome.STREAM_NOT_FOUND:
+        return error_response(404, f"stream {scope}/{name} not found")
+    if outcome == UpdateOutcome.STREAM_SEALED:
+        return _failed(f"{action} of stream {scope}/{name} failed: the stream is sealed")
+    return _failed(f"{action} of stream {scope}/{name} failed: the stream is busy (another update?); retry")
+
+
+async def update_stream(request: web.Request) -> web.Response:
+    scope, name = _stream_path(request)
+    config = stream_config_from_json(await read_json_object(request))
+    outcome = await request.app[LIFECYCLE].updates.update_stream(scope, name, config)
+    if outcome == UpdateOutcome.SUCCESS:
+        return web.json_response(stream_property(scope, name, config))
+    return _not_updated(outcome, scope, name, "update")
+
+
+async def update_stream_state(request: web.Request) -> web.Response:
+    scope, name = _stream_path(request)
+    state = stream_state_from_json(await read_json_object(request))
+    outcome = await request.app[LIFECYCLE].sealing.seal_stream(scope, name)
+    if outcome == UpdateOutcome.SUCCESS:
+        return web.json_response({"streamState": state})
+    return _not_updated(outcome, scope, name, "sealing")
+
+
+async def delete_stream(request: web.Request) -> web.Response:
+    scope, name = _stream_path(request)
+    outcome = await request.app[LIFECYCLE].deletion.delete_stream(scope, name)
+    if outcome == DeleteStreamOutcome.SUCCESS:
+        return web.Response(status=204)
+    if outcome == DeleteStreamOutcome.STREAM_NOT_FOUND:
+        return error_response(404, f"stream {scope}/{name} not found")
+    if outcome == DeleteStreamOutcome.STREAM_NOT_SEALED:
+        return error_response(412, f"stream {scope}/{name} is not sealed; seal it before deleting it")
+    return _failed(f"deletion of stream {scope}/{name} failed")
+
+
+async def get_scaling_events(request: web.Request) -> web.Response:
+    scope, name = _stream_path(request)
+    from_ms, to_ms = scaling_window_from_query(request.query)
+    events = await request.app[LIFECYCLE].history.scaling_events(scope, name, from_ms, to_ms)
+    return web.json_response(scale_metadata(events))
+
+
+STREAM_PATH = "/v1/scopes/{scopeName}/streams/{streamName}"
+
 ROUTES = [
     web.get("/v1/scopes/{scopeName}/streams", list_streams, allow_head=False),
     web.post("/v1/scopes/{scopeName}/streams", create_stream),
-    web.get("/v1/scopes/{scopeName}/streams/{streamName}", get_stream, allow_head=False),
+    web.get(STREAM_PATH, get_stream, allow_head=False),
+    web.put(STREAM_PATH, update_stream),
+    web.delete(STREAM_PATH, delete_stream),
+    web.put(STREAM_PATH + "/state", update_stream_state),
+    web.get(STREAM_PATH + "/scaling-events", get_scaling_events, allow_head=False),
 ]

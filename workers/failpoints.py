@@ -1,0 +1,40 @@
+"""Named failure points for crash tests; inert unless PGCONTROLLER_FAILPOINTS names them.
+
+`PGCONTROLLER_FAILPOINTS=scale.after_new_epoch` parks the workflow there (a test then kills the
+process with SIGKILL at a known step instead of by luck); `name=raise` makes the point raise,
+e.g. to prove that a background loop that dies takes the process down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+log = logging.getLogger("pgcontroller.failpoints")
+
+
+def _parse(text: str) -> dict[str, str]:
+    points: dict[str, str] = {}
+    for part in text.split(","):
+        name, _, action = part.strip().partition("=")
+        if name:
+            points[name] = action or "pause"
+    return points
+
+
+_ENABLED = _parse(os.environ.get("PGCONTROLLER_FAILPOINTS", ""))
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint set to `raise`."""
+
+
+async def failpoint(name: str) -> None:
+    action = _ENABLED.get(name)
+    if action is None:
+        return
+    if action == "raise":
+        raise FailpointError(f"failpoint {name} raised")
+    log.warning("failpoint %s reached: parking this workflow until the process dies", name)
+    await asyncio.Event().wait()
