@@ -57,6 +57,8 @@ def check_schema(doc: dict[str, Any], schema: dict[str, Any], value: Any, where:
         assert value >= schema.get("minimum", value), f"{where}: {value} below the minimum"
     elif kind == "boolean":
         assert isinstance(value, bool), f"{where}: expected a boolean, got {value!r}"
+    elif kind == "number":
+        assert isinstance(value, int | float) and not isinstance(value, bool), f"{where}: expected a number"
     else:
         raise AssertionError(f"{where}: the checker does not know schema {schema!r}")
 

@@ -16,7 +16,6 @@ from app.domain.ids import segment_id
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamState
 from app.services.health import HealthService
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
-from tests.api import conftest_rest
 from tests.api.conftest_rest import Api
 from tests.api.test_rest import JSON, MB, assert_error, make_scope, make_stream, stream_names
 from tests.support.services import Services
@@ -29,24 +28,6 @@ FIXED_3 = {"type": "FIXED_NUM_SEGMENTS", "minSegments": 3}
 INT64_MAX = 2**63 - 1
 # Scale timestamps are chosen by the test so the windows below are exact.
 STEP = 10_000
-
-
-_check_schema = conftest_rest.check_schema
-
-
-def _check_schema_with_numbers(
-    doc: dict[str, Any], schema: dict[str, Any], value: Any, where: str = "$"
-) -> None:
-    # conftest_rest's checker predates the first `number` in openapi.json (segment keys).
-    if conftest_rest.resolve(doc, schema).get("type") == "number":
-        assert isinstance(value, int | float) and not isinstance(value, bool), f"{where}: not a number"
-        return
-    _check_schema(doc, schema, value, where)
-
-
-@pytest.fixture(autouse=True)
-def _numbers_in_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(conftest_rest, "check_schema", _check_schema_with_numbers)
 
 
 @pytest.fixture
