@@ -217,8 +217,9 @@ SELECT s.id AS stream_id, g.sealed_epoch, e.epoch, e.reference_epoch, e.creation
        e.merges, e.segment_ids, e.key_starts, e.key_ends, e.segment_creation_times
 FROM streams s
 LEFT JOIN segments g ON g.stream_id = s.id AND g.segment_id = $3
+-- BETWEEN, not IN: only a range on the second key column lets the (stream_id, epoch) key serve it.
 LEFT JOIN epochs e ON e.stream_id = s.id AND g.sealed_epoch IS NOT NULL
-    AND e.epoch IN (g.sealed_epoch, g.sealed_epoch - 1)
+    AND e.epoch BETWEEN g.sealed_epoch - 1 AND g.sealed_epoch
 WHERE s.scope = $1 AND s.name = $2
 ORDER BY e.epoch;
 

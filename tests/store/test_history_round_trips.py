@@ -1,17 +1,22 @@
 """History queries cost the same number of SQL round trips on a 10-epoch and a 2,000-epoch
-stream: the (stream_id, epoch) keys bound every read, so the length of the history never
-turns into more queries (the PgStreamStore and sql/queries/streams.sql promise)."""
+stream, and each of those reads is bounded by the (stream_id, epoch) key: the length of the
+history turns neither into more queries nor into longer scans (the promise of PgStreamStore
+and sql/queries/streams.sql)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.history import HistoryQueries
+from app.store import queries
 from app.store.streams import PgStreamStore
-from bench._common import SeededHistory, seed_replacement_history
+from tests.support.history_seed import SeededHistory, seed_replacement_history
 from tests.support.services import Services
 
 SCOPE = "history"
@@ -154,3 +159,51 @@ async def test_history_queries_take_the_same_few_round_trips_whatever_the_histor
         allowed = 2 if label.startswith("segments between") else 1
         assert count == allowed, (label, calls)
         assert not any(call.startswith("acquire") for call in calls), (label, calls)
+
+
+# Each index with the columns a history read must bound: the stream, then the record in it.
+_KEYS = {
+    "epochs_pkey": ("stream_id", "epoch"),
+    "segments_pkey": ("stream_id", "segment_id"),
+    "epochs_by_creation_time": ("stream_id", "creation_time"),
+}
+
+
+def _unkeyed_scans(plan: dict[str, Any]) -> list[str]:
+    """Scans of a per-stream table that a long history (or many streams) makes longer: a
+    sequential scan, or an index scan whose condition leaves out a column of the key."""
+    found = []
+    relation = plan.get("Relation Name")
+    if plan["Node Type"] == "Seq Scan" and relation in ("epochs", "segments"):
+        found.append(f"Seq Scan on {relation}")
+    columns = _KEYS.get(plan.get("Index Name", ""), ())
+    condition = plan.get("Index Cond", "")
+    if not all(column in condition for column in columns):
+        found.append(f"{plan['Node Type']} on {plan['Index Name']}: {condition or 'no condition'}")
+    for child in plan.get("Plans", []):
+        found.extend(_unkeyed_scans(child))
+    return found
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "get_successors",
+        "get_epoch_range",
+    ],
+)
+async def test_history_reads_are_bounded_by_the_stream_key(services: Services, block: str) -> None:
+    await services.scopes.create_scope(SCOPE)
+    history = await _seeded(services, "long", LONG)
+    n = history.epochs
+    args = {
+        "get_successors": (history.segment(n // 2),),
+        "get_epoch_range": (n - 1, n),
+    }[block]
+    async with services.pool.acquire() as conn:
+        await conn.execute("ANALYZE epochs")
+        await conn.execute("ANALYZE segments")
+        sql = queries.load("streams")[block]
+        explained = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", SCOPE, "long", *args)
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    assert _unkeyed_scans(plan) == []
