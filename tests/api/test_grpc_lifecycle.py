@@ -379,3 +379,22 @@ async def test_delete_scope_recursive(stub: ControllerServiceStub, services: Ser
     assert await services.pool.fetchval("SELECT count(*) FROM embedded_segments") == 0
     again = await stub.deleteScopeRecursive(pb.ScopeInfo(scope="sc"))
     assert again.status == pb.DeleteScopeStatus.SUCCESS
+
+
+async def test_seal_of_a_busy_stream_waits_for_it_then_succeeds(
+    stub: ControllerServiceStub, services: Services
+) -> None:
+    await stream_with(stub, 1)
+    state = await services.stream_store.get_state("sc", "s")
+    await services.stream_store.set_state("sc", "s", StreamState.UPDATING, state.version)
+
+    async def finish_the_update_later() -> None:
+        await asyncio.sleep(0.3)
+        busy = await services.stream_store.get_state("sc", "s")
+        await services.stream_store.set_state("sc", "s", StreamState.ACTIVE, busy.version)
+
+    releaser = asyncio.create_task(finish_the_update_later())
+    sealed = await stub.sealStream(S)
+    await releaser
+    assert sealed.status == pb.UpdateStreamStatus.SUCCESS
+    assert (await services.stream_store.get_state("sc", "s")).value == StreamState.SEALED
