@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.ids import epoch_of, qualified_segment_name
@@ -22,6 +23,7 @@ log = logging.getLogger("pgcontroller.workflows")
 
 SEALED_SIZE_SHARD_EPOCHS = 1000
 _CONFLICT_ATTEMPTS = 20
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,20 +34,28 @@ class WorkflowDeps:
     clock: Clock
 
 
+async def retry_conflicts(step: Callable[[], Awaitable[T]], what: str) -> T:
+    """Runs a read-then-conditional-write step again from a fresh read when it lost a race."""
+    for _ in range(_CONFLICT_ATTEMPTS):
+        try:
+            return await step()
+        except WriteConflict:
+            continue
+    raise WriteConflict(f"{what} kept changing")
+
+
 async def move_state(streams: StreamStore, scope: str, name: str, target: StreamState) -> StreamState:
     """Moves the stream to `target` (a no-op when it is there); returns the state it left.
     OperationNotAllowed when the state machine forbids the move now."""
-    for _ in range(_CONFLICT_ATTEMPTS):
+
+    async def step() -> StreamState:
         current = await streams.get_state(scope, name)
-        if current.value == target:
-            return current.value
-        check_transition(current.value, target)
-        try:
+        if current.value != target:
+            check_transition(current.value, target)
             await streams.set_state(scope, name, target, current.version)
-            return current.value
-        except WriteConflict:
-            continue
-    raise WriteConflict(f"state of {scope}/{name} kept changing")
+        return current.value
+
+    return await retry_conflicts(step, f"state of {scope}/{name}")
 
 
 async def seal_segments(deps: WorkflowDeps, scope: str, name: str, segments: Iterable[int]) -> dict[int, int]:

@@ -7,14 +7,11 @@ with the same ids, and no segment is created twice.
 
 from __future__ import annotations
 
-from app.domain.errors import WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, EpochTransitionRecord, SegmentRecord, Versioned
 from app.domain.scale_rules import migrate_transition, new_epoch_record
 from workers.failpoints import failpoint
-from workers.handlers.common import WorkflowDeps, record_sealed_sizes, seal_segments
-
-_CONFLICT_ATTEMPTS = 20
+from workers.handlers.common import WorkflowDeps, record_sealed_sizes, retry_conflicts, seal_segments
 
 
 def _completed(etr: EpochTransitionRecord, active: EpochRecord) -> bool:
@@ -82,27 +79,20 @@ async def _apply(
 
 
 async def _advance_pointer(deps: WorkflowDeps, scope: str, name: str, epoch: int) -> None:
-    for _ in range(_CONFLICT_ATTEMPTS):
+    async def step() -> None:
         pointer = await deps.streams.get_current_epoch_pointer(scope, name)
-        if pointer.value >= epoch:
-            return
-        try:
+        if pointer.value < epoch:
             await deps.streams.set_current_epoch_pointer(scope, name, epoch, pointer.version)
-            return
-        except WriteConflict:
-            continue
-    raise WriteConflict(f"current epoch of {scope}/{name} kept changing")
+
+    await retry_conflicts(step, f"current epoch of {scope}/{name}")
 
 
 async def _reset_transition(deps: WorkflowDeps, scope: str, name: str, ours: EpochTransitionRecord) -> None:
     """Empties the record only while it still holds our transition."""
-    for _ in range(_CONFLICT_ATTEMPTS):
+
+    async def step() -> None:
         etr_v = await deps.streams.get_epoch_transition(scope, name)
-        if etr_v.value != ours:
-            return
-        try:
+        if etr_v.value == ours:
             await deps.streams.set_epoch_transition(scope, name, None, etr_v.version)
-            return
-        except WriteConflict:
-            continue
-    raise WriteConflict(f"epoch transition of {scope}/{name} kept changing")
+
+    await retry_conflicts(step, f"epoch transition of {scope}/{name}")

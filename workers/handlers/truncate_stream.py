@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.domain.errors import NotFound, WriteConflict
+from app.domain.errors import NotFound
 from app.domain.ids import qualified_segment_name
 from app.domain.records import StreamState
 from app.domain.requests import Request
-from workers.handlers.common import WorkflowDeps, log, move_state
+from workers.handlers.common import WorkflowDeps, log, move_state, retry_conflicts
 from workers.runner import MarkStarted
-
-_CONFLICT_ATTEMPTS = 20
 
 
 class TruncateStreamHandler:
@@ -47,15 +45,11 @@ class TruncateStreamHandler:
 
     async def _complete(self, scope: str, name: str) -> None:
         streams = self._deps.streams
-        for _ in range(_CONFLICT_ATTEMPTS):
+
+        async def step() -> None:
             current = await streams.get_truncation(scope, name)
-            if not current.value.updating:
-                return
-            try:
-                await streams.set_truncation(
-                    scope, name, dataclasses.replace(current.value, updating=False), current.version
-                )
-                return
-            except WriteConflict:
-                continue
-        raise WriteConflict(f"truncation record of {scope}/{name} kept changing")
+            if current.value.updating:
+                done = dataclasses.replace(current.value, updating=False)
+                await streams.set_truncation(scope, name, done, current.version)
+
+        await retry_conflicts(step, f"truncation record of {scope}/{name}")

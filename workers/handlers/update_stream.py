@@ -4,17 +4,14 @@ count must change, push the policy to the segment store, fix the tag index, clea
 
 from __future__ import annotations
 
-from app.domain.errors import WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_internal_stream
 from app.domain.records import StreamState
 from app.domain.requests import Request
 from app.domain.scale_rules import compute_epoch_transition, segment_count_update
-from workers.handlers.common import WorkflowDeps, move_state
+from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
-
-_CONFLICT_ATTEMPTS = 20
 
 
 class UpdateStreamHandler:
@@ -55,15 +52,13 @@ class UpdateStreamHandler:
 
     async def _complete(self, scope: str, name: str) -> None:
         streams = self._deps.streams
-        for _ in range(_CONFLICT_ATTEMPTS):
+
+        async def step() -> None:
             record = await streams.get_config_record(scope, name)
             config, updating = record.value
             if updating:
-                try:
-                    await streams.set_config(scope, name, config, False, record.version)
-                except WriteConflict:
-                    continue
-            if not is_internal_stream(name):
-                await streams.reindex_tags(scope, name)
-            return
-        raise WriteConflict(f"configuration of {scope}/{name} kept changing")
+                await streams.set_config(scope, name, config, False, record.version)
+
+        await retry_conflicts(step, f"configuration of {scope}/{name}")
+        if not is_internal_stream(name):
+            await streams.reindex_tags(scope, name)
