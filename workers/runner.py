@@ -76,7 +76,9 @@ class RequestRunner:
 
             handler = self._handlers.get(request.kind)
             if handler is None:
-                raise NotImplementedError(f"no handler for {request.kind.value} requests")
+                # A kind this process does not know (e.g. written by a newer version): keep it
+                # queued, with the reason on its row, for a process that does.
+                raise LookupError(f"this process has no handler for {request.kind.value} requests")
             await handler.handle(request, mark_started)
         except OperationNotAllowed as exc:
             return await self._on_not_allowed(current, exc)

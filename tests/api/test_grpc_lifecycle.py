@@ -14,6 +14,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import StreamState
 from tests.api.test_grpc_streams import config, make_scope
+from tests.support.scale import scale_request as build_scale_request
 from tests.support.services import Services
 
 S = pb.StreamInfo(scope="sc", stream="s")
@@ -26,12 +27,7 @@ def seg(number: int, epoch: int = 0) -> int:
 def scale_request(
     sealed: list[int], ranges: list[tuple[float, float]], info: pb.StreamInfo = S
 ) -> pb.ScaleRequest:
-    return pb.ScaleRequest(
-        streamInfo=info,
-        sealedSegments=sealed,
-        newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in ranges],
-        scaleTimestamp=1_000,
-    )
+    return build_scale_request(info, sealed, ranges)
 
 
 async def wait_scaled(stub: ControllerServiceStub, epoch: int, info: pb.StreamInfo = S) -> None:

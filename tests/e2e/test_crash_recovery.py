@@ -14,6 +14,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name, segment_id
+from tests.support.scale import scale_request
 from tests.support.served import Served, start_served
 
 S = pb.StreamInfo(scope="crash", stream="s")
@@ -45,17 +46,7 @@ async def test_sigkill_mid_scale_then_restart_completes_it(db_url: str, tmp_path
                 pb.StreamConfig(streamInfo=S, scalingPolicy=pb.ScalingPolicy(minNumSegments=2))
             )
             assert created.status == pb.CreateStreamStatus.SUCCESS
-            started = await stub.scale(
-                pb.ScaleRequest(
-                    streamInfo=S,
-                    sealedSegments=[1],
-                    newKeyRanges=[
-                        pb.ScaleRequest.KeyRangeEntry(start=0.5, end=0.75),
-                        pb.ScaleRequest.KeyRangeEntry(start=0.75, end=1.0),
-                    ],
-                    scaleTimestamp=1,
-                )
-            )
+            started = await stub.scale(scale_request(S, [1], [(0.5, 0.75), (0.75, 1.0)]))
             assert started.status == pb.ScaleResponse.STARTED
         finally:
             channel.close()

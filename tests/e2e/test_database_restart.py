@@ -14,6 +14,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.store.migrate import upgrade_to_head
 from tests.support.db import throwaway_cluster
+from tests.support.scale import scale_request
 from tests.support.served import start_served
 
 S = pb.StreamInfo(scope="rs", stream="s")
@@ -49,17 +50,7 @@ async def test_serve_and_its_workers_survive_a_database_restart(tmp_path: Path) 
                 await _until_ok(stub)
 
                 # Reads are correct (no stale cache) and a workflow runs end to end again.
-                started = await stub.scale(
-                    pb.ScaleRequest(
-                        streamInfo=S,
-                        sealedSegments=[0],
-                        newKeyRanges=[
-                            pb.ScaleRequest.KeyRangeEntry(start=0.0, end=0.5),
-                            pb.ScaleRequest.KeyRangeEntry(start=0.5, end=1.0),
-                        ],
-                        scaleTimestamp=1,
-                    )
-                )
+                started = await stub.scale(scale_request(S, [0], [(0.0, 0.5), (0.5, 1.0)]))
                 assert started.status == pb.ScaleResponse.STARTED
                 deadline = time.monotonic() + 30
                 while len((await stub.getCurrentSegments(S)).segmentRanges) != 2:

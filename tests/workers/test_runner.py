@@ -167,3 +167,8 @@ async def test_waiting_processor_is_set_once_when_two_race(idle_services: Servic
     assert (await s.requests.get_waiting_processor("sc", "s")) is not None
     await s.requests.clear_waiting_processor("sc", "s", Processor(results[0]))
     assert (await s.requests.get_waiting_processor("sc", "s")) is None
+
+
+def test_every_request_kind_has_a_handler() -> None:
+    deps = WorkflowDeps(None, None, None, None)  # type: ignore[arg-type]
+    assert set(stream_request_handlers(deps)) == set(RequestKind)

@@ -70,7 +70,8 @@ async def _apply(
             config.rollover_size_bytes,
         )
     change = new_epoch_record(active, etr)
-    created: list[SegmentRecord] = [s for s in change.record.segments if s.id in set(change.created)]
+    created_ids = set(change.created)
+    created: list[SegmentRecord] = [s for s in change.record.segments if s.id in created_ids]
     await deps.streams.add_epoch(scope, name, change.record, change.sealed, created)
     await failpoint("scale.after_new_epoch")
     sizes = await seal_segments(deps, scope, name, change.sealed)
