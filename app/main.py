@@ -26,7 +26,8 @@ from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.config import Settings
-from app.domain.requests import REQUEST_BUCKETS
+from app.domain.requests import REQUEST_BUCKETS, Processor
+from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.embedded_pg import EmbeddedPostgres
 from app.ports import ControllerEndpoint
 from app.segmentstore.embedded import EmbeddedSegmentStore
@@ -36,6 +37,7 @@ from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
+from app.services.transactions import TransactionService
 from app.store.cache import RecordCache
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.errors import translated
@@ -46,11 +48,15 @@ from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
+from app.store.txns import PgTxnStore
 from workers.buckets import REQUEST_BUCKETS_LOCK_NAMESPACE, BucketOwner
 from workers.dispatcher import RequestDispatcher
-from workers.handlers import stream_request_handlers
+from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
+from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.runner import RequestRunner
+from workers.txn_gc import CompletedTxnGc
+from workers.txn_timeouts import TxnTimeoutSweeper
 
 log = logging.getLogger("pgcontroller")
 
@@ -82,8 +88,14 @@ class Controller:
     streams: StreamService
     segments: SegmentQueries
     lifecycle: StreamLifecycle
+    txn_store: PgTxnStore
+    transactions: TransactionService
     bucket_owner: BucketOwner
     dispatcher: RequestDispatcher
+    commit_dispatcher: RequestDispatcher
+    abort_dispatcher: RequestDispatcher
+    txn_sweeper: TxnTimeoutSweeper
+    txn_gc: CompletedTxnGc
 
     def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
         """The background loops, by name; each runs until cancelled."""
@@ -91,10 +103,18 @@ class Controller:
             "notifications": self.listener.run(),
             "request-buckets": self.bucket_owner.run(),
             "request-dispatcher": self.dispatcher.run(),
+            "commit-dispatcher": self.commit_dispatcher.run(),
+            "abort-dispatcher": self.abort_dispatcher.run(),
+            "txn-timeouts": self.txn_sweeper.run(),
+            "txn-gc": self.txn_gc.run(),
         }
 
     async def stop_workers(self, timeout_s: float) -> None:
-        await self.dispatcher.stop(timeout_s)
+        await asyncio.gather(
+            self.dispatcher.stop(timeout_s),
+            self.commit_dispatcher.stop(timeout_s),
+            self.abort_dispatcher.stop(timeout_s),
+        )
         await self.bucket_owner.release()
 
 
@@ -107,6 +127,7 @@ def build_controller(
     completion_timeout_s: float = 120.0,
     seal_busy_first_s: float = 0.1,
     poll_s: float = 1.0,
+    txn_limits: TxnLimits = DEFAULT_TXN_LIMITS,
 ) -> Controller:
     clock = SystemClock()
     cache = RecordCache()
@@ -114,25 +135,71 @@ def build_controller(
     scope_store = PgScopeStore(pool)
     stream_store = PgStreamStore(pool, cache)
     requests = PgRequestQueue(pool)
+    txn_store = PgTxnStore(pool)
     segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
-    deps = WorkflowDeps(stream_store, scope_store, segment_store, clock)
+    deps = WorkflowDeps(stream_store, scope_store, segment_store, clock, txn_store)
     owner_ref: list[BucketOwner] = []
-    runner = RequestRunner(
-        requests, stream_request_handlers(deps), clock, owns=lambda bucket: owner_ref[0].owns(bucket)
+
+    def owns(bucket: int) -> bool:
+        return owner_ref[0].owns(bucket)
+
+    def owned() -> frozenset[int]:
+        return owner_ref[0].owned()
+
+    runner = RequestRunner(requests, stream_request_handlers(deps), clock, owns=owns)
+    dispatcher = RequestDispatcher(requests, runner, owned, ceiling=request_concurrency, poll_s=poll_s)
+    commit_handler = CommitTxnsHandler(deps)
+    commit_runner = RequestRunner(
+        requests,
+        commit_handlers(commit_handler),
+        clock,
+        processor=Processor.COMMITS,
+        owns=owns,
+        started_check=commit_handler.started,
     )
-    dispatcher = RequestDispatcher(
-        requests, runner, lambda: owner_ref[0].owned(), ceiling=request_concurrency, poll_s=poll_s
+    commit_dispatcher = RequestDispatcher(
+        requests,
+        commit_runner,
+        owned,
+        processor=Processor.COMMITS,
+        ceiling=request_concurrency,
+        poll_s=poll_s,
     )
+    abort_runner = RequestRunner(
+        requests, abort_handlers(deps), clock, processor=Processor.ABORTS, owns=owns, barrier=False
+    )
+    abort_dispatcher = RequestDispatcher(
+        requests,
+        abort_runner,
+        owned,
+        processor=Processor.ABORTS,
+        # Aborts are independent of each other: one key per request, not per stream.
+        key=lambda request: f"{request.key}#{request.id}",
+        ceiling=request_concurrency,
+        poll_s=poll_s,
+    )
+    dispatchers = (dispatcher, commit_dispatcher, abort_dispatcher)
+
+    def buckets_lost(buckets: frozenset[int]) -> None:
+        for each in dispatchers:
+            each.buckets_lost(buckets)
+
+    def wake_all(*_args: object) -> None:
+        for each in dispatchers:
+            each.wake()
+
     owner = BucketOwner(
         PgAdvisoryLocks(url),
         REQUEST_BUCKETS_LOCK_NAMESPACE,
         REQUEST_BUCKETS,
-        on_lost=dispatcher.buckets_lost,
-        on_gained=lambda _gained: dispatcher.wake(),
+        on_lost=buckets_lost,
+        on_gained=wake_all,
     )
     owner_ref.append(owner)
-    listener.on_request(dispatcher.wake)
-    listener.on_connected(dispatcher.wake)
+    for each in dispatchers:
+        listener.on_request(each.wake)
+    listener.on_connected(wake_all)
+    sweeper = TxnTimeoutSweeper(txn_store, clock, owned, txn_limits, tick_s=min(0.4, poll_s))
     return Controller(
         pool=pool,
         clock=clock,
@@ -154,8 +221,21 @@ def build_controller(
             completion_timeout_s=completion_timeout_s,
             seal_busy_first_s=seal_busy_first_s,
         ),
+        txn_store=txn_store,
+        transactions=TransactionService(
+            stream_store,
+            txn_store,
+            segment_store,
+            clock,
+            txn_limits,
+            timeouts_running=lambda: sweeper.running,
+        ),
         bucket_owner=owner,
         dispatcher=dispatcher,
+        commit_dispatcher=commit_dispatcher,
+        abort_dispatcher=abort_dispatcher,
+        txn_sweeper=sweeper,
+        txn_gc=CompletedTxnGc(txn_store, clock, txn_limits),
     )
 
 
@@ -175,14 +255,21 @@ async def _start_servers(settings: Settings, controller: Controller, health: Hea
     grpc_server = grpclib.server.Server(
         [
             ControllerService(
-                controller.scopes, controller.streams, controller.segments, cluster, controller.lifecycle
+                controller.scopes,
+                controller.streams,
+                controller.segments,
+                cluster,
+                controller.lifecycle,
+                controller.transactions,
             )
         ]
     )
     await grpc_server.start(sock=grpc_socket)
 
     runner = web.AppRunner(
-        create_app(controller.scopes, controller.streams, health, controller.lifecycle),
+        create_app(
+            controller.scopes, controller.streams, health, controller.lifecycle, controller.transactions
+        ),
         handle_signals=False,
         access_log=None,
     )

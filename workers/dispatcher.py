@@ -31,6 +31,7 @@ class RequestDispatcher:
         owned_buckets: Callable[[], frozenset[int]],
         *,
         processor: Processor = Processor.REQUESTS,
+        key: Callable[[Request], str] = lambda request: request.key,
         ceiling: int = 64,
         poll_s: float = 1.0,
         batch: int = 500,
@@ -39,6 +40,7 @@ class RequestDispatcher:
         self._queue = queue
         self._owned = owned_buckets
         self._processor = processor
+        self._key = key
         self._poll_s = poll_s
         self._batch = batch
         self._in_flight: set[int] = set()
@@ -59,8 +61,9 @@ class RequestDispatcher:
 
     def buckets_lost(self, buckets: frozenset[int]) -> None:
         def lost(key: str) -> bool:
-            scope, _, stream = key.partition("/")
-            return request_bucket(scope, stream) in buckets
+            # Keys are "scope/stream", optionally followed by "#<suffix>" ('#' is not a name character).
+            scope, _, rest = key.partition("/")
+            return request_bucket(scope, rest.partition("#")[0]) in buckets
 
         self._queues.cancel_where(lost)
         # Forget them all: a request still owned will simply be read again.
@@ -90,11 +93,13 @@ class RequestDispatcher:
         except StoreUnavailable as exc:
             log.warning("cannot read pending requests: %s", exc)
             return 0
+        if self._stopping.is_set():
+            return 0  # stopped while reading: the queues take no more work
         for request in pending:
             if request.id in self._in_flight or request.bucket not in buckets:
                 continue
             self._in_flight.add(request.id)
-            self._queues.submit(request.key, request)
+            self._queues.submit(self._key(request), request)
         return len(pending)
 
     async def stop(self, timeout_s: float) -> None:

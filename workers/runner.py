@@ -22,6 +22,9 @@ from workers.keyed import RetryLater
 log = logging.getLogger("pgcontroller.requests")
 
 MarkStarted = Callable[[], Awaitable[None]]
+# Whether a request's work is under way although its row was never marked started (Pravega's
+# hasTaskStarted): such a request is not held back by the fairness barrier.
+StartedCheck = Callable[[Request], Awaitable[bool]]
 
 
 class RequestHandler(Protocol):
@@ -44,6 +47,8 @@ class RequestRunner:
         *,
         processor: Processor = Processor.REQUESTS,
         owns: Callable[[int], bool] = lambda _bucket: True,
+        barrier: bool = True,
+        started_check: StartedCheck | None = None,
         postpone_first_s: float = 0.05,
         postpone_cap_s: float = 1.0,
         retry_first_s: float = 0.1,
@@ -54,6 +59,8 @@ class RequestRunner:
         self._clock = clock
         self._processor = processor
         self._owns = owns
+        self._barrier = barrier
+        self._started_check = started_check
         self._postpone = (postpone_first_s, postpone_cap_s)
         self._retry = (retry_first_s, retry_cap_s)
 
@@ -67,7 +74,12 @@ class RequestRunner:
             return RetryLater(request, wait_ms / 1000)
         current = request
         try:
-            if request.stream and not request.started and await self._barrier_blocks(request):
+            if (
+                self._barrier
+                and request.stream
+                and not request.started
+                and await self._barrier_blocks(request)
+            ):
                 return await self._postponed(request, "another processor is waiting on this stream", False)
 
             async def mark_started() -> None:
@@ -91,9 +103,13 @@ class RequestRunner:
 
     async def _barrier_blocks(self, request: Request) -> bool:
         waiting = await self._queue.get_waiting_processor(request.scope, request.stream)
-        return waiting is not None and waiting.value != self._processor.value
+        if waiting is None or waiting.value == self._processor.value:
+            return False
+        return self._started_check is None or not await self._started_check(request)
 
     async def _on_not_allowed(self, request: Request, exc: OperationNotAllowed) -> RetryLater[Request] | None:
+        if not self._barrier:
+            return await self._postponed(request, f"postponed: {exc}", False)
         try:
             await self._queue.set_waiting_processor(request.scope, request.stream, self._processor)
         except (StoreUnavailable, WriteConflict) as store_exc:
@@ -136,7 +152,7 @@ class RequestRunner:
 
     async def _finish(self, request: Request) -> RetryLater[Request] | None:
         try:
-            if request.stream:
+            if self._barrier and request.stream:
                 await self._queue.clear_waiting_processor(request.scope, request.stream, self._processor)
             await self._queue.ack(request.id)
         except (StoreUnavailable, WriteConflict) as exc:

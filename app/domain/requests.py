@@ -18,10 +18,13 @@ REQUEST_BUCKETS = 16
 
 
 class Processor(enum.Enum):
-    """Which queue runs a request: concurrent across streams, or the serial commit queue."""
+    """Which queue runs a request: the stream requests (serial per stream), the commit queue
+    (serial per stream), or transaction aborts (not serialised at all)."""
 
     REQUESTS = "requests"
     COMMITS = "commits"
+    # Aborts touch no stream state and run concurrently, even within a stream.
+    ABORTS = "aborts"
 
 
 class RequestKind(enum.Enum):
@@ -31,6 +34,8 @@ class RequestKind(enum.Enum):
     SEAL_STREAM = "seal_stream"
     DELETE_STREAM = "delete_stream"
     DELETE_SCOPE = "delete_scope"
+    COMMIT_TXNS = "commit_txns"
+    ABORT_TXN = "abort_txn"
 
 
 def request_key(scope: str, stream: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from app.domain.errors import NotFound
 from app.domain.records import ScaleType
 from app.ports import Clock, SegmentInfo
 
@@ -78,8 +77,8 @@ class EmbeddedSegmentStore:
     async def create_transaction_segment(
         self, segment_name: str, txn_high: int, txn_low: int, rollover_size_bytes: int
     ) -> None:
-        if not await self._rows.exists(segment_name):
-            raise NotFound(f"segment {segment_name} does not exist")
+        # No parent check, as in Pravega's segment store: a transaction is named after its
+        # "generalised" parent seg(number, txn epoch), which need not exist as a segment.
         await self._rows.create(
             transaction_segment_name(segment_name, txn_high, txn_low),
             "transaction",
@@ -90,8 +89,11 @@ class EmbeddedSegmentStore:
             self._clock.now_ms(),
         )
 
-    async def merge_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> int:
-        return await self._rows.merge(segment_name, transaction_segment_name(segment_name, txn_high, txn_low))
+    async def merge_transaction_segment(
+        self, segment_name: str, txn_high: int, txn_low: int, *, txn_parent: str | None = None
+    ) -> int:
+        source = transaction_segment_name(txn_parent or segment_name, txn_high, txn_low)
+        return await self._rows.merge(segment_name, source)
 
     async def abort_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> None:
         txn = transaction_segment_name(segment_name, txn_high, txn_low)

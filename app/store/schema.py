@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    Sequence,
     SmallInteger,
     Table,
     Text,
@@ -252,7 +253,7 @@ requests = Table(
     Column("started", Boolean, nullable=False, server_default=text("false")),
     Column("last_error", Text, nullable=True),
     _version(),
-    CheckConstraint("processor IN ('requests', 'commits')", name="requests_processor_check"),
+    CheckConstraint("processor IN ('requests', 'commits', 'aborts')", name="requests_processor_check"),
     Index("requests_by_bucket", "processor", "bucket", "id"),
     Index("requests_by_key", "scope", "stream", "id"),
 )
@@ -266,3 +267,73 @@ stream_waiting_processors = Table(
     Column("processor", Text, nullable=False),
     _version(),
 )
+
+# Active transactions (OPEN, COMMITTING, ABORTING). Expiry is an indexed column, not a timer:
+# whoever owns the stream's request bucket aborts what expired, even after a crash.
+transactions = Table(
+    "transactions",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("txn_high", BigInteger, nullable=False),
+    Column("txn_low", BigInteger, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    Column("lease_ms", BigInteger, nullable=False),
+    Column("lease_expiry", BigInteger, nullable=False),
+    Column("max_exec_expiry", BigInteger, nullable=False),
+    Column("writer_id", Text, nullable=True),
+    Column("commit_time", BigInteger, nullable=True),
+    Column("commit_order", BigInteger, nullable=True),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "txn_high", "txn_low", name="transactions_pkey"),
+    CheckConstraint("status IN ('OPEN', 'COMMITTING', 'ABORTING')", name="transactions_status_check"),
+    Index(
+        "transactions_open_by_expiry",
+        "bucket",
+        "lease_expiry",
+        postgresql_where=text("status = 'OPEN'"),
+    ),
+    Index(
+        "transactions_committing",
+        "stream_id",
+        "epoch",
+        "commit_order",
+        postgresql_where=text("status = 'COMMITTING'"),
+    ),
+)
+
+# The commit batch in progress (Pravega's committing-transactions record); epoch -1 = none.
+# rolling_active_epoch is set once a batch has decided to roll (§3.6), so a resumed batch
+# rolls over the same epochs instead of deciding again against the moved pointer.
+committing_txns = Table(
+    "committing_txns",
+    metadata,
+    _stream_fk(),
+    Column("epoch", Integer, nullable=False, server_default=text("-1")),
+    Column("txn_highs", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("txn_lows", ARRAY(BigInteger), nullable=False, server_default=text("'{}'")),
+    Column("rolling_active_epoch", Integer, nullable=False, server_default=text("-1")),
+    _version(),
+)
+
+# Insert-only outcome records; garbage-collected by age (reference §3.11).
+completed_txns = Table(
+    "completed_txns",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("txn_high", BigInteger, nullable=False),
+    Column("txn_low", BigInteger, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("completion_time", BigInteger, nullable=False),
+    PrimaryKeyConstraint("stream_id", "txn_high", "txn_low", name="completed_txns_pkey"),
+    CheckConstraint("status IN ('COMMITTED', 'ABORTED')", name="completed_txns_status_check"),
+    Index("completed_txns_by_time", "stream_id", "completion_time"),
+    Index("completed_txns_for_gc", "completion_time"),
+)
+
+# Transaction ids come from one global counter (Pravega's 96-bit counter; 63 bits are plenty),
+# commit order from another: both are shared by every controller process on the database.
+txn_counter = Sequence("txn_counter", metadata=metadata)
+txn_commit_order = Sequence("txn_commit_order", metadata=metadata)

@@ -523,6 +523,8 @@ class PgStreamStore:
         record: EpochRecord,
         sealed: Sequence[int],
         created: Sequence[SegmentRecord],
+        *,
+        duplicate: bool = False,
     ) -> None:
         """Writes a new epoch with its new segments and marks the sealed ones sealed in it.
         Idempotent: re-running it after a crash leaves the same rows."""
@@ -545,6 +547,7 @@ class PgStreamStore:
                 [s.id for s in created],
                 [s.key_start for s in created],
                 [s.key_end for s in created],
+                duplicate,
             )
         if not found:
             raise NotFound(f"stream {scope}/{name} not found")

@@ -227,11 +227,15 @@ ORDER BY e.epoch;
 -- A scale's new epoch: the epoch row, its new segments and the sealed-in epoch of the sealed
 -- ones, in one statement. Re-running it after a crash changes nothing: inserts skip existing
 -- rows and sealed_epoch is set only where still unset (a set-once field; its value is the guard).
+-- A duplicate epoch ($16, a rolling transaction's copy) has empty history lists.
 WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
 ep AS (
     INSERT INTO epochs (stream_id, epoch, reference_epoch, creation_time, splits, merges, segment_ids,
         key_starts, key_ends, segment_creation_times, sealed_segments, created_segments)
-    SELECT id, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM target
+    SELECT id, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+           CASE WHEN $16::boolean THEN '{}'::bigint[] ELSE $12::bigint[] END,
+           CASE WHEN $16::boolean THEN '{}'::bigint[] ELSE $13::bigint[] END
+    FROM target
     ON CONFLICT (stream_id, epoch) DO NOTHING
 ), seg AS (
     INSERT INTO segments (stream_id, segment_id, number, creation_epoch, creation_time, key_start, key_end)

@@ -214,11 +214,30 @@ def test_transaction_segment_name_uses_twos_complement() -> None:
     )
 
 
-async def test_transaction_segment_needs_its_parent(adapter: Adapter) -> None:
+async def test_transaction_segment_is_named_after_a_parent_that_need_not_exist(adapter: Adapter) -> None:
+    # A transaction created on epoch 1 is named after seg(0, 1) even when segment 0 was
+    # created in epoch 0 and no "0.#epoch.1" segment exists (reference §3.2).
+    generalised = "scope/stream/0.#epoch.1"
+    await adapter.store.create_transaction_segment(generalised, *TXN, 0)
+    name = txn_name(generalised, TXN)
+    assert await adapter.store.get_segment_info(name) == SegmentInfo(name, 0, 0, False)
     with pytest.raises(NotFound):
-        await adapter.store.create_transaction_segment(SEG, *TXN, 0)
+        await adapter.store.get_segment_info(generalised)
+
+
+async def test_merge_into_another_segment_than_the_namesake(adapter: Adapter) -> None:
+    generalised = "scope/stream/0.#epoch.1"
+    target = "scope/stream/0.#epoch.3"
+    await create(adapter, target)
+    await adapter.write(target, 7)
+    await adapter.store.create_transaction_segment(generalised, *TXN, 0)
+    await adapter.write(txn_name(generalised, TXN), 20)
+
+    length = await adapter.store.merge_transaction_segment(target, *TXN, txn_parent=generalised)
+    assert length == 27
+    assert await adapter.store.merge_transaction_segment(target, *TXN, txn_parent=generalised) == 27
     with pytest.raises(NotFound):
-        await adapter.store.get_segment_info(txn_name(SEG, TXN))
+        await adapter.store.get_segment_info(txn_name(generalised, TXN))
 
 
 @pytest.mark.parametrize("txn", [TXN, NEGATIVE_TXN], ids=["positive", "negative"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,10 @@ from app.domain.records import (
     TruncationRecord,
 )
 from app.domain.requests import NewRequest, Processor, RequestKind
+from app.domain.txns import TxnId
+from app.ports import CommitBatch
 from app.store import schema
-from tests.support.services import Services
+from tests.support.services import Services, running_controller
 
 SCOPE = "racescope"
 STREAM = "racestream"
@@ -41,6 +43,13 @@ SHARD = 0
 # stream_waiting_processors is set-if-absent and cleared only by its holder; its race test is
 # in tests/store/test_request_queue.py.
 COVERED_ELSEWHERE = frozenset({"embedded_segments", "stream_waiting_processors"})
+
+
+@pytest.fixture
+async def services(db_url: str) -> AsyncIterator[Services]:
+    # Store races only: no workers run, so nothing but the two writers touches the rows.
+    async with running_controller(db_url, workers=False) as running:
+        yield running
 
 
 async def make_stream(services: Services) -> None:
@@ -352,7 +361,7 @@ CASES = (
     ),
 )
 
-# requests: a COMMITS request, which no dispatcher consumes in these tests, postponed twice.
+# requests: a COMMITS request postponed twice (no workers run in these tests).
 
 _REQUEST_ID: dict[int, int] = {}
 
@@ -390,6 +399,65 @@ CASES = (
         _request_write,
         _request_read,
         lambda i: (1000 + i, f"writer {i}"),
+    ),
+)
+
+# transactions: two pings extend the same lease.
+
+
+async def _txn_setup(s: Services) -> int:
+    await make_stream(s)
+    created = await s.txn_store.create_txn(SCOPE, STREAM, 0, 0, 1_000, 10_000, 100_000)
+    _TXN[id(s)] = created.txn
+    lookup = await s.txn_store.get_txn(SCOPE, STREAM, created.txn)
+    assert lookup.active is not None
+    return lookup.active.version
+
+
+_TXN: dict[int, TxnId] = {}
+
+
+async def _txn_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    lease = 20_000 + variant
+    return await s.txn_store.extend_lease(SCOPE, STREAM, _TXN[id(s)], lease, 2_000 + lease, version)
+
+
+async def _txn_read(s: Services) -> tuple[Any, int]:
+    lookup = await s.txn_store.get_txn(SCOPE, STREAM, _TXN[id(s)])
+    assert lookup.active is not None
+    return lookup.active.value.lease_ms, lookup.active.version
+
+
+# committing_txns: two commit processors both decide the batch rolls over different epochs.
+
+
+async def _committing_setup(s: Services) -> int:
+    await make_stream(s)
+    return await s.txn_store.start_commit_batch(SCOPE, STREAM, CommitBatch(0, (TxnId(1, 1),)), None)
+
+
+async def _committing_write(s: Services, variant: int, version: int | None) -> int:
+    assert version is not None
+    return await s.txn_store.set_rolling_epoch(SCOPE, STREAM, 5 + variant, version)
+
+
+async def _committing_read(s: Services) -> tuple[Any, int]:
+    record = await s.txn_store.get_committing(SCOPE, STREAM)
+    assert record.batch is not None and record.version is not None
+    return record.batch.rolling_active_epoch, record.version
+
+
+CASES = (
+    *CASES,
+    Case("transactions", "transactions", _txn_setup, _txn_write, _txn_read, lambda i: 20_000 + i),
+    Case(
+        "committing_txns",
+        "committing_txns",
+        _committing_setup,
+        _committing_write,
+        _committing_read,
+        lambda i: 5 + i,
     ),
 )
 

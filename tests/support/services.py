@@ -10,12 +10,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.txns import TxnLimits
 from app.main import Controller, build_controller
 from app.ports import ControllerEndpoint
 from app.segmentstore.hosts import HostAddress, StaticContainerMap
 from app.store.pool import create_pool
 
 SEGMENT_STORE_HOSTS = (HostAddress("10.0.0.1", 12345), HostAddress("10.0.0.2", 12346))
+
+# Pravega's test configuration (lease 10 ms .. 30 s) so timeouts happen within a test; the
+# expiry grace is kept small for the same reason.
+TEST_TXN_LIMITS = TxnLimits(min_lease_ms=10, max_lease_ms=30_000, timeout_grace_ms=50)
 
 
 class FixedCluster:
@@ -39,7 +44,11 @@ class Services:
 
 @asynccontextmanager
 async def running_controller(
-    url: str, *, completion_timeout_s: float = 30.0, workers: bool = True
+    url: str,
+    *,
+    completion_timeout_s: float = 30.0,
+    workers: bool = True,
+    txn_limits: TxnLimits = TEST_TXN_LIMITS,
 ) -> AsyncIterator[Services]:
     pool = await create_pool(url, min_size=1, max_size=10)
     controller = build_controller(
@@ -49,6 +58,7 @@ async def running_controller(
         completion_timeout_s=completion_timeout_s,
         seal_busy_first_s=0.02,
         poll_s=0.2,
+        txn_limits=txn_limits,
     )
     services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
     tasks = [asyncio.create_task(c, name=n) for n, c in controller.loops().items()] if workers else []

@@ -16,7 +16,8 @@ from app.domain.requests import REQUEST_BUCKETS, NewRequest, Processor, Request,
 from app.ports import SegmentStore
 from tests.support.services import Services, running_controller
 from workers.dispatcher import RequestDispatcher
-from workers.handlers import stream_request_handlers
+from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
+from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.runner import MarkStarted, RequestHandler, RequestRunner
 
@@ -82,7 +83,7 @@ async def test_a_request_whose_processing_raises_is_retried_and_never_lost(idle_
     outcome = await s.lifecycle.scaling.scale("sc", "s", [1], [(0.5, 0.75), (0.75, 1.0)], 1)
     assert outcome.status.value == "STARTED"
     flaky = FlakyCreates(s.segment_store, failures=2)
-    deps = WorkflowDeps(s.stream_store, s.scope_store, flaky, s.clock)  # type: ignore[arg-type]
+    deps = WorkflowDeps(s.stream_store, s.scope_store, flaky, s.clock, s.txn_store)  # type: ignore[arg-type]
     async with dispatching(s, stream_request_handlers(deps)):
         await asyncio.wait_for(flaky.second_call.wait(), 10)
         # Between attempts the request is still queued, with the failure on record.
@@ -122,7 +123,10 @@ async def test_fairness_barrier_postpones_other_processors_until_the_waiting_one
         s.lifecycle.updates.update_stream("sc", "s", StreamConfig(ScalingPolicy.fixed(1), tags=("t",)))
     )
     async with dispatching(
-        s, stream_request_handlers(WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock))
+        s,
+        stream_request_handlers(
+            WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store)
+        ),
     ):
         for _ in range(200):
             waiting = await s.requests.get_waiting_processor("sc", "s")
@@ -169,6 +173,12 @@ async def test_waiting_processor_is_set_once_when_two_race(idle_services: Servic
     assert (await s.requests.get_waiting_processor("sc", "s")) is None
 
 
-def test_every_request_kind_has_a_handler() -> None:
-    deps = WorkflowDeps(None, None, None, None)  # type: ignore[arg-type]
-    assert set(stream_request_handlers(deps)) == set(RequestKind)
+def test_every_request_kind_has_exactly_one_handler() -> None:
+    deps = WorkflowDeps(None, None, None, None, None)  # type: ignore[arg-type]
+    tables = [
+        stream_request_handlers(deps),
+        commit_handlers(CommitTxnsHandler(deps)),
+        abort_handlers(deps),
+    ]
+    kinds = [kind for table in tables for kind in table]
+    assert sorted(k.value for k in kinds) == sorted(k.value for k in RequestKind)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from app.domain.requests import RequestKind
+from workers.handlers.abort_txn import AbortTxnHandler
+from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.delete_scope import DeleteScopeHandler
 from workers.handlers.delete_stream import DeleteStreamHandler
@@ -22,3 +24,11 @@ def stream_request_handlers(deps: WorkflowDeps) -> dict[RequestKind, RequestHand
         RequestKind.DELETE_STREAM: DeleteStreamHandler(deps),
         RequestKind.DELETE_SCOPE: DeleteScopeHandler(deps),
     }
+
+
+def commit_handlers(handler: CommitTxnsHandler) -> dict[RequestKind, RequestHandler]:
+    return {RequestKind.COMMIT_TXNS: handler}
+
+
+def abort_handlers(deps: WorkflowDeps) -> dict[RequestKind, RequestHandler]:
+    return {RequestKind.ABORT_TXN: AbortTxnHandler(deps)}

@@ -17,7 +17,7 @@ from app.domain.ids import epoch_of, qualified_segment_name
 from app.domain.names import mark_stream_name
 from app.domain.records import StreamState
 from app.domain.states import check_transition
-from app.ports import Clock, ScopeStore, SegmentStore, StreamStore
+from app.ports import Clock, ScopeStore, SegmentStore, StreamStore, TxnStore
 
 log = logging.getLogger("pgcontroller.workflows")
 
@@ -32,6 +32,7 @@ class WorkflowDeps:
     scopes: ScopeStore
     segment_store: SegmentStore
     clock: Clock
+    txns: TxnStore
 
 
 async def retry_conflicts(step: Callable[[], Awaitable[T]], what: str) -> T:
@@ -56,6 +57,17 @@ async def move_state(streams: StreamStore, scope: str, name: str, target: Stream
         return current.value
 
     return await retry_conflicts(step, f"state of {scope}/{name}")
+
+
+async def advance_pointer(deps: WorkflowDeps, scope: str, name: str, epoch: int) -> None:
+    """Moves the current-epoch pointer forward to `epoch` (never back)."""
+
+    async def step() -> None:
+        pointer = await deps.streams.get_current_epoch_pointer(scope, name)
+        if pointer.value < epoch:
+            await deps.streams.set_current_epoch_pointer(scope, name, epoch, pointer.version)
+
+    await retry_conflicts(step, f"current epoch of {scope}/{name}")
 
 
 async def seal_segments(deps: WorkflowDeps, scope: str, name: str, segments: Iterable[int]) -> dict[int, int]:

@@ -11,7 +11,13 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, EpochTransitionRecord, SegmentRecord, Versioned
 from app.domain.scale_rules import migrate_transition, new_epoch_record
 from workers.failpoints import failpoint
-from workers.handlers.common import WorkflowDeps, record_sealed_sizes, retry_conflicts, seal_segments
+from workers.handlers.common import (
+    WorkflowDeps,
+    advance_pointer,
+    record_sealed_sizes,
+    retry_conflicts,
+    seal_segments,
+)
 
 
 def _completed(etr: EpochTransitionRecord, active: EpochRecord) -> bool:
@@ -76,16 +82,7 @@ async def _apply(
     await failpoint("scale.after_new_epoch")
     sizes = await seal_segments(deps, scope, name, change.sealed)
     await record_sealed_sizes(deps.streams, scope, name, sizes)
-    await _advance_pointer(deps, scope, name, change.record.epoch)
-
-
-async def _advance_pointer(deps: WorkflowDeps, scope: str, name: str, epoch: int) -> None:
-    async def step() -> None:
-        pointer = await deps.streams.get_current_epoch_pointer(scope, name)
-        if pointer.value < epoch:
-            await deps.streams.set_current_epoch_pointer(scope, name, epoch, pointer.version)
-
-    await retry_conflicts(step, f"current epoch of {scope}/{name}")
+    await advance_pointer(deps, scope, name, change.record.epoch)
 
 
 async def _reset_transition(deps: WorkflowDeps, scope: str, name: str, ours: EpochTransitionRecord) -> None:

@@ -1,0 +1,217 @@
+"""Transaction use cases (reference §3): create, ping, state, commit, abort, listings.
+
+Commit and abort only record the decision (with the request that carries it out, in one
+statement) and answer at once, as Pravega does: the merge or abort of the segments happens
+in the commit and abort workers. A ping extends the lease row; the timeout sweeper reads
+those rows, so no timer dies with this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.domain.errors import NotFound, WriteConflict
+from app.domain.ids import qualified_segment_name
+from app.domain.records import SegmentRecord, Versioned
+from app.domain.requests import NewRequest, Processor, RequestKind, request_bucket
+from app.domain.txns import (
+    DEFAULT_TXN_LIMITS,
+    CompletedTxn,
+    Decision,
+    Outcome,
+    PingStatus,
+    TxnId,
+    TxnLimits,
+    TxnRecord,
+    TxnStatus,
+    abort_decision,
+    commit_decision,
+    ping_decision,
+    ping_of_completed,
+    txn_segments,
+)
+from app.ports import Clock, SegmentStore, StreamStore, TxnLookup, TxnStore
+
+# Pravega retries a versioned txn update 3 times before the error reaches the caller.
+_WRITE_ATTEMPTS = 3
+LIST_COMPLETED_LIMIT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedTransaction:
+    txn: TxnId
+    # The txn epoch's segments, re-labelled with the txn epoch: what the writer writes to.
+    segments: tuple[SegmentRecord, ...]
+
+
+class TransactionService:
+    def __init__(
+        self,
+        streams: StreamStore,
+        txns: TxnStore,
+        segment_store: SegmentStore,
+        clock: Clock,
+        limits: TxnLimits = DEFAULT_TXN_LIMITS,
+        timeouts_running: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._streams = streams
+        self._txns = txns
+        self._segment_store = segment_store
+        self._clock = clock
+        self._limits = limits
+        self._timeouts_running = timeouts_running
+
+    @property
+    def limits(self) -> TxnLimits:
+        return self._limits
+
+    async def create(self, scope: str, name: str, lease_ms: int) -> CreatedTransaction:
+        """InvalidInput for a lease out of bounds, NotFound for a missing stream, IllegalState
+        while it is SEALING or SEALED."""
+        self._limits.check_lease(lease_ms)
+        _state, active = await self._streams.get_active_epoch(scope, name)
+        txn_epoch_number = active.reference_epoch
+        now = self._clock.now_ms()
+        created = await self._txns.create_txn(
+            scope,
+            name,
+            txn_epoch_number,
+            request_bucket(scope, name),
+            now,
+            lease_ms,
+            now + self._limits.max_execution_time(lease_ms),
+        )
+        txn_epoch = (
+            active
+            if active.epoch == txn_epoch_number
+            else await self._streams.get_epoch(scope, name, txn_epoch_number)
+        )
+        parents = txn_segments(txn_epoch)
+        txn = created.txn
+        # If this fails the record stays OPEN and simply times out (Pravega does the same).
+        await asyncio.gather(
+            *(
+                self._segment_store.create_transaction_segment(
+                    qualified_segment_name(scope, name, parent.id),
+                    txn.high,
+                    txn.low,
+                    created.rollover_size_bytes,
+                )
+                for parent in parents
+            )
+        )
+        return CreatedTransaction(txn, parents)
+
+    async def _lookup(self, scope: str, name: str, txn: TxnId) -> TxnLookup | None:
+        try:
+            return await self._txns.get_txn(scope, name, txn)
+        except NotFound:
+            return None
+
+    async def state(self, scope: str, name: str, txn: TxnId) -> TxnStatus:
+        lookup = await self._lookup(scope, name, txn)
+        return TxnStatus.UNKNOWN if lookup is None else lookup.status
+
+    async def ping(self, scope: str, name: str, txn: TxnId, lease_ms: int) -> PingStatus:
+        """§3.8, checks in order. The minimum lease is not enforced here (Pravega neither)."""
+        if not self._timeouts_running():
+            return PingStatus.DISCONNECTED
+        for _ in range(_WRITE_ATTEMPTS):
+            lookup = await self._lookup(scope, name, txn)
+            if lookup is None:
+                return PingStatus.UNKNOWN
+            if lookup.active is None:
+                return ping_of_completed(None if lookup.completed is None else lookup.completed.status)
+            record = lookup.active.value
+            now = self._clock.now_ms()
+            decision = ping_decision(record.status, lease_ms, now, record.max_exec_expiry, self._limits)
+            if decision is not PingStatus.OK:
+                return decision
+            try:
+                await self._txns.extend_lease(
+                    scope, name, txn, lease_ms, now + lease_ms, lookup.active.version
+                )
+                return PingStatus.OK
+            except (WriteConflict, NotFound):
+                continue
+        raise WriteConflict(f"transaction {txn} kept changing while being pinged")
+
+    async def commit(
+        self, scope: str, name: str, txn: TxnId, writer_id: str = "", timestamp: int | None = None
+    ) -> Outcome:
+        writer = writer_id or None
+        return await self._seal(
+            scope,
+            name,
+            txn,
+            TxnStatus.COMMITTING,
+            commit_decision,
+            NewRequest(
+                RequestKind.COMMIT_TXNS, scope, name, self._clock.now_ms(), processor=Processor.COMMITS
+            ),
+            writer,
+            timestamp if writer is not None else None,
+        )
+
+    async def abort(self, scope: str, name: str, txn: TxnId) -> Outcome:
+        return await self._seal(
+            scope,
+            name,
+            txn,
+            TxnStatus.ABORTING,
+            abort_decision,
+            NewRequest(RequestKind.ABORT_TXN, scope, name, self._clock.now_ms(), processor=Processor.ABORTS),
+            None,
+            None,
+        )
+
+    async def _seal(
+        self,
+        scope: str,
+        name: str,
+        txn: TxnId,
+        target: TxnStatus,
+        decide: Callable[[TxnStatus], Decision],
+        request: NewRequest,
+        writer_id: str | None,
+        commit_time: int | None,
+    ) -> Outcome:
+        """§3.4: idempotent on its own outcome, FAILURE when crossing or unknown."""
+        for _ in range(_WRITE_ATTEMPTS):
+            lookup = await self._lookup(scope, name, txn)
+            if lookup is None:
+                return Outcome.FAILURE
+            decision = decide(lookup.status)
+            if decision is Decision.ALREADY:
+                return Outcome.SUCCESS
+            if decision is Decision.REFUSE or lookup.active is None:
+                return Outcome.FAILURE
+            try:
+                await self._txns.move_txn(
+                    scope,
+                    name,
+                    txn,
+                    target,
+                    lookup.active.version,
+                    request,
+                    writer_id=writer_id,
+                    commit_time=commit_time,
+                )
+                return Outcome.SUCCESS
+            except (WriteConflict, NotFound):
+                continue
+        raise WriteConflict(f"transaction {txn} kept changing")
+
+    async def list_completed(self, scope: str, name: str) -> list[CompletedTxn]:
+        """The most recently completed, up to 500 (Pravega's listCompletedTxn.max.records)."""
+        return await self._txns.list_completed(scope, name, LIST_COMPLETED_LIMIT)
+
+    async def list_open(self, scope: str, name: str) -> list[Versioned[TxnRecord]]:
+        """Every active transaction of the stream (OPEN, COMMITTING, ABORTING)."""
+        return await self._txns.list_active(scope, name)
+
+    async def get(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
+        """NotFound when the stream is missing."""
+        return await self._txns.get_txn(scope, name, txn)

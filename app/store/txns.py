@@ -1,0 +1,250 @@
+"""Transaction records in PostgreSQL (TxnStore port).
+
+Active records are rows keyed by (stream, id) with a version; a status change and the
+request that completes it are one statement, so no OPEN->COMMITTING move can exist without
+its commit request. Completed records are insert-only and garbage-collected by age.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.domain.errors import IllegalState, NotFound
+from app.domain.records import Versioned
+from app.domain.requests import NewRequest
+from app.domain.txns import CompletedTxn, TxnId, TxnRecord, TxnStatus
+from app.ports import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup
+from app.store import queries
+from app.store.errors import conflict_or_missing, translated
+
+_SQL = queries.load("txns")
+NO_EPOCH = -1
+
+
+def _record(row: Any) -> Versioned[TxnRecord]:
+    return Versioned(
+        TxnRecord(
+            txn=TxnId(row["txn_high"], row["txn_low"]),
+            epoch=row["epoch"],
+            status=TxnStatus(row["status"]),
+            creation_time=row["creation_time"],
+            lease_ms=row["lease_ms"],
+            lease_expiry=row["lease_expiry"],
+            max_exec_expiry=row["max_exec_expiry"],
+            writer_id=row["writer_id"],
+            commit_time=row["commit_time"],
+            commit_order=row["commit_order"],
+        ),
+        row["version"],
+    )
+
+
+def _halves(txns: Sequence[TxnId]) -> tuple[list[int], list[int]]:
+    return [t.high for t in txns], [t.low for t in txns]
+
+
+class PgTxnStore:
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    async def create_txn(
+        self, scope: str, name: str, epoch: int, bucket: int, now_ms: int, lease_ms: int, max_exec_expiry: int
+    ) -> CreatedTxn:
+        with translated():
+            row = await self._pool.fetchrow(
+                _SQL["create_txn"], scope, name, epoch, bucket, now_ms, lease_ms, max_exec_expiry
+            )
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        if row["txn_low"] is None:
+            raise IllegalState(f"stream {scope}/{name} is {row['state']}: no new transactions")
+        return CreatedTxn(TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"])
+
+    async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        active = None if row["status"] is None else _record(row)
+        completed = (
+            None
+            if row["completed_status"] is None
+            else CompletedTxn(txn, TxnStatus(row["completed_status"]), row["completion_time"])
+        )
+        return TxnLookup(active, completed)
+
+    async def _exists(self, scope: str, name: str, txn: TxnId) -> bool:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
+        return row is not None and row["status"] is not None
+
+    async def extend_lease(
+        self, scope: str, name: str, txn: TxnId, lease_ms: int, lease_expiry: int, expected_version: int
+    ) -> int:
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["extend_lease"], scope, name, txn.high, txn.low, lease_expiry, lease_ms, expected_version
+            )
+        if version is None:
+            raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
+        return int(version)
+
+    async def move_txn(
+        self,
+        scope: str,
+        name: str,
+        txn: TxnId,
+        target: TxnStatus,
+        expected_version: int,
+        request: NewRequest,
+        *,
+        writer_id: str | None = None,
+        commit_time: int | None = None,
+    ) -> int:
+        if target not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
+            raise ValueError(f"an open transaction moves to COMMITTING or ABORTING, not {target.value}")
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["move_txn"],
+                scope,
+                name,
+                txn.high,
+                txn.low,
+                target.value,
+                expected_version,
+                writer_id,
+                commit_time,
+                request.processor.value,
+                request.kind.value,
+                request.bucket,
+                request.created_at,
+            )
+        if version is None:
+            raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
+        return int(version)
+
+    async def complete_abort(
+        self, scope: str, name: str, txn: TxnId, expected_version: int, now_ms: int
+    ) -> bool:
+        with translated():
+            gone = await self._pool.fetchval(
+                _SQL["complete_abort"], scope, name, txn.high, txn.low, expected_version, now_ms
+            )
+        if gone:
+            return True
+        if await self._exists(scope, name, txn):
+            raise conflict_or_missing(True, f"transaction {txn}")
+        return False
+
+    async def list_active(self, scope: str, name: str) -> list[Versioned[TxnRecord]]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["list_active"], scope, name)
+            if not rows and not await self._pool.fetchval(_SQL["stream_exists"], scope, name):
+                raise NotFound(f"stream {scope}/{name} not found")
+        return [_record(row) for row in rows]
+
+    async def list_completed(self, scope: str, name: str, limit: int) -> list[CompletedTxn]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["list_completed"], scope, name, limit)
+            if not rows and not await self._pool.fetchval(_SQL["stream_exists"], scope, name):
+                raise NotFound(f"stream {scope}/{name} not found")
+        return [
+            CompletedTxn(TxnId(r["txn_high"], r["txn_low"]), TxnStatus(r["status"]), r["completion_time"])
+            for r in rows
+        ]
+
+    async def get_committing(self, scope: str, name: str) -> CommittingRecord:
+        with translated():
+            row = await self._pool.fetchrow(_SQL["get_committing"], scope, name)
+        if row is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        if row["version"] is None:
+            return CommittingRecord(None, None)
+        if row["epoch"] == NO_EPOCH:
+            return CommittingRecord(None, row["version"])
+        rolling = row["rolling_active_epoch"]
+        batch = CommitBatch(
+            row["epoch"],
+            tuple(TxnId(h, lo) for h, lo in zip(row["txn_highs"], row["txn_lows"], strict=True)),
+            None if rolling == NO_EPOCH else rolling,
+        )
+        return CommittingRecord(batch, row["version"])
+
+    async def next_commit_batch(self, scope: str, name: str, limit: int) -> CommitBatch | None:
+        with translated():
+            rows = await self._pool.fetch(_SQL["next_commit_batch"], scope, name, limit)
+        if not rows:
+            return None
+        return CommitBatch(rows[0]["epoch"], tuple(TxnId(r["txn_high"], r["txn_low"]) for r in rows))
+
+    async def start_commit_batch(
+        self, scope: str, name: str, batch: CommitBatch, expected_version: int | None
+    ) -> int:
+        highs, lows = _halves(batch.txns)
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["start_commit_batch"], scope, name, batch.epoch, highs, lows, expected_version
+            )
+            if version is None:
+                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+        if version is None:
+            raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
+        return int(version)
+
+    async def set_rolling_epoch(self, scope: str, name: str, active_epoch: int, expected_version: int) -> int:
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["set_rolling_epoch"], scope, name, active_epoch, expected_version
+            )
+            if version is None:
+                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+        if version is None:
+            raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
+        return int(version)
+
+    async def complete_commit_batch(
+        self,
+        scope: str,
+        name: str,
+        txns: Sequence[TxnId],
+        expected_version: int,
+        now_ms: int,
+        state_version: int | None,
+    ) -> int:
+        highs, lows = _halves(txns)
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["complete_commit_batch"],
+                scope,
+                name,
+                expected_version,
+                highs,
+                lows,
+                now_ms,
+                state_version,
+            )
+            if version is None:
+                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+        if version is None:
+            raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
+        return int(version)
+
+    async def expired(self, buckets: Sequence[int], cutoff_ms: int, limit: int) -> list[ExpiredTxn]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["expired"], list(buckets), cutoff_ms, limit)
+        return [
+            ExpiredTxn(
+                r["scope"], r["name"], TxnId(r["txn_high"], r["txn_low"]), r["version"], r["lease_expiry"]
+            )
+            for r in rows
+        ]
+
+    async def next_expiry(self, buckets: Sequence[int]) -> int | None:
+        with translated():
+            value = await self._pool.fetchval(_SQL["next_expiry"], list(buckets))
+        return None if value is None else int(value)
+
+    async def gc_completed(self, cutoff_ms: int) -> int:
+        with translated():
+            return int(await self._pool.fetchval(_SQL["gc_completed"], cutoff_ms))

@@ -1,0 +1,175 @@
+-- Transactions: active records, the commit batch in progress, completed records.
+-- Every update and delete of a mutable row is conditional on the version the caller read.
+
+-- name: create_txn
+-- The id's low half comes from the global counter; refused (no row) while SEALING/SEALED.
+-- Also answers the stream's state and rollover size, so creation needs no other read.
+WITH target AS (
+    SELECT s.id, st.state, c.rollover_size_bytes
+    FROM streams s
+    JOIN stream_states st ON st.stream_id = s.id
+    JOIN stream_configs c ON c.stream_id = s.id
+    WHERE s.scope = $1 AND s.name = $2
+), created AS (
+    INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status, creation_time,
+                              lease_ms, lease_expiry, max_exec_expiry)
+    SELECT id, $3::bigint << 32, nextval('txn_counter'), $3::int, $4::int, 'OPEN', $5::bigint, $6::bigint,
+           $5::bigint + $6::bigint, $7::bigint
+    FROM target WHERE state NOT IN ('SEALING', 'SEALED')
+    RETURNING txn_high, txn_low
+)
+SELECT t.state, t.rollover_size_bytes, c.txn_high, c.txn_low
+FROM target t LEFT JOIN created c ON true;
+
+-- name: get_txn
+-- One row while the stream exists: the active record (if any) and the completed one (if any).
+SELECT s.id AS stream_id, t.txn_high, t.txn_low, t.epoch, t.status, t.creation_time, t.lease_ms,
+       t.lease_expiry, t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.version,
+       c.status AS completed_status, c.completion_time
+FROM streams s
+LEFT JOIN transactions t ON t.stream_id = s.id AND t.txn_high = $3 AND t.txn_low = $4
+LEFT JOIN completed_txns c ON c.stream_id = s.id AND c.txn_high = $3 AND c.txn_low = $4
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: extend_lease
+UPDATE transactions t SET lease_expiry = $5, lease_ms = $6, version = t.version + 1
+FROM streams s
+WHERE s.scope = $1 AND s.name = $2 AND t.stream_id = s.id AND t.txn_high = $3 AND t.txn_low = $4
+  AND t.version = $7 AND t.status = 'OPEN'
+RETURNING t.version;
+
+-- name: move_txn
+-- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request
+-- that completes it, in one statement: the status and its work commit together.
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+moved AS (
+    UPDATE transactions t
+    SET status = $5::text, version = t.version + 1,
+        writer_id = COALESCE($7, t.writer_id),
+        commit_time = COALESCE($8, t.commit_time),
+        commit_order = CASE WHEN $5::text = 'COMMITTING' THEN nextval('txn_commit_order') ELSE t.commit_order END
+    FROM target
+    WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4 AND t.version = $6
+      AND t.status = 'OPEN'
+    RETURNING t.version
+), queued AS (
+    INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
+    SELECT $9, $10, $1, $2, $11, jsonb_build_object('txn_high', $3::bigint, 'txn_low', $4::bigint), $12
+    FROM moved
+)
+SELECT version FROM moved;
+
+-- name: complete_abort
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+gone AS (
+    DELETE FROM transactions t USING target
+    WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4 AND t.version = $5
+      AND t.status = 'ABORTING'
+    RETURNING t.stream_id, t.txn_high, t.txn_low
+), done AS (
+    INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
+    SELECT stream_id, txn_high, txn_low, 'ABORTED', $6 FROM gone
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM gone;
+
+-- name: list_active
+SELECT t.txn_high, t.txn_low, t.epoch, t.status, t.creation_time, t.lease_ms, t.lease_expiry,
+       t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.version
+FROM streams s JOIN transactions t ON t.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2
+ORDER BY t.creation_time, t.txn_low;
+
+-- name: list_completed
+-- The most recently completed first.
+SELECT c.txn_high, c.txn_low, c.status, c.completion_time
+FROM streams s JOIN completed_txns c ON c.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2
+ORDER BY c.completion_time DESC, c.txn_low DESC
+LIMIT $3;
+
+-- name: stream_exists
+SELECT EXISTS (SELECT 1 FROM streams WHERE scope = $1 AND name = $2);
+
+-- name: get_committing
+SELECT s.id AS stream_id, c.epoch, c.txn_highs, c.txn_lows, c.rolling_active_epoch, c.version
+FROM streams s LEFT JOIN committing_txns c ON c.stream_id = s.id
+WHERE s.scope = $1 AND s.name = $2;
+
+-- name: next_commit_batch
+-- The lowest epoch with committing transactions, up to $3 of them in commit-request order.
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+lowest AS (
+    SELECT min(t.epoch) AS epoch FROM transactions t JOIN target ON t.stream_id = target.id
+    WHERE t.status = 'COMMITTING'
+)
+SELECT t.txn_high, t.txn_low, t.epoch
+FROM transactions t JOIN target ON t.stream_id = target.id JOIN lowest ON t.epoch = lowest.epoch
+WHERE t.status = 'COMMITTING'
+ORDER BY t.commit_order
+LIMIT $3;
+
+-- name: start_commit_batch
+-- Writes the batch into an empty record: created on first use ($6 NULL), else at version $6.
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+created AS (
+    INSERT INTO committing_txns (stream_id, epoch, txn_highs, txn_lows)
+    SELECT id, $3, $4, $5 FROM target WHERE $6::bigint IS NULL
+    ON CONFLICT (stream_id) DO NOTHING
+    RETURNING version
+), updated AS (
+    UPDATE committing_txns c
+    SET epoch = $3, txn_highs = $4, txn_lows = $5, rolling_active_epoch = -1, version = c.version + 1
+    FROM target
+    WHERE c.stream_id = target.id AND c.version = $6 AND c.epoch = -1
+    RETURNING c.version
+)
+SELECT version FROM created UNION ALL SELECT version FROM updated;
+
+-- name: set_rolling_epoch
+UPDATE committing_txns c SET rolling_active_epoch = $3, version = c.version + 1
+FROM streams s
+WHERE s.scope = $1 AND s.name = $2 AND c.stream_id = s.id AND c.version = $4 AND c.epoch >= 0
+RETURNING c.version;
+
+-- name: complete_commit_batch
+-- One metadata transaction per batch: completed records in, active records out, the batch
+-- record emptied, and (when $7 is the state version read) COMMITTING_TXN back to ACTIVE.
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+emptied AS (
+    UPDATE committing_txns c
+    SET epoch = -1, txn_highs = '{}', txn_lows = '{}', rolling_active_epoch = -1, version = c.version + 1
+    FROM target
+    WHERE c.stream_id = target.id AND c.version = $3
+    RETURNING c.version
+), gone AS (
+    DELETE FROM transactions t USING target, emptied,
+        unnest($4::bigint[], $5::bigint[]) AS b(high, low)
+    WHERE t.stream_id = target.id AND t.txn_high = b.high AND t.txn_low = b.low
+      AND t.status = 'COMMITTING'
+    RETURNING t.stream_id, t.txn_high, t.txn_low
+), done AS (
+    INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
+    SELECT stream_id, txn_high, txn_low, 'COMMITTED', $6 FROM gone
+    ON CONFLICT DO NOTHING
+), state AS (
+    UPDATE stream_states s SET state = 'ACTIVE', version = s.version + 1
+    FROM target, emptied
+    WHERE s.stream_id = target.id AND s.state = 'COMMITTING_TXN' AND s.version = $7
+)
+SELECT version FROM emptied;
+
+-- name: expired
+-- Open transactions of the given buckets whose lease ran out before $2, oldest first.
+SELECT s.scope, s.name, t.txn_high, t.txn_low, t.version, t.lease_expiry
+FROM transactions t JOIN streams s ON s.id = t.stream_id
+WHERE t.bucket = ANY($1::int[]) AND t.status = 'OPEN' AND t.lease_expiry <= $2
+ORDER BY t.lease_expiry
+LIMIT $3;
+
+-- name: next_expiry
+SELECT min(lease_expiry) FROM transactions WHERE bucket = ANY($1::int[]) AND status = 'OPEN';
+
+-- name: gc_completed
+WITH gone AS (DELETE FROM completed_txns WHERE completion_time < $1 RETURNING 1)
+SELECT count(*) FROM gone;

@@ -1,0 +1,37 @@
+"""Abort processing (Pravega's AbortRequestHandler, reference §3.7): drop the transaction's
+segments, then record ABORTED and remove the active record in one statement. Aborts have
+no ordering constraints and run concurrently, even within one stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.domain.ids import qualified_segment_name
+from app.domain.requests import Request
+from app.domain.txns import TxnId, TxnStatus, txn_segments
+from workers.handlers.common import WorkflowDeps
+from workers.runner import MarkStarted
+
+
+class AbortTxnHandler:
+    def __init__(self, deps: WorkflowDeps) -> None:
+        self._deps = deps
+
+    async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        scope, name = request.scope, request.stream
+        txn = TxnId(int(request.payload["txn_high"]), int(request.payload["txn_low"]))
+        lookup = await self._deps.txns.get_txn(scope, name, txn)
+        if lookup.active is None or lookup.active.value.status is not TxnStatus.ABORTING:
+            return  # completed already (a re-delivery)
+        txn_epoch = await self._deps.streams.get_epoch(scope, name, lookup.active.value.epoch)
+        await asyncio.gather(
+            *(
+                self._deps.segment_store.abort_transaction_segment(
+                    qualified_segment_name(scope, name, parent.id), txn.high, txn.low
+                )
+                for parent in txn_segments(txn_epoch)
+            )
+        )
+        await self._deps.txns.complete_abort(
+            scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
+        )

@@ -1,0 +1,130 @@
+"""Commit processing (Pravega's CommitRequestHandler, reference §3.5) on the serial commit
+processor: one stream's batches run one at a time, lowest epoch first, up to 100
+transactions in commit-request order, each batch completed in one metadata transaction.
+
+A request carries no batch of its own: it commits whatever is pending, batch after batch,
+until nothing is (so later requests of the same stream usually find nothing to do). A batch
+in progress is always finished before a new one is chosen; the record remembers whether it
+rolls, so a resumed batch makes the same decision after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.domain.errors import WriteConflict
+from app.domain.ids import qualified_segment_name
+from app.domain.records import EpochRecord, StreamState, Versioned
+from app.domain.requests import Request
+from app.domain.states import check_transition
+from app.domain.txns import commits_in_place, txn_parent_id
+from app.ports import CommitBatch, CommittingRecord
+from workers.failpoints import failpoint
+from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
+from workers.handlers.rolling_txns import roll_transactions
+from workers.runner import MarkStarted
+
+MAX_TRANSACTION_COMMIT_BATCH_SIZE = 100
+
+
+class CommitTxnsHandler:
+    def __init__(self, deps: WorkflowDeps, batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE) -> None:
+        self._deps = deps
+        self._batch_size = batch_size
+
+    async def started(self, request: Request) -> bool:
+        """Pravega's hasTaskStarted: a stream in COMMITTING_TXN or SEALING lets commits pass
+        the fairness barrier (sealing waits for them)."""
+        state = (await self._deps.streams.get_state(request.scope, request.stream)).value
+        return state in (StreamState.COMMITTING_TXN, StreamState.SEALING)
+
+    async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        scope, name = request.scope, request.stream
+        txns = self._deps.txns
+        started = False
+        while True:
+            record = await txns.get_committing(scope, name)
+            if record.batch is None:
+                batch = await txns.next_commit_batch(scope, name, self._batch_size)
+                if batch is None:
+                    await _leave_committing_state(self._deps, scope, name)
+                    return
+                state = await _enter_committing_state(self._deps, scope, name)
+                if not started:
+                    await mark_started()
+                    started = True
+                try:
+                    version = await txns.start_commit_batch(scope, name, batch, record.version)
+                except WriteConflict:
+                    continue
+                record = CommittingRecord(batch, version)
+            else:
+                state = await _enter_committing_state(self._deps, scope, name)
+                if not started:
+                    await mark_started()
+                    started = True
+            await self._commit(scope, name, record, state)
+
+    async def _commit(
+        self, scope: str, name: str, record: CommittingRecord, state: Versioned[StreamState]
+    ) -> None:
+        batch = record.batch
+        version = record.version
+        assert batch is not None and version is not None
+        streams = self._deps.streams
+        txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
+        if batch.rolling_active_epoch is None:
+            _state, active = await streams.get_active_epoch(scope, name)
+            if commits_in_place(active, txn_epoch):
+                await _merge_into(self._deps, scope, name, active, batch)
+            else:
+                version = await self._deps.txns.set_rolling_epoch(scope, name, active.epoch, version)
+                await roll_transactions(self._deps, scope, name, active, txn_epoch, batch)
+        else:
+            rolling_from = await streams.get_epoch(scope, name, batch.rolling_active_epoch)
+            await roll_transactions(self._deps, scope, name, rolling_from, txn_epoch, batch)
+        await failpoint("commit.before_complete")
+        await self._deps.txns.complete_commit_batch(
+            scope,
+            name,
+            batch.txns,
+            version,
+            self._deps.clock.now_ms(),
+            state.version if state.value is StreamState.COMMITTING_TXN else None,
+        )
+
+
+async def _merge_into(
+    deps: WorkflowDeps, scope: str, name: str, active: EpochRecord, batch: CommitBatch
+) -> None:
+    """Each active segment takes its transactions in commit order; segments in parallel.
+    Re-merging a merged transaction adds nothing, so a resumed batch is safe."""
+
+    async def merge_segment(segment: int) -> None:
+        target = qualified_segment_name(scope, name, segment)
+        parent = qualified_segment_name(scope, name, txn_parent_id(segment, batch.epoch))
+        for txn in batch.txns:
+            await deps.segment_store.merge_transaction_segment(target, txn.high, txn.low, txn_parent=parent)
+
+    await asyncio.gather(*(merge_segment(s.id) for s in active.segments))
+
+
+async def _enter_committing_state(deps: WorkflowDeps, scope: str, name: str) -> Versioned[StreamState]:
+    """ACTIVE -> COMMITTING_TXN; left alone in COMMITTING_TXN or SEALING (commits proceed
+    while sealing). OperationNotAllowed in any other state: the request is postponed."""
+
+    async def step() -> Versioned[StreamState]:
+        current = await deps.streams.get_state(scope, name)
+        if current.value in (StreamState.COMMITTING_TXN, StreamState.SEALING):
+            return current
+        check_transition(current.value, StreamState.COMMITTING_TXN)
+        version = await deps.streams.set_state(scope, name, StreamState.COMMITTING_TXN, current.version)
+        return Versioned(StreamState.COMMITTING_TXN, version)
+
+    return await retry_conflicts(step, f"state of {scope}/{name}")
+
+
+async def _leave_committing_state(deps: WorkflowDeps, scope: str, name: str) -> None:
+    # Re-entrancy after a crash between a batch and its state reset.
+    if (await deps.streams.get_state(scope, name)).value is StreamState.COMMITTING_TXN:
+        await move_state(deps.streams, scope, name, StreamState.ACTIVE)
