@@ -15,6 +15,7 @@ from pathlib import Path
 
 from app.config import Settings, default_instance_id, env, parse_hosts
 from app.domain.errors import InvalidInput
+from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 
 EXIT_USAGE = 2
@@ -99,6 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
         "PGCONTROLLER_COMPLETION_TIMEOUT; default 120, Pravega's bound)",
     )
     serve.add_argument(
+        "--txn-min-lease",
+        type=int,
+        default=_int_env("TXN_MIN_LEASE_MS", 10_000),
+        help="smallest transaction lease in ms (env PGCONTROLLER_TXN_MIN_LEASE_MS; default 10000)",
+    )
+    serve.add_argument(
+        "--txn-max-lease",
+        type=int,
+        default=_int_env("TXN_MAX_LEASE_MS", 600_000),
+        help="largest transaction lease in ms (env PGCONTROLLER_TXN_MAX_LEASE_MS; default 600000)",
+    )
+    serve.add_argument(
+        "--txn-ttl-hours",
+        type=int,
+        default=_int_env("TXN_TTL_HOURS", 24),
+        help="completed-transaction records are kept 1-2 times this (env PGCONTROLLER_TXN_TTL_HOURS; "
+        "default 24)",
+    )
+    serve.add_argument(
         "--ready-file", default=env("READY_FILE"), help="write the bound ports as JSON here once serving"
     )
 
@@ -130,6 +150,11 @@ def _settings(args: argparse.Namespace) -> Settings:
             segment_store_hosts=parse_hosts(args.segment_store_hosts),
             request_concurrency=args.request_concurrency,
             completion_timeout_s=float(args.completion_timeout),
+            txn_limits=TxnLimits(
+                min_lease_ms=args.txn_min_lease,
+                max_lease_ms=args.txn_max_lease,
+                completed_ttl_ms=args.txn_ttl_hours * 3_600_000,
+            ),
         )
     except (ValueError, InvalidInput) as exc:
         raise SystemExit(f"pgcontroller: {exc}") from None

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.segmentstore.hosts import HostAddress
 
 ENV_PREFIX = "PGCONTROLLER_"
@@ -40,6 +41,7 @@ class Settings:
     pool_max_size: int = 20
     request_concurrency: int = 64
     completion_timeout_s: float = 120.0
+    txn_limits: TxnLimits = DEFAULT_TXN_LIMITS
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "rest_port"):

@@ -326,6 +326,7 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
             StaticContainerMap(settings.container_count, settings.segment_store_hosts),
             request_concurrency=settings.request_concurrency,
             completion_timeout_s=settings.completion_timeout_s,
+            txn_limits=settings.txn_limits,
         )
         running = await _start_servers(settings, controller, health)
 
