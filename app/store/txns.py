@@ -182,26 +182,12 @@ class PgTxnStore:
         self, scope: str, name: str, batch: CommitBatch, expected_version: int | None
     ) -> int:
         highs, lows = _halves(batch.txns)
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["start_commit_batch"], scope, name, batch.epoch, highs, lows, expected_version
-            )
-            if version is None:
-                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
-        if version is None:
-            raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
-        return int(version)
+        sql = _SQL["start_commit_batch"]
+        return await self._committing_write(sql, scope, name, batch.epoch, highs, lows, expected_version)
 
     async def set_rolling_epoch(self, scope: str, name: str, active_epoch: int, expected_version: int) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["set_rolling_epoch"], scope, name, active_epoch, expected_version
-            )
-            if version is None:
-                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
-        if version is None:
-            raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
-        return int(version)
+        sql = _SQL["set_rolling_epoch"]
+        return await self._committing_write(sql, scope, name, active_epoch, expected_version)
 
     async def complete_commit_batch(
         self,
@@ -213,17 +199,16 @@ class PgTxnStore:
         state_version: int | None,
     ) -> int:
         highs, lows = _halves(txns)
+        sql = _SQL["complete_commit_batch"]
+        return await self._committing_write(
+            sql, scope, name, expected_version, highs, lows, now_ms, state_version
+        )
+
+    async def _committing_write(self, sql: str, scope: str, name: str, *args: Any) -> int:
+        """A version-checked write of the committing-transactions record; on no row, tells a
+        missing stream (NotFound) from a lost race (WriteConflict)."""
         with translated():
-            version = await self._pool.fetchval(
-                _SQL["complete_commit_batch"],
-                scope,
-                name,
-                expected_version,
-                highs,
-                lows,
-                now_ms,
-                state_version,
-            )
+            version = await self._pool.fetchval(sql, scope, name, *args)
             if version is None:
                 exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
         if version is None:
