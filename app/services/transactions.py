@@ -152,7 +152,8 @@ class TransactionService:
                 RequestKind.COMMIT_TXNS, scope, name, self._clock.now_ms(), processor=Processor.COMMITS
             ),
             writer,
-            timestamp if writer is not None else None,
+            # Clients send Long.MIN_VALUE for "no timestamp": only a real time is a commit time.
+            timestamp if writer is not None and timestamp is not None and timestamp >= 0 else None,
         )
 
     async def abort(self, scope: str, name: str, txn: TxnId) -> Outcome:

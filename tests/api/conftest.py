@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpclib.server
 import pytest
@@ -13,10 +14,16 @@ from app.api.grpc.service import ControllerService
 from tests.support.services import Services
 
 
-@pytest.fixture
-async def stub(services: Services) -> AsyncIterator[ControllerServiceStub]:
+@asynccontextmanager
+async def served(services: Services) -> AsyncIterator[ControllerServiceStub]:
+    """The ControllerService over `services` on a loopback port, and a stub connected to it."""
     service = ControllerService(
-        services.scopes, services.streams, services.segments, services.cluster, services.lifecycle
+        services.scopes,
+        services.streams,
+        services.segments,
+        services.cluster,
+        services.lifecycle,
+        services.transactions,
     )
     server = grpclib.server.Server([service])
     await server.start("127.0.0.1", 0)
@@ -29,3 +36,9 @@ async def stub(services: Services) -> AsyncIterator[ControllerServiceStub]:
         channel.close()
         server.close()
         await server.wait_closed()
+
+
+@pytest.fixture
+async def stub(services: Services) -> AsyncIterator[ControllerServiceStub]:
+    async with served(services) as connected:
+        yield connected

@@ -330,5 +330,5 @@ async def test_server_list_delegation_token_and_unimplemented(stub: ControllerSe
     token = await stub.getDelegationToken(pb.StreamInfo(scope="sc", stream="s"))
     assert token.delegationToken == ""
     with pytest.raises(GRPCError) as raised:
-        await stub.createTransaction(pb.CreateTxnRequest(streamInfo=pb.StreamInfo(scope="sc", stream="s")))
+        await stub.listSubscribers(pb.StreamInfo(scope="sc", stream="s"))
     assert raised.value.status == Status.UNIMPLEMENTED

@@ -23,11 +23,13 @@ from app.services.lifecycle import StreamLifecycle
 from app.services.paging import PAGE_LIMIT, Page
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
+from app.services.transactions import TransactionService
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
+from app.store.txns import PgTxnStore
 from tests.api.conftest_rest import PREFIX, Api, resolve
 
 MB = 1024 * 1024
@@ -45,7 +47,10 @@ def build_app(pool: Any, scopes_cls: type[ScopeService] = ScopeService) -> web.A
         PgStreamStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
     )
     lifecycle = StreamLifecycle.build(PgScopeStore(pool), PgStreamStore(pool), PgRequestQueue(pool), clock)
-    return create_app(scopes, streams, HealthService(clock), lifecycle)
+    transactions = TransactionService(
+        PgStreamStore(pool), PgTxnStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
+    )
+    return create_app(scopes, streams, HealthService(clock), lifecycle, transactions)
 
 
 @pytest.fixture

@@ -32,7 +32,13 @@ STEP = 10_000
 
 @pytest.fixture
 async def api(services: Services) -> AsyncIterator[Api]:
-    app = create_app(services.scopes, services.streams, HealthService(SystemClock()), services.lifecycle)
+    app = create_app(
+        services.scopes,
+        services.streams,
+        HealthService(SystemClock()),
+        services.lifecycle,
+        services.transactions,
+    )
     async with TestClient(TestServer(app)) as client:
         yield Api(client, app)
 

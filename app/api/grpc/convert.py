@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import InvalidInput
 from app.domain.records import (
@@ -12,6 +14,7 @@ from app.domain.records import (
     SegmentRecord,
     StreamConfig,
 )
+from app.domain.txns import CompletedTxn, Outcome, PingStatus, TxnId, TxnStatus
 
 
 def stream_config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
@@ -76,4 +79,62 @@ def segment_range(scope: str, stream: str, segment: SegmentRecord) -> pb.Segment
         segmentId=pb.SegmentId(streamInfo=pb.StreamInfo(scope=scope, stream=stream), segmentId=segment.id),
         minKey=segment.key_start,
         maxKey=segment.key_end,
+    )
+
+
+# --- transactions ---------------------------------------------------------------------
+
+_PING_STATUS = {
+    PingStatus.OK: pb.PingTxnStatus.OK,
+    PingStatus.LEASE_TOO_LARGE: pb.PingTxnStatus.LEASE_TOO_LARGE,
+    PingStatus.MAX_EXECUTION_TIME_EXCEEDED: pb.PingTxnStatus.MAX_EXECUTION_TIME_EXCEEDED,
+    PingStatus.DISCONNECTED: pb.PingTxnStatus.DISCONNECTED,
+    PingStatus.COMMITTED: pb.PingTxnStatus.COMMITTED,
+    PingStatus.ABORTED: pb.PingTxnStatus.ABORTED,
+    PingStatus.UNKNOWN: pb.PingTxnStatus.UNKNOWN,
+}
+_TXN_STATE = {
+    TxnStatus.UNKNOWN: pb.TxnState.UNKNOWN,
+    TxnStatus.OPEN: pb.TxnState.OPEN,
+    TxnStatus.COMMITTING: pb.TxnState.COMMITTING,
+    TxnStatus.COMMITTED: pb.TxnState.COMMITTED,
+    TxnStatus.ABORTING: pb.TxnState.ABORTING,
+    TxnStatus.ABORTED: pb.TxnState.ABORTED,
+}
+_OUTCOME = {
+    Outcome.SUCCESS: pb.TxnStatus.SUCCESS,
+    Outcome.FAILURE: pb.TxnStatus.FAILURE,
+}
+_COMPLETED = {
+    TxnStatus.COMMITTED: pb.TxnResponse.COMMITTED,
+    TxnStatus.ABORTED: pb.TxnResponse.ABORTED,
+}
+
+
+def txn_id_to_proto(txn: TxnId) -> pb.TxnId:
+    return pb.TxnId(highBits=txn.high, lowBits=txn.low)
+
+
+def txn_id_from_proto(msg: pb.TxnId) -> TxnId:
+    # An absent txnId reads as (0, 0): an id no transaction has, so it answers UNKNOWN/FAILURE.
+    return TxnId(msg.highBits, msg.lowBits)
+
+
+def ping_status_to_proto(status: PingStatus) -> pb.PingTxnStatus:
+    return pb.PingTxnStatus(status=_PING_STATUS[status])
+
+
+def txn_state_to_proto(status: TxnStatus) -> pb.TxnState:
+    return pb.TxnState(state=_TXN_STATE[status])
+
+
+def outcome_to_proto(outcome: Outcome) -> pb.TxnStatus:
+    return pb.TxnStatus(status=_OUTCOME[outcome])
+
+
+def completed_txns_to_proto(completed: Sequence[CompletedTxn]) -> pb.ListCompletedTxnResponse:
+    return pb.ListCompletedTxnResponse(
+        response=[
+            pb.TxnResponse(txnId=txn_id_to_proto(c.txn), status=_COMPLETED[c.status]) for c in completed
+        ]
     )

@@ -18,11 +18,21 @@ from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from app.api.grpc.convert import segment_range, stream_config_from_proto, stream_config_to_proto
+from app.api.grpc.convert import (
+    completed_txns_to_proto,
+    outcome_to_proto,
+    ping_status_to_proto,
+    segment_range,
+    stream_config_from_proto,
+    stream_config_to_proto,
+    txn_id_from_proto,
+    txn_id_to_proto,
+    txn_state_to_proto,
+)
 from app.api.grpc.errors import grpc_error_for
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import DomainError, NotFound
-from app.domain.names import is_valid_scope_or_stream_name
+from app.domain.names import is_valid_scope_or_stream_name, require_present
 from app.ports import ClusterView
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
@@ -31,6 +41,7 @@ from app.services.scopes import ScopeOutcome, ScopeService
 from app.services.segments import SegmentQueries
 from app.services.stream_updates import UpdateOutcome
 from app.services.streams import CreateStreamOutcome, StreamService
+from app.services.transactions import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +105,14 @@ class ControllerService:
         segments: SegmentQueries,
         cluster: ClusterView,
         lifecycle: StreamLifecycle,
+        transactions: TransactionService,
     ) -> None:
         self._scopes = scopes
         self._streams = streams
         self._segments = segments
         self._cluster = cluster
         self._lifecycle = lifecycle
+        self._transactions = transactions
 
     # --- grpclib plumbing -----------------------------------------------------------------
 
@@ -299,6 +312,52 @@ class ControllerService:
         host, port = self._segments.uri(info.scope, info.stream, request.segmentId)
         return pb.NodeUri(endpoint=host, port=port)
 
+    # --- transactions ---------------------------------------------------------------------
+
+    async def rpc_createTransaction(self, request: pb.CreateTxnRequest) -> pb.CreateTxnResponse:
+        # scaleGracePeriod is deprecated and ignored, as in Pravega.
+        scope, stream = _stream_names(request.streamInfo)
+        created = await self._transactions.create(scope, stream, request.lease)
+        return pb.CreateTxnResponse(
+            txnId=txn_id_to_proto(created.txn),
+            activeSegments=[segment_range(scope, stream, s) for s in created.segments],
+            delegationToken=_NO_TOKEN,
+        )
+
+    async def rpc_pingTransaction(self, request: pb.PingTxnRequest) -> pb.PingTxnStatus:
+        scope, stream = _stream_names(request.streamInfo)
+        status = await self._transactions.ping(scope, stream, txn_id_from_proto(request.txnId), request.lease)
+        return ping_status_to_proto(status)
+
+    async def rpc_checkTransactionState(self, request: pb.TxnRequest) -> pb.TxnState:
+        scope, stream = _stream_names(request.streamInfo)
+        status = await self._transactions.state(scope, stream, txn_id_from_proto(request.txnId))
+        return txn_state_to_proto(status)
+
+    async def rpc_commitTransaction(self, request: pb.TxnRequest) -> pb.TxnStatus:
+        scope, stream = _stream_names(request.streamInfo)
+        # The timestamp only means something with a writer id; the service also drops
+        # Long.MIN_VALUE, the client's "no timestamp".
+        outcome = await self._transactions.commit(
+            scope,
+            stream,
+            txn_id_from_proto(request.txnId),
+            writer_id=request.writerId,
+            timestamp=request.timestamp if request.writerId else None,
+        )
+        return outcome_to_proto(outcome)
+
+    async def rpc_abortTransaction(self, request: pb.TxnRequest) -> pb.TxnStatus:
+        scope, stream = _stream_names(request.streamInfo)
+        outcome = await self._transactions.abort(scope, stream, txn_id_from_proto(request.txnId))
+        return outcome_to_proto(outcome)
+
+    async def rpc_listCompletedTransactions(
+        self, request: pb.ListCompletedTxnRequest
+    ) -> pb.ListCompletedTxnResponse:
+        scope, stream = _stream_names(request.streamInfo)
+        return completed_txns_to_proto(await self._transactions.list_completed(scope, stream))
+
     # --- cluster and security -------------------------------------------------------------
 
     async def rpc_getControllerServerList(self, request: pb.ServerRequest) -> pb.ServerResponse:
@@ -315,6 +374,13 @@ def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScope
         continuationToken=pb.ContinuationToken(token=token),
         status=pb.StreamsInScopeResponse.SUCCESS,
     )
+
+
+def _stream_names(info: pb.StreamInfo) -> tuple[str, str]:
+    """Empty names fail before any work, as every stream RPC's service does (InvalidInput)."""
+    require_present("scope", info.scope)
+    require_present("stream", info.stream)
+    return info.scope, info.stream
 
 
 def _message_class(name: str) -> type[Message]:

@@ -12,8 +12,9 @@ from aiohttp import hdrs, web
 from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
+from app.api.rest import transactions as txn_routes
 from app.api.rest.http import error_response
-from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS
+from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS, TRANSACTIONS
 from app.domain.errors import (
     AlreadyExists,
     DomainError,
@@ -30,6 +31,7 @@ from app.services.health import HealthService
 from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
+from app.services.transactions import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +113,22 @@ def load_openapi() -> bytes:
 
 
 def create_app(
-    scopes: ScopeService, streams: StreamService, health: HealthService, lifecycle: StreamLifecycle
+    scopes: ScopeService,
+    streams: StreamService,
+    health: HealthService,
+    lifecycle: StreamLifecycle,
+    transactions: TransactionService,
 ) -> web.Application:
     app = web.Application(middlewares=[json_errors])
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health
     app[LIFECYCLE] = lifecycle
+    app[TRANSACTIONS] = transactions
     app[OPENAPI] = load_openapi()
     app.add_routes(scope_routes.ROUTES)
     app.add_routes(stream_routes.ROUTES)
+    app.add_routes(txn_routes.ROUTES)
     app.add_routes(health_routes.ROUTES)
     app.add_routes([web.get(OPENAPI_PATH, _openapi, allow_head=False)])
     return app

@@ -9,9 +9,11 @@ from app.services.health import HealthService
 from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
+from app.services.transactions import TransactionService
 
 SCOPES = web.AppKey("scopes", ScopeService)
 STREAMS = web.AppKey("streams", StreamService)
 HEALTH = web.AppKey("health", HealthService)
 LIFECYCLE = web.AppKey("lifecycle", StreamLifecycle)
+TRANSACTIONS = web.AppKey("transactions", TransactionService)
 OPENAPI = web.AppKey("openapi", bytes)

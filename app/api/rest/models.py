@@ -1,5 +1,6 @@
 """JSON <-> domain conversion for Pravega's REST models (Create/UpdateStreamRequest, ScalingConfig,
-RetentionConfig, StreamProperty, StreamState, ScaleMetadata) and the strict checks behind every 400."""
+RetentionConfig, StreamProperty, StreamState, ScaleMetadata), our transaction views, and the strict
+checks behind every 400."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from app.domain.names import (
     is_valid_user_name,
 )
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamConfig
+from app.domain.txns import TxnId, TxnRecord
+from app.ports import TxnLookup
 from app.services.history import ScalingEvent
 
 INT32_MAX = 2**31 - 1
@@ -335,3 +338,38 @@ def _scale_metadata(event: ScalingEvent, splits: int, merges: int) -> dict[str, 
         "splits": splits,
         "merges": merges,
     }
+
+
+# --- transactions (our extension) -------------------------------------------------------
+
+
+def txn_record_json(record: TxnRecord) -> dict[str, Any]:
+    """An active transaction. Members without a value (no writer, not committing) are left
+    out rather than sent as null."""
+    out: dict[str, Any] = {
+        "txnId": str(record.txn),
+        "epoch": record.epoch,
+        "status": record.status.value,
+        "creationTime": record.creation_time,
+        "leaseMs": record.lease_ms,
+        "leaseExpiry": record.lease_expiry,
+        "maxExecutionExpiry": record.max_exec_expiry,
+    }
+    if record.writer_id is not None:
+        out["writerId"] = record.writer_id
+    if record.commit_time is not None:
+        out["commitTime"] = record.commit_time
+    if record.commit_order is not None:
+        out["commitOrder"] = record.commit_order
+    return out
+
+
+def txn_state_json(txn: TxnId, lookup: TxnLookup) -> dict[str, Any]:
+    """What is known of one id: the active record's fields while it is active, the completion
+    time once completed, only the id, its epoch and UNKNOWN otherwise."""
+    if lookup.active is not None:
+        return txn_record_json(lookup.active.value)
+    out: dict[str, Any] = {"txnId": str(txn), "epoch": txn.epoch, "status": lookup.status.value}
+    if lookup.completed is not None:
+        out["completionTime"] = lookup.completed.completion_time
+    return out
