@@ -148,7 +148,7 @@ def build_controller(
 
     runner = RequestRunner(requests, stream_request_handlers(deps), clock, owns=owns)
     dispatcher = RequestDispatcher(requests, runner, owned, ceiling=request_concurrency, poll_s=poll_s)
-    commit_handler = CommitTxnsHandler(deps)
+    commit_handler = CommitTxnsHandler(deps, requests)
     commit_runner = RequestRunner(
         requests,
         commit_handlers(commit_handler),
@@ -162,6 +162,9 @@ def build_controller(
         commit_runner,
         owned,
         processor=Processor.COMMITS,
+        # One run commits everything pending on the stream and acknowledges the requests it
+        # covered, so a stream's later commit requests wait in the database, not in memory.
+        one_per_key=True,
         ceiling=request_concurrency,
         poll_s=poll_s,
     )

@@ -223,8 +223,16 @@ class RequestQueue(Protocol):
     async def enqueue(self, request: NewRequest) -> int: ...
 
     async def pending(
-        self, processor: Processor, buckets: Sequence[int], exclude: Sequence[int], limit: int
-    ) -> list[Request]: ...
+        self,
+        processor: Processor,
+        buckets: Sequence[int],
+        exclude: Sequence[int],
+        limit: int,
+        *,
+        first_per_key: bool = False,
+    ) -> list[Request]:
+        """Queued requests in id order; with `first_per_key`, only each key's oldest."""
+        ...
 
     async def get(self, request_id: int) -> Request | None: ...
 
@@ -233,6 +241,14 @@ class RequestQueue(Protocol):
     async def mark_started(self, request: Request) -> Request: ...
 
     async def ack(self, request_id: int) -> None: ...
+
+    async def pending_ids_for_key(self, processor: Processor, scope: str, stream: str) -> list[int]:
+        """Ids of the key's queued requests of `processor`, oldest first."""
+        ...
+
+    async def ack_many(self, request_ids: Sequence[int]) -> None:
+        """Acknowledges requests another request's run has done the work of."""
+        ...
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool: ...
 
@@ -298,6 +314,13 @@ class SegmentStore(Protocol):
         transaction segment is named after `txn_parent` (default: `segment_name` itself):
         a rolled or re-labelled transaction merges into a segment other than its namesake.
         Merging one that was merged already returns the target's current length."""
+        ...
+
+    async def merge_transaction_segments(
+        self, segment_name: str, txns: Sequence[tuple[int, int]], *, txn_parent: str | None = None
+    ) -> int:
+        """Merges the transactions, in order, as one batch (the wire's MergeSegmentsBatch);
+        returns the target's length afterwards. The same idempotence as the single merge."""
         ...
 
     async def abort_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> None: ...

@@ -32,6 +32,7 @@ class RequestDispatcher:
         *,
         processor: Processor = Processor.REQUESTS,
         key: Callable[[Request], str] = lambda request: request.key,
+        one_per_key: bool = False,
         ceiling: int = 64,
         poll_s: float = 1.0,
         batch: int = 500,
@@ -41,6 +42,10 @@ class RequestDispatcher:
         self._owned = owned_buckets
         self._processor = processor
         self._key = key
+        # With one_per_key, a key's later requests stay in the database (not in memory) while
+        # one of its requests is queued or running: for processors whose run covers them.
+        self._one_per_key = one_per_key
+        self._keys_in_memory: dict[str, int] = {}
         self._poll_s = poll_s
         self._batch = batch
         self._in_flight: set[int] = set()
@@ -68,39 +73,59 @@ class RequestDispatcher:
         self._queues.cancel_where(lost)
         # Forget them all: a request still owned will simply be read again.
         self._in_flight.clear()
+        self._keys_in_memory.clear()
 
     def _done(self, request: Request) -> None:
         self._in_flight.discard(request.id)
+        key = self._key(request)
+        left = self._keys_in_memory.get(key, 0) - 1
+        if left > 0:
+            self._keys_in_memory[key] = left
+        else:
+            self._keys_in_memory.pop(key, None)
+            if self._one_per_key:
+                self._wake.set()  # the key's next request may be waiting in the database
 
     async def run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
             await failpoint("dispatcher.loop")
-            fetched = await self._dispatch_once()
-            if fetched >= self._batch:
-                continue
+            fetched, submitted = await self._dispatch_once()
+            if fetched >= self._batch and submitted:
+                continue  # more may be waiting beyond this batch
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
 
-    async def _dispatch_once(self) -> int:
+    async def _dispatch_once(self) -> tuple[int, int]:
+        """(rows read, requests newly put in memory)."""
         buckets = self._owned()
         if not buckets:
-            return 0
+            return 0, 0
         try:
             pending = await self._queue.pending(
-                self._processor, sorted(buckets), sorted(self._in_flight), self._batch
+                self._processor,
+                sorted(buckets),
+                sorted(self._in_flight),
+                self._batch,
+                first_per_key=self._one_per_key,
             )
         except StoreUnavailable as exc:
             log.warning("cannot read pending requests: %s", exc)
-            return 0
+            return 0, 0
         if self._stopping.is_set():
-            return 0  # stopped while reading: the queues take no more work
+            return 0, 0  # stopped while reading: the queues take no more work
+        submitted = 0
         for request in pending:
             if request.id in self._in_flight or request.bucket not in buckets:
                 continue
+            key = self._key(request)
+            if self._one_per_key and key in self._keys_in_memory:
+                continue
             self._in_flight.add(request.id)
-            self._queues.submit(self._key(request), request)
-        return len(pending)
+            self._keys_in_memory[key] = self._keys_in_memory.get(key, 0) + 1
+            self._queues.submit(key, request)
+            submitted += 1
+        return len(pending), submitted
 
     async def stop(self, timeout_s: float) -> None:
         """Stop intake, let running requests finish within the timeout, cancel the rest."""

@@ -8,6 +8,7 @@ writer traffic for tests and demonstrations; it is not part of the port.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from app.domain.records import ScaleType
@@ -37,7 +38,7 @@ class SegmentRows(Protocol):
     async def truncate(self, name: str, offset: int) -> None: ...
     async def delete(self, name: str, with_suffix_like: str) -> None: ...
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None: ...
-    async def merge(self, parent: str, txn_segment: str) -> int: ...
+    async def merge(self, parent: str, txn_segments: Sequence[str]) -> int: ...
     async def append(self, name: str, size: int) -> int: ...
     async def delete_table(self, name: str, must_be_empty: bool) -> None: ...
 
@@ -93,7 +94,15 @@ class EmbeddedSegmentStore:
         self, segment_name: str, txn_high: int, txn_low: int, *, txn_parent: str | None = None
     ) -> int:
         source = transaction_segment_name(txn_parent or segment_name, txn_high, txn_low)
-        return await self._rows.merge(segment_name, source)
+        return await self._rows.merge(segment_name, [source])
+
+    async def merge_transaction_segments(
+        self, segment_name: str, txns: Sequence[tuple[int, int]], *, txn_parent: str | None = None
+    ) -> int:
+        parent = txn_parent or segment_name
+        return await self._rows.merge(
+            segment_name, [transaction_segment_name(parent, h, lo) for h, lo in txns]
+        )
 
     async def abort_transaction_segment(self, segment_name: str, txn_high: int, txn_low: int) -> None:
         txn = transaction_segment_name(segment_name, txn_high, txn_low)

@@ -6,6 +6,7 @@ database sees the same segments, as they would with one real segment store clust
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
@@ -70,9 +71,9 @@ class PgEmbeddedSegmentRows:
         if version is None:
             raise NotFound(f"segment {name} does not exist")
 
-    async def merge(self, parent: str, txn_segment: str) -> int:
+    async def merge(self, parent: str, txn_segments: Sequence[str]) -> int:
         with translated():
-            length = await self._pool.fetchval(_SQL["merge_transaction_segment"], parent, txn_segment)
+            length = await self._pool.fetchval(_SQL["merge_transaction_segments"], parent, list(txn_segments))
         if length is None:
             info = await self.info(parent)
             raise IllegalState(f"cannot merge into sealed segment {info.name}")

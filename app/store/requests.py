@@ -63,12 +63,17 @@ class PgRequestQueue:
                 return await insert_request(conn, request)
 
     async def pending(
-        self, processor: Processor, buckets: Sequence[int], exclude: Sequence[int], limit: int
+        self,
+        processor: Processor,
+        buckets: Sequence[int],
+        exclude: Sequence[int],
+        limit: int,
+        *,
+        first_per_key: bool = False,
     ) -> list[Request]:
+        sql = _SQL["pending_first_per_key"] if first_per_key else _SQL["pending_requests"]
         with translated():
-            rows = await self._pool.fetch(
-                _SQL["pending_requests"], processor.value, list(buckets), list(exclude), limit
-            )
+            rows = await self._pool.fetch(sql, processor.value, list(buckets), list(exclude), limit)
         return [_request_from_row(row) for row in rows]
 
     async def get(self, request_id: int) -> Request | None:
@@ -105,6 +110,15 @@ class PgRequestQueue:
         """Idempotent: acknowledging a request twice is harmless."""
         with translated():
             await self._pool.execute(_SQL["ack_request"], request_id)
+
+    async def pending_ids_for_key(self, processor: Processor, scope: str, stream: str) -> list[int]:
+        with translated():
+            rows = await self._pool.fetch(_SQL["pending_ids_for_key"], processor.value, scope, stream)
+        return [row["id"] for row in rows]
+
+    async def ack_many(self, request_ids: Sequence[int]) -> None:
+        with translated():
+            await self._pool.execute(_SQL["ack_many"], list(request_ids))
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool:
         with translated():

@@ -27,19 +27,20 @@ RETURNING version;
 -- name: get_segment_info
 SELECT name, kind, length, start_offset, sealed, key_length FROM embedded_segments WHERE name = $1;
 
--- name: merge_transaction_segment
--- One statement: the unsealed parent is locked first (a concurrent seal waits), the
--- transaction segment is deleted only then, and the parent grows by what was deleted. A
--- second merge finds nothing to delete and adds nothing; a sealed parent changes nothing.
+-- name: merge_transaction_segments
+-- One statement for a batch ($2: the transaction segments): the unsealed parent is locked
+-- first (a concurrent seal waits), the transaction segments are deleted only then, and the
+-- parent grows by what was deleted. A merged one is gone and adds nothing the second time;
+-- a sealed parent changes nothing.
 WITH parent AS (
     SELECT name FROM embedded_segments WHERE name = $1 AND NOT sealed FOR UPDATE
 ), txn AS (
     DELETE FROM embedded_segments t USING parent
-    WHERE t.name = $2 AND t.kind = 'transaction'
+    WHERE t.name = ANY($2::text[]) AND t.kind = 'transaction'
     RETURNING t.length
 )
 UPDATE embedded_segments p
-SET length = p.length + COALESCE((SELECT length FROM txn), 0),
+SET length = p.length + COALESCE((SELECT sum(length) FROM txn), 0),
     version = p.version + CASE WHEN EXISTS (SELECT 1 FROM txn) THEN 1 ELSE 0 END
 FROM parent
 WHERE p.name = parent.name

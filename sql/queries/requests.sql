@@ -14,6 +14,20 @@ WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])
 ORDER BY id
 LIMIT $4;
 
+-- name: pending_first_per_key
+-- The oldest pending request of each key: for processors that run one request per key at a
+-- time, so a long backlog of one stream never hides another stream's requests.
+SELECT * FROM (
+    SELECT DISTINCT ON (scope, stream)
+           id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+           started, last_error, version
+    FROM requests
+    WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[]))
+    ORDER BY scope, stream, id
+) firsts
+ORDER BY id
+LIMIT $4;
+
 -- name: get_request
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
        started, last_error, version
@@ -36,6 +50,12 @@ RETURNING version;
 
 -- name: ack_request
 DELETE FROM requests WHERE id = $1;
+
+-- name: pending_ids_for_key
+SELECT id FROM requests WHERE processor = $1 AND scope = $2 AND stream = $3 ORDER BY id;
+
+-- name: ack_many
+DELETE FROM requests WHERE id = ANY($1::bigint[]);
 
 -- name: pending_for_key
 SELECT EXISTS (SELECT 1 FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3);

@@ -98,14 +98,16 @@ WHERE s.scope = $1 AND s.name = $2;
 
 -- name: next_commit_batch
 -- The lowest epoch with committing transactions, up to $3 of them in commit-request order.
-WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
-lowest AS (
-    SELECT min(t.epoch) AS epoch FROM transactions t JOIN target ON t.stream_id = target.id
-    WHERE t.status = 'COMMITTING'
-)
+-- The lowest epoch is a scalar subquery, evaluated once (as a join it was re-evaluated per
+-- row: quadratic in the committing transactions).
+WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2)
 SELECT t.txn_high, t.txn_low, t.epoch
-FROM transactions t JOIN target ON t.stream_id = target.id JOIN lowest ON t.epoch = lowest.epoch
+FROM transactions t JOIN target ON t.stream_id = target.id
 WHERE t.status = 'COMMITTING'
+  AND t.epoch = (
+      SELECT min(c.epoch) FROM transactions c JOIN target ON c.stream_id = target.id
+      WHERE c.status = 'COMMITTING'
+  )
 ORDER BY t.commit_order
 LIMIT $3;
 

@@ -279,6 +279,30 @@ async def test_merges_of_different_transactions_all_land(adapter: Adapter) -> No
     assert (await adapter.store.get_segment_info(SEG)).length == 15
 
 
+async def test_a_batch_merge_adds_each_transaction_once(adapter: Adapter) -> None:
+    generalised = "scope/stream/0.#epoch.1"
+    await create(adapter)
+    await adapter.write(SEG, 1)
+    txns = [(1, low) for low in range(1, 5)]
+    for high, low in txns:
+        await adapter.store.create_transaction_segment(generalised, high, low, 0)
+        await adapter.write(txn_name(generalised, (high, low)), 10 * low)
+    # One of them was merged on its own before (a resumed batch): it is not added again.
+    assert await adapter.store.merge_transaction_segment(SEG, *txns[0], txn_parent=generalised) == 11
+    assert await adapter.store.merge_transaction_segments(SEG, txns, txn_parent=generalised) == 101
+    assert await adapter.store.merge_transaction_segments(SEG, txns, txn_parent=generalised) == 101
+    for txn in txns:
+        with pytest.raises(NotFound):
+            await adapter.store.get_segment_info(txn_name(generalised, txn))
+
+
+async def test_a_batch_merge_into_a_sealed_parent_fails_and_keeps_every_transaction(adapter: Adapter) -> None:
+    name = await _sealed_parent_with_transaction(adapter)
+    with pytest.raises(IllegalState):
+        await adapter.store.merge_transaction_segments(SEG, [TXN])
+    assert await info_or_none(adapter, name) == SegmentInfo(name, 30, 0, False)
+
+
 async def _sealed_parent_with_transaction(a: Adapter) -> str:
     await create(a)
     await a.write(SEG, 10)

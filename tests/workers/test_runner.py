@@ -177,7 +177,7 @@ def test_every_request_kind_has_exactly_one_handler() -> None:
     deps = WorkflowDeps(None, None, None, None, None)  # type: ignore[arg-type]
     tables = [
         stream_request_handlers(deps),
-        commit_handlers(CommitTxnsHandler(deps)),
+        commit_handlers(CommitTxnsHandler(deps, None)),  # type: ignore[arg-type]
         abort_handlers(deps),
     ]
     kinds = [kind for table in tables for kind in table]

@@ -53,7 +53,7 @@ async def s(db_url: str) -> AsyncIterator[Services]:
 def _runner(s: Services, processor: Processor) -> RequestRunner:
     deps = WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store)
     if processor is Processor.COMMITS:
-        handler = CommitTxnsHandler(deps)
+        handler = CommitTxnsHandler(deps, s.requests)
         return RequestRunner(
             s.requests, commit_handlers(handler), s.clock, processor=processor, started_check=handler.started
         )
@@ -165,19 +165,26 @@ async def test_a_commit_request_commits_every_pending_batch(s: Services) -> None
     for txn in txns:
         await write(s, txn, 0, 1)
         await s.transactions.commit(SC, ST, txn)
+    late = (await s.transactions.create(SC, ST, LEASE)).txn
     handler = CommitTxnsHandler(
-        WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store), batch_size=2
+        WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store),
+        s.requests,
+        batch_size=2,
     )
     runner = RequestRunner(s.requests, commit_handlers(handler), s.clock, processor=Processor.COMMITS)
     pending = await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)
     assert len(pending) == 5
     assert await runner.attempt(pending[0]) is None
-    # Three batches of at most two ran under the first request; the rest find nothing to do.
+    # Three batches of at most two ran under the first request, which also acknowledged the
+    # four requests queued with it: their transactions are committed.
     assert all([await s.transactions.state(SC, ST, t) is TxnStatus.COMMITTED for t in txns])
     assert await length(s, 0) == (5, False)
-    assert await run_pending(s, Processor.COMMITS) == (4, 0)
+    assert await s.transactions.state(SC, ST, late) is TxnStatus.OPEN, "an open one is left alone"
+    assert await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10) == []
+    # A request that was already in memory when it was acknowledged finds nothing to do.
+    assert await runner.attempt(pending[1]) is None
     assert await length(s, 0) == (5, False)
-    await assert_settled(s)
+    assert (await s.stream_store.get_state(SC, ST)).value is StreamState.ACTIVE
 
 
 async def test_commit_is_idempotent_and_crossing_fails(s: Services) -> None:

@@ -3,7 +3,10 @@ processor: one stream's batches run one at a time, lowest epoch first, up to 100
 transactions in commit-request order, each batch completed in one metadata transaction.
 
 A request carries no batch of its own: it commits whatever is pending, batch after batch,
-until nothing is (so later requests of the same stream usually find nothing to do). A batch
+until nothing is. Every commit queues a request, so one run also acknowledges the stream's
+other commit requests it saw queued when it began: each of those was written together with
+its transaction's COMMITTING status, before the run's final "nothing pending" check, so its
+transaction was committed by this run. A batch
 in progress is always finished before a new one is chosen; the record remembers whether it
 rolls, so a resumed batch makes the same decision after a crash.
 """
@@ -15,10 +18,10 @@ import asyncio
 from app.domain.errors import WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, StreamState, Versioned
-from app.domain.requests import Request
+from app.domain.requests import Processor, Request
 from app.domain.states import check_transition
 from app.domain.txns import commits_in_place, txn_parent_id
-from app.ports import CommitBatch, CommittingRecord
+from app.ports import CommitBatch, CommittingRecord, RequestQueue
 from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
 from workers.handlers.rolling_txns import roll_transactions
@@ -28,8 +31,11 @@ MAX_TRANSACTION_COMMIT_BATCH_SIZE = 100
 
 
 class CommitTxnsHandler:
-    def __init__(self, deps: WorkflowDeps, batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE) -> None:
+    def __init__(
+        self, deps: WorkflowDeps, queue: RequestQueue, batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE
+    ) -> None:
         self._deps = deps
+        self._queue = queue
         self._batch_size = batch_size
 
     async def started(self, request: Request) -> bool:
@@ -41,6 +47,8 @@ class CommitTxnsHandler:
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope, name = request.scope, request.stream
         txns = self._deps.txns
+        queued = await self._queue.pending_ids_for_key(Processor.COMMITS, scope, name)
+        covered = [request_id for request_id in queued if request_id != request.id]
         started = False
         while True:
             record = await txns.get_committing(scope, name)
@@ -48,6 +56,8 @@ class CommitTxnsHandler:
                 batch = await txns.next_commit_batch(scope, name, self._batch_size)
                 if batch is None:
                     await _leave_committing_state(self._deps, scope, name)
+                    if covered:
+                        await self._queue.ack_many(covered)
                     return
                 state = await _enter_committing_state(self._deps, scope, name)
                 if not started:
@@ -97,14 +107,15 @@ class CommitTxnsHandler:
 async def _merge_into(
     deps: WorkflowDeps, scope: str, name: str, active: EpochRecord, batch: CommitBatch
 ) -> None:
-    """Each active segment takes its transactions in commit order; segments in parallel.
+    """Each active segment takes its transactions in commit order, as one batch; segments in parallel.
     Re-merging a merged transaction adds nothing, so a resumed batch is safe."""
 
     async def merge_segment(segment: int) -> None:
         target = qualified_segment_name(scope, name, segment)
         parent = qualified_segment_name(scope, name, txn_parent_id(segment, batch.epoch))
-        for txn in batch.txns:
-            await deps.segment_store.merge_transaction_segment(target, txn.high, txn.low, txn_parent=parent)
+        await deps.segment_store.merge_transaction_segments(
+            target, [(txn.high, txn.low) for txn in batch.txns], txn_parent=parent
+        )
 
     await asyncio.gather(*(merge_segment(s.id) for s in active.segments))
 

@@ -78,6 +78,5 @@ async def _fill_txn_copy(
         # The copy has a fixed policy: it never takes writes of its own, only the merges.
         await store.create_segment(target, ScaleType.FIXED_NUM_SEGMENTS, 0, rollover_size_bytes)
     parent = qualified_segment_name(scope, name, txn_parent_id(segment.id, batch.epoch))
-    for txn in batch.txns:
-        await store.merge_transaction_segment(target, txn.high, txn.low, txn_parent=parent)
+    await store.merge_transaction_segments(target, [(t.high, t.low) for t in batch.txns], txn_parent=parent)
     return segment.id, await store.seal_segment(target)
