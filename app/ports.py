@@ -307,6 +307,13 @@ class SegmentStore(Protocol):
         self, segment_name: str, txn_high: int, txn_low: int, rollover_size_bytes: int
     ) -> None: ...
 
+    async def create_transaction_segments(
+        self, segment_names: Sequence[str], txn_high: int, txn_low: int, rollover_size_bytes: int
+    ) -> None:
+        """The transaction's segment under each named parent: all of them, or (on error) some,
+        never a half-created one; idempotent like the single create."""
+        ...
+
     async def merge_transaction_segment(
         self, segment_name: str, txn_high: int, txn_low: int, *, txn_parent: str | None = None
     ) -> int:
@@ -393,6 +400,13 @@ class TxnStore(Protocol):
     async def extend_lease(
         self, scope: str, name: str, txn: TxnId, lease_ms: int, lease_expiry: int, expected_version: int
     ) -> int: ...
+
+    async def extend_open_lease(
+        self, scope: str, name: str, txn: TxnId, lease_ms: int, now_ms: int, max_lease_ms: int
+    ) -> bool:
+        """A ping's common case: True when the transaction was OPEN, the lease within the
+        maximum and within the maximum execution time, and the lease is now extended."""
+        ...
 
     async def move_txn(
         self,

@@ -24,7 +24,7 @@ def transaction_segment_name(segment_name: str, txn_high: int, txn_low: int) -> 
 class SegmentRows(Protocol):
     async def create(
         self,
-        name: str,
+        names: Sequence[str],
         kind: str,
         scale_type: int,
         target_rate: int,
@@ -56,7 +56,7 @@ class EmbeddedSegmentStore:
         self, name: str, scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
     ) -> None:
         await self._rows.create(
-            name, "stream", int(scale_type), target_rate, rollover_size_bytes, 0, self._clock.now_ms()
+            [name], "stream", int(scale_type), target_rate, rollover_size_bytes, 0, self._clock.now_ms()
         )
 
     async def seal_segment(self, name: str) -> int:
@@ -81,7 +81,20 @@ class EmbeddedSegmentStore:
         # No parent check, as in Pravega's segment store: a transaction is named after its
         # "generalised" parent seg(number, txn epoch), which need not exist as a segment.
         await self._rows.create(
-            transaction_segment_name(segment_name, txn_high, txn_low),
+            [transaction_segment_name(segment_name, txn_high, txn_low)],
+            "transaction",
+            0,
+            0,
+            rollover_size_bytes,
+            0,
+            self._clock.now_ms(),
+        )
+
+    async def create_transaction_segments(
+        self, segment_names: Sequence[str], txn_high: int, txn_low: int, rollover_size_bytes: int
+    ) -> None:
+        await self._rows.create(
+            [transaction_segment_name(name, txn_high, txn_low) for name in segment_names],
             "transaction",
             0,
             0,
@@ -109,7 +122,7 @@ class EmbeddedSegmentStore:
         await self._rows.delete(txn, _like_escape(txn))
 
     async def create_table_segment(self, name: str, key_length: int, rollover_size_bytes: int) -> None:
-        await self._rows.create(name, "table", 0, 0, rollover_size_bytes, key_length, self._clock.now_ms())
+        await self._rows.create([name], "table", 0, 0, rollover_size_bytes, key_length, self._clock.now_ms())
 
     async def delete_table_segment(self, name: str, must_be_empty: bool) -> None:
         await self._rows.delete_table(name, must_be_empty)

@@ -8,7 +8,6 @@ those rows, so no timer dies with this process.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,16 +90,11 @@ class TransactionService:
         parents = txn_segments(txn_epoch)
         txn = created.txn
         # If this fails the record stays OPEN and simply times out (Pravega does the same).
-        await asyncio.gather(
-            *(
-                self._segment_store.create_transaction_segment(
-                    qualified_segment_name(scope, name, parent.id),
-                    txn.high,
-                    txn.low,
-                    created.rollover_size_bytes,
-                )
-                for parent in parents
-            )
+        await self._segment_store.create_transaction_segments(
+            [qualified_segment_name(scope, name, parent.id) for parent in parents],
+            txn.high,
+            txn.low,
+            created.rollover_size_bytes,
         )
         return CreatedTransaction(txn, parents)
 
@@ -118,6 +112,12 @@ class TransactionService:
         """§3.8, checks in order. The minimum lease is not enforced here (Pravega neither)."""
         if not self._timeouts_running():
             return PingStatus.DISCONNECTED
+        # One statement for an open transaction within its bounds; every other answer (and a
+        # ping that lost a race) comes from reading the record.
+        if await self._txns.extend_open_lease(
+            scope, name, txn, lease_ms, self._clock.now_ms(), self._limits.max_lease_ms
+        ):
+            return PingStatus.OK
         for _ in range(_WRITE_ATTEMPTS):
             lookup = await self._lookup(scope, name, txn)
             if lookup is None:

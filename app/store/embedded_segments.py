@@ -23,7 +23,7 @@ class PgEmbeddedSegmentRows:
 
     async def create(
         self,
-        name: str,
+        names: Sequence[str],
         kind: str,
         scale_type: int,
         target_rate: int,
@@ -33,7 +33,14 @@ class PgEmbeddedSegmentRows:
     ) -> None:
         with translated():
             await self._pool.execute(
-                _SQL["create_segment"], name, kind, scale_type, target_rate, rollover, key_length, now_ms
+                _SQL["create_segments"],
+                list(names),
+                kind,
+                scale_type,
+                target_rate,
+                rollover,
+                key_length,
+                now_ms,
             )
 
     async def info(self, name: str) -> SegmentInfo:

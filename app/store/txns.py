@@ -90,6 +90,15 @@ class PgTxnStore:
             raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
         return int(version)
 
+    async def extend_open_lease(
+        self, scope: str, name: str, txn: TxnId, lease_ms: int, now_ms: int, max_lease_ms: int
+    ) -> bool:
+        with translated():
+            version = await self._pool.fetchval(
+                _SQL["extend_open_lease"], scope, name, txn.high, txn.low, now_ms, lease_ms, max_lease_ms
+            )
+        return version is not None
+
     async def move_txn(
         self,
         scope: str,

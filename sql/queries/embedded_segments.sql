@@ -1,9 +1,10 @@
 -- The embedded segment store's state. Each operation is one statement, so concurrent callers
 -- (several controller processes) see each change exactly once.
 
--- name: create_segment
+-- name: create_segments
+-- One or more segments of one kind ($1: their names).
 INSERT INTO embedded_segments (name, kind, scale_type, target_rate, rollover_size_bytes, key_length, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+SELECT n, $2, $3, $4, $5, $6, $7 FROM unnest($1::text[]) AS n
 ON CONFLICT (name) DO NOTHING;
 
 -- name: seal_segment

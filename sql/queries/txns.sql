@@ -38,6 +38,18 @@ WHERE s.scope = $1 AND s.name = $2 AND t.stream_id = s.id AND t.txn_high = $3 AN
   AND t.version = $7 AND t.status = 'OPEN'
 RETURNING t.version;
 
+-- name: extend_open_lease
+-- A ping's common case in one statement: extends the lease of an OPEN transaction when the
+-- new lease is within the maximum ($7) and within the maximum execution time. The
+-- conditions mirror app/domain/txns.py ping_decision; PostgreSQL re-checks them on the row
+-- version it updates, so a concurrent change (a commit, an abort) is never overwritten.
+-- No row: the caller reads the record and answers from the rules.
+UPDATE transactions t SET lease_expiry = $5::bigint + $6::bigint, lease_ms = $6, version = t.version + 1
+FROM streams s
+WHERE s.scope = $1 AND s.name = $2 AND t.stream_id = s.id AND t.txn_high = $3 AND t.txn_low = $4
+  AND t.status = 'OPEN' AND $6::bigint <= $7::bigint AND $5::bigint + $6::bigint <= t.max_exec_expiry
+RETURNING t.version;
+
 -- name: move_txn
 -- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request
 -- that completes it, in one statement: the status and its work commit together.

@@ -225,6 +225,14 @@ async def test_transaction_segment_is_named_after_a_parent_that_need_not_exist(a
         await adapter.store.get_segment_info(generalised)
 
 
+async def test_transaction_segments_are_created_under_every_parent_at_once(adapter: Adapter) -> None:
+    parents = ["scope/stream/0.#epoch.1", "scope/stream/1.#epoch.1", "scope/stream/2.#epoch.1"]
+    await adapter.store.create_transaction_segments(parents, *TXN, 0)
+    await adapter.write(txn_name(parents[0], TXN), 4)
+    await adapter.store.create_transaction_segments(parents, *TXN, 0)  # idempotent: keeps its bytes
+    assert [(await adapter.store.get_segment_info(txn_name(p, TXN))).length for p in parents] == [4, 0, 0]
+
+
 async def test_merge_into_another_segment_than_the_namesake(adapter: Adapter) -> None:
     generalised = "scope/stream/0.#epoch.1"
     target = "scope/stream/0.#epoch.3"

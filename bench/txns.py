@@ -1,0 +1,557 @@
+"""Transactions, end to end, through gRPC against a real `pgcontroller serve` subprocess on a
+throwaway embedded PostgreSQL, each figure next to a bare asyncpg insert-and-commit baseline
+measured in the same run, on the same database, at the same concurrency.
+
+    .venv/bin/python bench/txns.py [--seconds 10] [--in-flight 32] [--commit-txns 5000]
+        [--commit-in-flight 64] [--streams 8] [--paced-rate 200] [--paced-seconds 10]
+        [--poll-ms 10] [--skip baseline,create,ping,commit,commit-multi,paced]
+
+baseline      --in-flight asyncpg connections, each inserting one row (autocommit) into a
+              scratch table back to back for --seconds: rate, p50, p99.
+create        createTransaction (lease 60 s) on a 4-segment stream, --in-flight in flight,
+              closed loop for --seconds.
+ping          pingTransaction (lease 60 s) round-robin over the transactions `create` opened
+              (at least 1,000 of them), --in-flight in flight, closed loop for --seconds.
+commit        --commit-txns transactions opened beforehand on one 4-segment stream, then
+              commitTransaction for all of them, --commit-in-flight in flight; committed/s is
+              measured until `completed_txns` holds every one of them as COMMITTED (a watcher
+              on its own connection polling every --poll-ms; no load on the server). Each
+              commitTransaction queues a request; the part also waits until the server has
+              worked off every one of them (reported), so the next part starts on a quiet server.
+commit-multi  the same, the transactions spread round-robin over --streams streams.
+paced         --paced-rate x --paced-seconds transactions opened beforehand, then committed
+              at a steady --paced-rate (open loop: each commit is sent on schedule, whatever
+              the earlier ones are doing); latency from sending commitTransaction until the
+              watcher sees the transaction COMMITTED, and until its completion_time.
+
+The parts run in the order baseline, commit, commit-multi, paced, create, ping so that the
+transactions `create` leaves open (thousands; 60 s leases) expire after the run, not during
+the commit measurements. Targets (from the issue): create >= 1,000/s and ping >= 2,000/s at
+p99 < 20 ms; >= 500 committed/s; p99 < 1 s from commit request to COMMITTED at 200/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import asyncpg
+from grpclib.client import Channel
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from bench._common import LoadResult, closed_loop, percentile, throwaway_database
+from tests.support.served import start_served
+
+SCOPE = "bench"
+SEGMENTS = 4
+LEASE_MS = 60_000
+PING_POOL_MIN = 1_000
+COMMIT_TIMEOUT_S = 300.0
+SUCCESS = pb.TxnStatus.SUCCESS
+PING_OK = pb.PingTxnStatus.OK
+
+
+@dataclass
+class Failures:
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def info_of(stream: str) -> pb.StreamInfo:
+    return pb.StreamInfo(scope=SCOPE, stream=stream)
+
+
+async def create_stream(stub: ControllerServiceStub, stream: str) -> None:
+    status = await stub.createStream(
+        pb.StreamConfig(streamInfo=info_of(stream), scalingPolicy=pb.ScalingPolicy(minNumSegments=SEGMENTS))
+    )
+    assert status.status == pb.CreateStreamStatus.SUCCESS, (stream, status)
+
+
+async def open_txn(stub: ControllerServiceStub, stream: str) -> pb.TxnId:
+    reply = await stub.createTransaction(pb.CreateTxnRequest(streamInfo=info_of(stream), lease=LEASE_MS))
+    assert len(reply.activeSegments) == SEGMENTS, reply
+    txn: pb.TxnId = reply.txnId
+    return txn
+
+
+async def open_many(
+    stub: ControllerServiceStub, streams: Sequence[str], count: int, in_flight: int
+) -> tuple[list[tuple[str, pb.TxnId]], float]:
+    """`count` transactions spread round-robin over `streams`; also the seconds it took."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> tuple[str, pb.TxnId]:
+        stream = streams[i % len(streams)]
+        async with gate:
+            return stream, await open_txn(stub, stream)
+
+    began = time.perf_counter()
+    txns = await asyncio.gather(*(one(i) for i in range(count)))
+    return list(txns), time.perf_counter() - began
+
+
+def summary(label: str, values: list[float]) -> str:
+    if not values:
+        return f"{label:<42} (no samples)"
+    return (
+        f"{label:<42} p50 {percentile(values, 0.50):7.1f} ms  p99 {percentile(values, 0.99):7.1f} ms  "
+        f"max {max(values):7.1f} ms  (n={len(values)})"
+    )
+
+
+def verdict(ok: bool, target: str) -> str:
+    return f"target {target}: {'met' if ok else 'MISSED'}"
+
+
+# --- baseline ---------------------------------------------------------------------------------
+
+
+async def baseline(url: str, in_flight: int, seconds: float) -> LoadResult:
+    setup = await asyncpg.connect(url)
+    try:
+        await setup.execute(
+            "CREATE TABLE IF NOT EXISTS bench_baseline"
+            " (id bigserial PRIMARY KEY, at bigint NOT NULL, payload text NOT NULL)"
+        )
+    finally:
+        await setup.close()
+    pool = await asyncpg.create_pool(url, min_size=in_flight, max_size=in_flight)
+    try:
+
+        async def insert() -> None:
+            await pool.execute(
+                "INSERT INTO bench_baseline (at, payload) VALUES ($1, $2)", time.time_ns(), "bench"
+            )
+
+        return await closed_loop("bare asyncpg insert+commit", insert, in_flight, seconds)
+    finally:
+        await pool.close()
+
+
+# --- create and ping --------------------------------------------------------------------------
+
+
+async def create_load(
+    stub: ControllerServiceStub, in_flight: int, seconds: float, failures: Failures
+) -> tuple[LoadResult, list[pb.TxnId]]:
+    await create_stream(stub, "create")
+    info = info_of("create")
+    opened: list[pb.TxnId] = []
+
+    async def call() -> None:
+        reply = await stub.createTransaction(pb.CreateTxnRequest(streamInfo=info, lease=LEASE_MS))
+        if len(reply.activeSegments) != SEGMENTS:
+            failures.add(f"createTransaction answered {len(reply.activeSegments)} segments")
+        opened.append(reply.txnId)
+
+    result = await closed_loop("pgcontroller createTransaction", call, in_flight, seconds)
+    return result, opened
+
+
+async def ping_load(
+    stub: ControllerServiceStub, txns: list[pb.TxnId], in_flight: int, seconds: float, failures: Failures
+) -> LoadResult:
+    info = info_of("create")
+    if len(txns) < PING_POOL_MIN:
+        more, _ = await open_many(stub, ["create"], PING_POOL_MIN - len(txns), in_flight)
+        txns = txns + [t for _, t in more]
+    # The most recent ones, so none is near its lease expiry; round-robin, so no two pings of
+    # one transaction are in flight at once (they would conflict on its version).
+    pool = txns[-max(PING_POOL_MIN, 100 * in_flight) :]
+    requests = [pb.PingTxnRequest(streamInfo=info, txnId=t, lease=LEASE_MS) for t in pool]
+    turn = 0
+
+    async def call() -> None:
+        nonlocal turn
+        request = requests[turn % len(requests)]
+        turn += 1
+        reply = await stub.pingTransaction(request)
+        if reply.status != PING_OK:
+            failures.add(f"pingTransaction: {pb.PingTxnStatus.Status.Name(reply.status)}")
+
+    return await closed_loop(f"pgcontroller pingTransaction ({len(pool)} txns)", call, in_flight, seconds)
+
+
+# --- commit pipeline --------------------------------------------------------------------------
+
+
+async def stream_ids(conn: asyncpg.Connection, streams: Sequence[str]) -> list[int]:
+    rows = await conn.fetch(
+        "SELECT id FROM streams WHERE scope = $1 AND name = ANY($2::text[])", SCOPE, streams
+    )
+    assert len(rows) == len(streams)
+    return [r["id"] for r in rows]
+
+
+async def completed_counts(conn: asyncpg.Connection, ids: list[int]) -> tuple[int, int]:
+    row = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE status = 'COMMITTED') AS committed,"
+        " count(*) FILTER (WHERE status = 'ABORTED') AS aborted"
+        " FROM completed_txns WHERE stream_id = ANY($1::bigint[])",
+        ids,
+    )
+    return row["committed"], row["aborted"]
+
+
+async def queue_drained(conn: asyncpg.Connection, began: float, poll_s: float, failures: Failures) -> float:
+    """Seconds after `began` (perf_counter) at which no commit request is queued any more."""
+    while True:
+        left = await conn.fetchval("SELECT count(*) FROM requests WHERE processor = 'commits'")
+        now = time.perf_counter() - began
+        if left == 0:
+            return now
+        if now > COMMIT_TIMEOUT_S:
+            failures.add(f"{left} commit requests still queued after {COMMIT_TIMEOUT_S:.0f} s")
+            return float("nan")
+        await asyncio.sleep(poll_s)
+
+
+@dataclass
+class PipelineResult:
+    streams: int
+    txns: int
+    open_s: float  # opening the transactions beforehand
+    requests_s: float  # first commitTransaction sent .. last one answered
+    committed_s: float  # first commitTransaction sent .. every one COMMITTED in the database
+    committed: int
+    aborted: int
+    ack_ms: list[float]
+    first_committed_s: float  # first commitTransaction sent .. the first one COMMITTED
+    drained_s: float  # first commitTransaction sent .. no commit request left in the queue
+
+    @property
+    def rate(self) -> float:
+        return self.committed / self.committed_s
+
+
+async def pipeline(
+    stub: ControllerServiceStub,
+    url: str,
+    prefix: str,
+    n_streams: int,
+    count: int,
+    in_flight: int,
+    poll_s: float,
+    failures: Failures,
+) -> PipelineResult:
+    streams = [f"{prefix}-{i}" for i in range(n_streams)]
+    for stream in streams:
+        await create_stream(stub, stream)
+    txns, open_s = await open_many(stub, streams, count, 32)
+    conn = await asyncpg.connect(url)
+    try:
+        ids = await stream_ids(conn, streams)
+        gate = asyncio.Semaphore(in_flight)
+        acks: list[float] = []
+
+        async def commit(stream: str, txn: pb.TxnId) -> None:
+            async with gate:
+                began = time.perf_counter()
+                reply = await stub.commitTransaction(pb.TxnRequest(streamInfo=info_of(stream), txnId=txn))
+                acks.append((time.perf_counter() - began) * 1000)
+            if reply.status != SUCCESS:
+                failures.add(f"commitTransaction: {pb.TxnStatus.Status.Name(reply.status)}")
+
+        async def send_all() -> None:
+            await asyncio.gather(*(commit(s, t) for s, t in txns))
+
+        began = time.perf_counter()
+        sending = asyncio.create_task(send_all())
+        requests_s = float("nan")
+        first = float("nan")
+        committed = aborted = 0
+        while True:
+            committed, aborted = await completed_counts(conn, ids)
+            now = time.perf_counter() - began
+            if committed and first != first:
+                first = now
+            if sending.done() and requests_s != requests_s:
+                sending.result()
+                requests_s = now
+            if committed + aborted >= count:
+                break
+            if now > COMMIT_TIMEOUT_S:
+                failures.add(f"{prefix}: only {committed}/{count} committed after {COMMIT_TIMEOUT_S:.0f} s")
+                break
+            await asyncio.sleep(poll_s)
+        committed_s = time.perf_counter() - began
+        await sending
+        if requests_s != requests_s:
+            requests_s = time.perf_counter() - began
+        if aborted:
+            failures.add(f"{prefix}: {aborted} transactions ABORTED instead of committed")
+        # Every commitTransaction queued a request; those left once all are COMMITTED find
+        # nothing to do, but the next part must not run while the server still works them off.
+        drained_s = await queue_drained(conn, began, poll_s, failures)
+    finally:
+        await conn.close()
+    return PipelineResult(
+        n_streams, count, open_s, requests_s, committed_s, committed, aborted, acks, first, drained_s
+    )
+
+
+# --- paced commit latency ---------------------------------------------------------------------
+
+
+@dataclass
+class PacedResult:
+    rate: float
+    sent: int
+    achieved_rate: float  # commits actually sent per second
+    ack_ms: list[float]
+    observed_ms: list[float]  # sending commitTransaction .. the watcher saw COMMITTED
+    completion_ms: list[float]  # sending commitTransaction (wall clock) .. completion_time
+    missing: int
+    drained_s: float  # first commit sent .. no commit request left in the queue
+
+
+async def paced(
+    stub: ControllerServiceStub,
+    url: str,
+    rate: float,
+    seconds: float,
+    poll_s: float,
+    failures: Failures,
+) -> PacedResult:
+    stream = "paced"
+    await create_stream(stub, stream)
+    count = int(rate * seconds)
+    txns = [t for _, t in (await open_many(stub, [stream], count, 32))[0]]
+    info = info_of(stream)
+    loop = asyncio.get_running_loop()
+    conn = await asyncpg.connect(url)
+    try:
+        (sid,) = await stream_ids(conn, [stream])
+        sent: dict[int, tuple[float, float]] = {}  # txn low -> (loop time, wall ms) when sent
+        seen: dict[int, tuple[float, int]] = {}  # txn low -> (loop time seen, completion_time)
+        acks: list[float] = []
+        all_sent = asyncio.Event()
+
+        async def commit(txn: pb.TxnId) -> None:
+            began = loop.time()
+            sent[txn.lowBits] = (began, time.time_ns() / 1e6)
+            reply = await stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=txn))
+            acks.append((loop.time() - began) * 1000)
+            if reply.status != SUCCESS:
+                failures.add(f"paced commitTransaction: {pb.TxnStatus.Status.Name(reply.status)}")
+
+        async def watch() -> None:
+            deadline = None
+            while True:
+                pending = [low for low in sent if low not in seen]
+                if pending:
+                    rows = await conn.fetch(
+                        "SELECT txn_low, status, completion_time FROM completed_txns"
+                        " WHERE stream_id = $1 AND txn_low = ANY($2::bigint[])",
+                        sid,
+                        pending,
+                    )
+                    now = loop.time()
+                    for row in rows:
+                        seen[row["txn_low"]] = (now, row["completion_time"])
+                        if row["status"] != "COMMITTED":
+                            failures.add(f"paced: a transaction ended {row['status']}")
+                if all_sent.is_set():
+                    if len(seen) >= len(sent):
+                        return
+                    deadline = deadline or loop.time() + COMMIT_TIMEOUT_S
+                    if loop.time() > deadline:
+                        failures.add(
+                            f"paced: {len(sent) - len(seen)} not committed after {COMMIT_TIMEOUT_S:.0f} s"
+                        )
+                        return
+                await asyncio.sleep(poll_s)
+
+        watcher = asyncio.create_task(watch())
+        tasks = []
+        start = loop.time()
+        began = time.perf_counter()
+        for i, txn in enumerate(txns):
+            delay = start + i / rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(commit(txn)))
+        sending_s = loop.time() - start
+        await asyncio.gather(*tasks)
+        all_sent.set()
+        await watcher
+        drained_s = await queue_drained(conn, began, poll_s, failures)
+    finally:
+        await conn.close()
+    observed = [(seen[low][0] - sent[low][0]) * 1000 for low in seen]
+    completion = [float(seen[low][1]) - sent[low][1] for low in seen]
+    return PacedResult(
+        rate,
+        len(sent),
+        len(sent) / max(sending_s, 1e-9),
+        acks,
+        observed,
+        completion,
+        len(sent) - len(seen),
+        drained_s,
+    )
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def ratio_line(what: str, value: float, base: LoadResult | None) -> str:
+    if base is None:
+        return ""
+    return f"    ratio {what:<34} {value / base.throughput:6.1%} of the bare baseline's rate"
+
+
+def print_pipeline(label: str, result: PipelineResult, base: LoadResult | None, in_flight: int) -> None:
+    print(
+        f"{label}: {result.txns} transactions on {result.streams} stream(s) of {SEGMENTS} segments, "
+        f"commitTransaction {in_flight} in flight"
+    )
+    print(
+        f"    opened beforehand in {result.open_s:.1f} s ({result.txns / result.open_s:.0f}/s, 32 in flight)"
+    )
+    print(
+        f"    all commitTransaction answered after {result.requests_s:.2f} s "
+        f"({result.txns / result.requests_s:.0f} req/s); "
+        f"first COMMITTED after {result.first_committed_s:.2f} s"
+    )
+    print(
+        f"    {result.committed} COMMITTED ({result.aborted} ABORTED) after {result.committed_s:.2f} s: "
+        f"{result.rate:.0f} committed/s"
+    )
+    print(f"    commit request queue empty after {result.drained_s:.2f} s (one request per commit)")
+    print("    " + summary("commitTransaction RPC", result.ack_ms))
+    line = ratio_line("committed/s", result.rate, base)
+    if line:
+        print(line)
+    print("    " + verdict(result.rate >= 500 and result.committed == result.txns, ">= 500 committed/s"))
+
+
+async def run(stub: ControllerServiceStub, url: str, args: argparse.Namespace, failures: Failures) -> None:
+    skip = set(filter(None, args.skip.split(",")))
+    poll_s = args.poll_ms / 1000
+    base = create = ping = None
+    single = multi = paced_result = None
+    timings: dict[str, float] = {}
+
+    def timed(name: str, began: float) -> None:
+        timings[name] = time.perf_counter() - began
+
+    began = time.perf_counter()
+    if "baseline" not in skip:
+        base = await baseline(url, args.in_flight, args.seconds)
+        timed("baseline", began)
+    if "commit" not in skip:
+        began = time.perf_counter()
+        single = await pipeline(
+            stub, url, "commit", 1, args.commit_txns, args.commit_in_flight, poll_s, failures
+        )
+        timed("commit", began)
+    if "commit-multi" not in skip:
+        began = time.perf_counter()
+        multi = await pipeline(
+            stub, url, "multi", args.streams, args.commit_txns, args.commit_in_flight, poll_s, failures
+        )
+        timed("commit-multi", began)
+    if "paced" not in skip:
+        began = time.perf_counter()
+        paced_result = await paced(stub, url, args.paced_rate, args.paced_seconds, poll_s, failures)
+        timed("paced", began)
+    opened: list[pb.TxnId] = []
+    if "create" not in skip:
+        began = time.perf_counter()
+        create, opened = await create_load(stub, args.in_flight, args.seconds, failures)
+        timed("create", began)
+    if "ping" not in skip:
+        began = time.perf_counter()
+        if "create" in skip:
+            await create_stream(stub, "create")
+        ping = await ping_load(stub, opened, args.in_flight, args.seconds, failures)
+        timed("ping", began)
+
+    print(
+        f"in flight: {args.in_flight}, measured seconds per closed loop: {args.seconds:g}, "
+        f"lease {LEASE_MS} ms"
+    )
+    if base is not None:
+        print(base.line())
+    for result in (create, ping):
+        if result is None:
+            continue
+        print(result.line())
+        line = ratio_line(result.name.split()[1], result.throughput, base)
+        if line:
+            print(line)
+    if create is not None:
+        ok = create.throughput >= 1000 and create.percentile(0.99) < 20
+        print("    " + verdict(ok, "createTransaction >= 1,000/s at p99 < 20 ms"))
+    if ping is not None:
+        ok = ping.throughput >= 2000 and ping.percentile(0.99) < 20
+        print("    " + verdict(ok, "pingTransaction >= 2,000/s at p99 < 20 ms"))
+    if single is not None:
+        print_pipeline("commit pipeline", single, base, args.commit_in_flight)
+    if multi is not None:
+        print_pipeline("commit pipeline", multi, base, args.commit_in_flight)
+    if paced_result is not None:
+        r = paced_result
+        print(
+            f"commit latency at a steady {r.rate:g} commits/s: {r.sent} commits sent "
+            f"at {r.achieved_rate:.0f}/s "
+            f"on one stream of {SEGMENTS} segments; watcher polls every {args.poll_ms:g} ms"
+        )
+        print("    " + summary("commitTransaction RPC", r.ack_ms))
+        print("    " + summary("until the watcher saw COMMITTED", r.observed_ms))
+        print("    " + summary("until completion_time (server clock)", r.completion_ms))
+        if r.missing:
+            print(f"    {r.missing} never seen COMMITTED")
+        print(f"    commit request queue empty {r.drained_s:.2f} s after the first commit was sent")
+        ok = not r.missing and bool(r.observed_ms) and percentile(r.observed_ms, 0.99) < 1000
+        print("    " + verdict(ok, "p99 < 1 s from commit request to COMMITTED at 200/s"))
+    print("wall time per part: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="baseline, create, ping: measured seconds"
+    )
+    parser.add_argument("--in-flight", type=int, default=32, help="baseline, create, ping: calls in flight")
+    parser.add_argument("--commit-txns", type=int, default=5000, help="commit, commit-multi: transactions")
+    parser.add_argument("--commit-in-flight", type=int, default=64, help="commit, commit-multi: in flight")
+    parser.add_argument("--streams", type=int, default=8, help="commit-multi: streams")
+    parser.add_argument("--paced-rate", type=float, default=200.0, help="paced: commits per second")
+    parser.add_argument("--paced-seconds", type=float, default=10.0, help="paced: seconds of commits")
+    parser.add_argument("--poll-ms", type=float, default=10.0, help="watcher: pause between SQL polls")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip (see the docstring)")
+    args = parser.parse_args()
+    failures = Failures()
+
+    async with throwaway_database() as url:
+        with tempfile.TemporaryDirectory() as work:
+            served = await start_served(Path(work), "--db-url", url)
+            channel = Channel("127.0.0.1", served.grpc_port)
+            try:
+                stub = ControllerServiceStub(channel)
+                await stub.createScope(pb.ScopeInfo(scope=SCOPE))
+                await run(stub, url, args, failures)
+            finally:
+                channel.close()
+                await served.stop()
+    print(f"unexpected answers: {len(failures.lines)}")
+    for line in failures.lines[:10]:
+        print(f"    {line}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
