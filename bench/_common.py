@@ -12,8 +12,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpclib.client import Channel
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.embedded_pg import EmbeddedPostgres
 from app.store.migrate import upgrade_to_head
+from tests.support.served import start_served
 
 
 @asynccontextmanager
@@ -29,6 +34,30 @@ async def throwaway_database() -> AsyncIterator[str]:
     finally:
         await asyncio.to_thread(cluster.stop)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@asynccontextmanager
+async def served_controller(scope: str) -> AsyncIterator[tuple[str, ControllerServiceStub]]:
+    """A throwaway database, a `pgcontroller serve` subprocess on it with default settings, and
+    a stub on one channel with `scope` created: (database URL, stub)."""
+    async with throwaway_database() as url:
+        with tempfile.TemporaryDirectory() as work:
+            served = await start_served(Path(work), "--db-url", url)
+            channel = Channel("127.0.0.1", served.grpc_port)
+            try:
+                stub = ControllerServiceStub(channel)
+                await stub.createScope(pb.ScopeInfo(scope=scope))
+                yield url, stub
+            finally:
+                channel.close()
+                await served.stop()
+
+
+async def create_fixed_stream(stub: ControllerServiceStub, info: pb.StreamInfo, segments: int) -> None:
+    status = await stub.createStream(
+        pb.StreamConfig(streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=segments))
+    )
+    assert status.status == pb.CreateStreamStatus.SUCCESS, (info.stream, status)
 
 
 def free_port() -> int:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,13 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
-from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from bench._common import LoadResult, closed_loop, throwaway_database
+from bench._common import LoadResult, closed_loop, create_fixed_stream, served_controller
 from tests.support.history_seed import SeededHistory, seed_replacement_history
-from tests.support.served import start_served
 
 SCOPE = "bench"
 TARGET_P99_MS = 5.0
@@ -119,51 +116,36 @@ async def main() -> None:
 
     results: list[LoadResult] = []
     seeded: list[tuple[str, int, float]] = []
-    async with throwaway_database() as url:
-        with tempfile.TemporaryDirectory() as work:
-            served = await start_served(Path(work), "--db-url", url)
-            channel = Channel("127.0.0.1", served.grpc_port)
-            try:
-                stub = ControllerServiceStub(channel)
-                await stub.createScope(pb.ScopeInfo(scope=SCOPE))
-                streams: list[tuple[str, SeededHistory]] = []
-                for name, epochs in (("short", args.short_epochs), ("long", args.epochs)):
-                    status = await stub.createStream(
-                        pb.StreamConfig(
-                            streamInfo=pb.StreamInfo(scope=SCOPE, stream=name),
-                            scalingPolicy=pb.ScalingPolicy(minNumSegments=2),
-                        )
-                    )
-                    assert status.status == pb.CreateStreamStatus.SUCCESS, status
-                    history, seconds = await seed(url, name, epochs)
-                    seeded.append((name, epochs, seconds))
-                    streams.append((name, history))
-                for name, history in streams:
-                    current = await stub.getCurrentSegments(pb.StreamInfo(scope=SCOPE, stream=name))
-                    ids = sorted(r.segmentId.segmentId for r in current.segmentRanges)
-                    assert ids == sorted(history.active(history.epochs)), (name, ids)
-                    for label, call, check in queries(stub, name, history, args.window, rng):
-                        for _ in range(20):
-                            assert check(await call()), label
-                        for in_flight in in_flights:
-                            loaded = await closed_loop(
-                                f"{label} x{in_flight}", call, in_flight, args.seconds, args.warmup
-                            )
-                            results.append(loaded)
-                # The floor: a cached read with no database work, under the same load.
-                info = pb.StreamInfo(scope=SCOPE, stream="long")
+    async with served_controller(SCOPE) as (url, stub):
+        streams: list[tuple[str, SeededHistory]] = []
+        for name, epochs in (("short", args.short_epochs), ("long", args.epochs)):
+            await create_fixed_stream(stub, pb.StreamInfo(scope=SCOPE, stream=name), 2)
+            history, seconds = await seed(url, name, epochs)
+            seeded.append((name, epochs, seconds))
+            streams.append((name, history))
+        for name, history in streams:
+            current = await stub.getCurrentSegments(pb.StreamInfo(scope=SCOPE, stream=name))
+            ids = sorted(r.segmentId.segmentId for r in current.segmentRanges)
+            assert ids == sorted(history.active(history.epochs)), (name, ids)
+            for label, call, check in queries(stub, name, history, args.window, rng):
+                for _ in range(20):
+                    assert check(await call()), label
                 for in_flight in in_flights:
-                    floor = await closed_loop(
-                        f"reference getCurrentSegments x{in_flight}",
-                        lambda: stub.getCurrentSegments(info),
-                        in_flight,
-                        args.seconds,
-                        args.warmup,
+                    loaded = await closed_loop(
+                        f"{label} x{in_flight}", call, in_flight, args.seconds, args.warmup
                     )
-                    results.append(floor)
-            finally:
-                channel.close()
-                await served.stop()
+                    results.append(loaded)
+        # The floor: a cached read with no database work, under the same load.
+        info = pb.StreamInfo(scope=SCOPE, stream="long")
+        for in_flight in in_flights:
+            floor = await closed_loop(
+                f"reference getCurrentSegments x{in_flight}",
+                lambda: stub.getCurrentSegments(info),
+                in_flight,
+                args.seconds,
+                args.warmup,
+            )
+            results.append(floor)
 
     for name, epochs, seconds in seeded:
         print(f"seeded {name}: {epochs:,} epochs in {seconds:.1f} s (with VACUUM ANALYZE)")

@@ -39,7 +39,7 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from bench._common import percentile, throwaway_database
+from bench._common import create_fixed_stream, percentile, throwaway_database
 from tests.support.served import start_served
 
 SCOPE = "bench"
@@ -80,10 +80,7 @@ def info_of(stream: str) -> pb.StreamInfo:
 
 
 async def create_stream(stub: ControllerServiceStub, stream: str) -> Segments:
-    status = await stub.createStream(
-        pb.StreamConfig(streamInfo=info_of(stream), scalingPolicy=pb.ScalingPolicy(minNumSegments=SEGMENTS))
-    )
-    assert status.status == pb.CreateStreamStatus.SUCCESS, (stream, status)
+    await create_fixed_stream(stub, info_of(stream), SEGMENTS)
     return await current(stub, stream)
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,12 +43,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
-from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from bench._common import LoadResult, closed_loop, percentile, throwaway_database
-from tests.support.served import start_served
+from bench._common import LoadResult, closed_loop, create_fixed_stream, percentile, served_controller
 
 SCOPE = "bench"
 SEGMENTS = 4
@@ -73,10 +70,7 @@ def info_of(stream: str) -> pb.StreamInfo:
 
 
 async def create_stream(stub: ControllerServiceStub, stream: str) -> None:
-    status = await stub.createStream(
-        pb.StreamConfig(streamInfo=info_of(stream), scalingPolicy=pb.ScalingPolicy(minNumSegments=SEGMENTS))
-    )
-    assert status.status == pb.CreateStreamStatus.SUCCESS, (stream, status)
+    await create_fixed_stream(stub, info_of(stream), SEGMENTS)
 
 
 async def open_txn(stub: ControllerServiceStub, stream: str) -> pb.TxnId:
@@ -537,17 +531,8 @@ async def main() -> None:
     args = parser.parse_args()
     failures = Failures()
 
-    async with throwaway_database() as url:
-        with tempfile.TemporaryDirectory() as work:
-            served = await start_served(Path(work), "--db-url", url)
-            channel = Channel("127.0.0.1", served.grpc_port)
-            try:
-                stub = ControllerServiceStub(channel)
-                await stub.createScope(pb.ScopeInfo(scope=SCOPE))
-                await run(stub, url, args, failures)
-            finally:
-                channel.close()
-                await served.stop()
+    async with served_controller(SCOPE) as (url, stub):
+        await run(stub, url, args, failures)
     print(f"unexpected answers: {len(failures.lines)}")
     for line in failures.lines[:10]:
         print(f"    {line}")
