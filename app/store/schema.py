@@ -69,6 +69,9 @@ streams = Table(
     Column("scope", Text, ForeignKey("scopes.name"), nullable=False),
     Column("name", Text, nullable=False),
     Column("creation_time", BigInteger, nullable=False),
+    # Java's hashCode of "scope/name", set by a trigger: retention and watermark buckets are
+    # `(name_hash & 0x7fffffff) % count`, computable inside a query.
+    Column("name_hash", Integer, nullable=False),
     UniqueConstraint("scope", "name", name="streams_scope_name_key"),
 )
 
@@ -337,3 +340,88 @@ completed_txns = Table(
 # commit order from another: both are shared by every controller process on the database.
 txn_counter = Sequence("txn_counter", metadata=metadata)
 txn_commit_order = Sequence("txn_commit_order", metadata=metadata)
+
+
+# --- cluster (0004) -------------------------------------------------------------------------
+
+# Written once by the first process; the counts are fixed for the cluster's life.
+cluster_settings = Table(
+    "cluster_settings",
+    metadata,
+    Column("id", SmallInteger, nullable=False),
+    Column("request_buckets", Integer, nullable=False),
+    Column("retention_buckets", Integer, nullable=False),
+    Column("watermark_buckets", Integer, nullable=False),
+    Column("container_count", Integer, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("id = 1", name="cluster_settings_single_row"),
+    CheckConstraint(
+        "request_buckets > 0 AND retention_buckets > 0 AND watermark_buckets > 0 AND container_count > 0",
+        name="cluster_settings_positive",
+    ),
+    PrimaryKeyConstraint("id", name="cluster_settings_pkey"),
+)
+
+controllers = Table(
+    "controllers",
+    metadata,
+    Column("id", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("grpc_port", Integer, nullable=False),
+    Column("rest_port", Integer, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("heartbeat_at", BigInteger, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("id", name="controllers_pkey"),
+)
+
+# `assigned_to` is the leader's decision; `owner` and `generation` are the claim of whoever
+# holds the bucket's advisory lock. Every claim bumps the generation, which fences writes
+# of any earlier holder.
+bucket_owners = Table(
+    "bucket_owners",
+    metadata,
+    Column("service", Text, nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("assigned_to", Text, nullable=True),
+    Column("owner", Text, nullable=True),
+    Column("generation", BigInteger, nullable=False, server_default=text("0")),
+    Column("claimed_at", BigInteger, nullable=True),
+    _version(),
+    CheckConstraint("service IN ('requests', 'retention', 'watermarks')", name="bucket_owners_service_check"),
+    PrimaryKeyConstraint("service", "bucket", name="bucket_owners_pkey"),
+)
+
+cluster_leader = Table(
+    "cluster_leader",
+    metadata,
+    Column("id", SmallInteger, nullable=False),
+    Column("controller_id", Text, nullable=False),
+    Column("term", BigInteger, nullable=False),
+    Column("since", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("id = 1", name="cluster_leader_single_row"),
+    PrimaryKeyConstraint("id", name="cluster_leader_pkey"),
+)
+
+segment_store_hosts = Table(
+    "segment_store_hosts",
+    metadata,
+    Column("host", Text, nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("registered_at", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("port > 0 AND port < 65536", name="segment_store_hosts_port_check"),
+    PrimaryKeyConstraint("host", "port", name="segment_store_hosts_pkey"),
+)
+
+container_map = Table(
+    "container_map",
+    metadata,
+    Column("container", Integer, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("port", Integer, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("container", name="container_map_pkey"),
+)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import grpclib.server
@@ -15,8 +15,9 @@ from tests.support.services import Services
 
 
 @asynccontextmanager
-async def served(services: Services) -> AsyncIterator[ControllerServiceStub]:
-    """The ControllerService over `services` on a loopback port, and a stub connected to it."""
+async def served(services: Services, extensions: Sequence[object] = ()) -> AsyncIterator[ControllerServiceStub]:
+    """The ControllerService over `services` on a loopback port, and a stub connected to it;
+    `extensions` are the capability objects serving further RPCs (see ControllerService)."""
     service = ControllerService(
         services.scopes,
         services.streams,
@@ -24,6 +25,7 @@ async def served(services: Services) -> AsyncIterator[ControllerServiceStub]:
         services.cluster,
         services.lifecycle,
         services.transactions,
+        extensions,
     )
     server = grpclib.server.Server([service])
     await server.start("127.0.0.1", 0)

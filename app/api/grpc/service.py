@@ -9,7 +9,7 @@ Domain errors that Pravega reports as gRPC errors (not status enums) are mapped 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpclib.const
@@ -106,7 +106,11 @@ class ControllerService:
         cluster: ClusterView,
         lifecycle: StreamLifecycle,
         transactions: TransactionService,
+        extensions: Sequence[object] = (),
     ) -> None:
+        """`extensions` are objects whose own `rpc_<method>` coroutines serve more RPCs of the
+        contract (one object per capability, e.g. watermarks), so this class stays small."""
+        self._extensions = tuple(extensions)
         self._scopes = scopes
         self._streams = streams
         self._segments = segments
@@ -122,7 +126,7 @@ class ControllerService:
         for method in descriptor.methods:
             request_type = _message_class(method.input_type.name)
             response_type = _message_class(method.output_type.name)
-            handler: Handler | None = getattr(self, f"rpc_{method.name}", None)
+            handler: Handler | None = self._handler(f"rpc_{method.name}")
             mapping[f"/{SERVICE_NAME}/{method.name}"] = grpclib.const.Handler(
                 _unary(method.name, handler),
                 grpclib.const.Cardinality.UNARY_UNARY,
@@ -130,6 +134,13 @@ class ControllerService:
                 response_type,
             )
         return mapping
+
+    def _handler(self, attribute: str) -> Handler | None:
+        for provider in (self, *self._extensions):
+            handler: Handler | None = getattr(provider, attribute, None)
+            if handler is not None:
+                return handler
+        return None
 
     # --- scopes ---------------------------------------------------------------------------
 

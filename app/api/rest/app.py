@@ -4,7 +4,7 @@ one middleware that turns every failure, expected or not, into a JSON `Error` bo
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 
 from aiohttp import hdrs, web
@@ -118,7 +118,9 @@ def create_app(
     health: HealthService,
     lifecycle: StreamLifecycle,
     transactions: TransactionService,
+    extensions: Sequence[Callable[[web.Application], None]] = (),
 ) -> web.Application:
+    """`extensions` each add one capability's app keys and routes (e.g. cluster views)."""
     app = web.Application(middlewares=[json_errors])
     app[SCOPES] = scopes
     app[STREAMS] = streams
@@ -131,4 +133,6 @@ def create_app(
     app.add_routes(txn_routes.ROUTES)
     app.add_routes(health_routes.ROUTES)
     app.add_routes([web.get(OPENAPI_PATH, _openapi, allow_head=False)])
+    for extend in extensions:
+        extend(app)
     return app
