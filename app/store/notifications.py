@@ -21,6 +21,7 @@ log = logging.getLogger("pgcontroller.notifications")
 
 STREAMS_CHANNEL = "pgc_streams"
 REQUESTS_CHANNEL = "pgc_requests"
+CLUSTER_CHANNEL = "pgc_cluster"
 
 
 class PgListener:
@@ -40,11 +41,17 @@ class PgListener:
         self._max_backoff_s = max_backoff_s
         self._request_callbacks: list[Callable[[str], None]] = []
         self._connected_callbacks: list[Callable[[], None]] = []
+        self._cluster_callbacks: list[Callable[[str], None]] = []
         self.connected = asyncio.Event()
 
     def on_request(self, callback: Callable[[str], None]) -> None:
         """`callback("processor:bucket")` for each request inserted (after commit)."""
         self._request_callbacks.append(callback)
+
+    def on_cluster_change(self, callback: Callable[[str], None]) -> None:
+        """`callback(table_name)` after a committed change to membership, bucket assignments,
+        segment-store hosts or the container map."""
+        self._cluster_callbacks.append(callback)
 
     def on_connected(self, callback: Callable[[], None]) -> None:
         """Called after each (re)connection: notifications may have been missed meanwhile."""
@@ -71,6 +78,7 @@ class PgListener:
         try:
             await conn.add_listener(STREAMS_CHANNEL, self._stream_changed)
             await conn.add_listener(REQUESTS_CHANNEL, self._request_inserted)
+            await conn.add_listener(CLUSTER_CHANNEL, self._cluster_changed)
             self._cache.trust()
             self.connected.set()
             for callback in self._connected_callbacks:
@@ -96,4 +104,8 @@ class PgListener:
 
     def _request_inserted(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         for callback in self._request_callbacks:
+            callback(payload)
+
+    def _cluster_changed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for callback in self._cluster_callbacks:
             callback(payload)
