@@ -1,0 +1,47 @@
+"""gRPC RPCs of consumption-based retention (reference §4.5): listSubscribers and
+updateSubscriberStreamCut, served through ControllerService's `extensions`.
+
+Every outcome of §4.5 is a status enum of the contract; only empty names and store outages
+surface as gRPC errors (mapped in one place by the service's error handling).
+"""
+
+from __future__ import annotations
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.domain.errors import NotFound
+from app.services.retention import SubscriberService, SubscriberUpdate
+
+_UPDATE_STATUS = {
+    SubscriberUpdate.SUCCESS: pb.UpdateSubscriberStatus.SUCCESS,
+    SubscriberUpdate.FAILURE: pb.UpdateSubscriberStatus.FAILURE,
+    SubscriberUpdate.STREAM_NOT_FOUND: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
+    SubscriberUpdate.SUBSCRIBER_NOT_FOUND: pb.UpdateSubscriberStatus.SUBSCRIBER_NOT_FOUND,
+    SubscriberUpdate.STREAM_CUT_NOT_VALID: pb.UpdateSubscriberStatus.STREAM_CUT_NOT_VALID,
+    SubscriberUpdate.GENERATION_MISMATCH: pb.UpdateSubscriberStatus.GENERATION_MISMATCH,
+}
+
+
+class SubscriberRpcs:
+    def __init__(self, subscribers: SubscriberService) -> None:
+        self._subscribers = subscribers
+
+    async def rpc_listSubscribers(self, request: pb.StreamInfo) -> pb.SubscribersResponse:
+        try:
+            names = await self._subscribers.list_subscribers(request.scope, request.stream)
+        except NotFound:
+            return pb.SubscribersResponse(status=pb.SubscribersResponse.STREAM_NOT_FOUND)
+        return pb.SubscribersResponse(subscribers=names, status=pb.SubscribersResponse.SUCCESS)
+
+    async def rpc_updateSubscriberStreamCut(
+        self, request: pb.SubscriberStreamCut
+    ) -> pb.UpdateSubscriberStatus:
+        info = request.streamCut.streamInfo
+        outcome = await self._subscribers.update_subscriber_stream_cut(
+            info.scope,
+            info.stream,
+            request.subscriber,
+            request.readerGroupId,
+            request.generation,
+            dict(request.streamCut.cut),
+        )
+        return pb.UpdateSubscriberStatus(status=_UPDATE_STATUS[outcome])
