@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from app.domain.requests import RequestKind
+from app.ports import AutoScaleStore
 from workers.handlers.abort_txn import AbortTxnHandler
+from workers.handlers.auto_scale import AutoScaleHandler
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.delete_scope import DeleteScopeHandler
@@ -15,8 +17,11 @@ from workers.handlers.update_stream import UpdateStreamHandler
 from workers.runner import RequestHandler
 
 
-def stream_request_handlers(deps: WorkflowDeps) -> dict[RequestKind, RequestHandler]:
+def stream_request_handlers(
+    deps: WorkflowDeps, *, cold_markers: AutoScaleStore | None = None
+) -> dict[RequestKind, RequestHandler]:
     return {
+        RequestKind.AUTO_SCALE: AutoScaleHandler(deps, cold_markers),
         RequestKind.UPDATE_STREAM: UpdateStreamHandler(deps),
         RequestKind.SCALE: ScaleHandler(deps),
         RequestKind.TRUNCATE_STREAM: TruncateStreamHandler(deps),
