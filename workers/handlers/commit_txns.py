@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 
-from app.domain.errors import WriteConflict
+from app.domain.errors import DomainError, WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, StreamState, Versioned
 from app.domain.requests import Processor, Request
 from app.domain.states import check_transition
 from app.domain.txns import commits_in_place, txn_parent_id
-from app.ports import CommitBatch, CommittingRecord, RequestQueue
+from app.ports import CommitBatch, CommittingRecord, RequestQueue, TxnWriterMarks
 from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
 from workers.handlers.rolling_txns import roll_transactions
@@ -32,11 +32,17 @@ MAX_TRANSACTION_COMMIT_BATCH_SIZE = 100
 
 class CommitTxnsHandler:
     def __init__(
-        self, deps: WorkflowDeps, queue: RequestQueue, batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE
+        self,
+        deps: WorkflowDeps,
+        queue: RequestQueue,
+        batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE,
+        writer_marks: TxnWriterMarks | None = None,
     ) -> None:
         self._deps = deps
         self._queue = queue
         self._batch_size = batch_size
+        # Reference §6.3: writers' marks from the transactions a batch commits (None: not noted).
+        self._writer_marks = writer_marks
 
     async def started(self, request: Request) -> bool:
         """Pravega's hasTaskStarted: a stream in COMMITTING_TXN or SEALING lets commits pass
@@ -82,17 +88,24 @@ class CommitTxnsHandler:
         version = record.version
         assert batch is not None and version is not None
         streams = self._deps.streams
+        # Read before completion, which deletes the records that carry writer ids and times.
+        marks = await self._writer_marks.commit_times(scope, name, batch.txns) if self._writer_marks else {}
+        position: dict[int, int] | None
         txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
         if batch.rolling_active_epoch is None:
             _state, active = await streams.get_active_epoch(scope, name)
             if commits_in_place(active, txn_epoch):
-                await _merge_into(self._deps, scope, name, active, batch)
+                position = await _merge_into(self._deps, scope, name, active, batch)
             else:
                 version = await self._deps.txns.set_rolling_epoch(scope, name, active.epoch, version)
                 await roll_transactions(self._deps, scope, name, active, txn_epoch, batch)
+                position = await _rolled_position(self._deps, scope, name, active.epoch) if marks else None
         else:
             rolling_from = await streams.get_epoch(scope, name, batch.rolling_active_epoch)
             await roll_transactions(self._deps, scope, name, rolling_from, txn_epoch, batch)
+            position = await _rolled_position(self._deps, scope, name, rolling_from.epoch) if marks else None
+        if marks and position is not None and self._writer_marks is not None:
+            await self._writer_marks.note_txn_marks(scope, name, marks, position)
         await failpoint("commit.before_complete")
         await self._deps.txns.complete_commit_batch(
             scope,
@@ -106,18 +119,38 @@ class CommitTxnsHandler:
 
 async def _merge_into(
     deps: WorkflowDeps, scope: str, name: str, active: EpochRecord, batch: CommitBatch
-) -> None:
+) -> dict[int, int]:
     """Each active segment takes its transactions in commit order, as one batch; segments in parallel.
-    Re-merging a merged transaction adds nothing, so a resumed batch is safe."""
+    Re-merging a merged transaction adds nothing, so a resumed batch is safe. Returns each
+    segment's length after the batch: the position the batch's writer marks carry."""
 
-    async def merge_segment(segment: int) -> None:
+    async def merge_segment(segment: int) -> tuple[int, int]:
         target = qualified_segment_name(scope, name, segment)
         parent = qualified_segment_name(scope, name, txn_parent_id(segment, batch.epoch))
-        await deps.segment_store.merge_transaction_segments(
+        return segment, await deps.segment_store.merge_transaction_segments(
             target, [(txn.high, txn.low) for txn in batch.txns], txn_parent=parent
         )
 
-    await asyncio.gather(*(merge_segment(s.id) for s in active.segments))
+    return dict(await asyncio.gather(*(merge_segment(s.id) for s in active.segments)))
+
+
+async def _rolled_position(
+    deps: WorkflowDeps, scope: str, name: str, rolled_from: int
+) -> dict[int, int] | None:
+    """After a rolling commit the batch sits in the copies of its epoch's segments (epoch
+    rolled_from + 1, sealed): their lengths are the marks' position. None when they cannot be
+    read: marks from transactions are best effort, never a reason to fail the commit."""
+    try:
+        copies = await deps.streams.get_epoch(scope, name, rolled_from + 1)
+        infos = await asyncio.gather(
+            *(
+                deps.segment_store.get_segment_info(qualified_segment_name(scope, name, s.id))
+                for s in copies.segments
+            )
+        )
+    except DomainError:
+        return None
+    return {s.id: info.length for s, info in zip(copies.segments, infos, strict=True)}
 
 
 async def _enter_committing_state(deps: WorkflowDeps, scope: str, name: str) -> Versioned[StreamState]:

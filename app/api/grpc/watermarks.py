@@ -1,0 +1,42 @@
+"""The watermark RPCs of the controller contract (reference §6.1, §6.2), served through
+ControllerService's extensions: noteTimestampFromWriter and removeWriter.
+
+Outcomes are the proto's status enums; a missing stream on noteTimestamp is gRPC NOT_FOUND and
+a mark that kept changing FAILED_PRECONDITION, as Java's store errors surface (ControllerService
+maps the domain errors).
+"""
+
+from __future__ import annotations
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.domain.watermarks import NoteOutcome, RemoveOutcome
+from app.services.watermarks import WatermarkService
+
+_NOTE = {
+    NoteOutcome.SUCCESS: pb.TimestampResponse.SUCCESS,
+    NoteOutcome.INVALID_TIME: pb.TimestampResponse.INVALID_TIME,
+    NoteOutcome.INVALID_POSITION: pb.TimestampResponse.INVALID_POSITION,
+}
+_REMOVE = {
+    RemoveOutcome.SUCCESS: pb.RemoveWriterResponse.SUCCESS,
+    RemoveOutcome.UNKNOWN_WRITER: pb.RemoveWriterResponse.UNKNOWN_WRITER,
+    RemoveOutcome.INTERNAL_ERROR: pb.RemoveWriterResponse.INTERNAL_ERROR,
+}
+
+
+class WatermarkRpcs:
+    def __init__(self, watermarks: WatermarkService) -> None:
+        self._watermarks = watermarks
+
+    async def rpc_noteTimestampFromWriter(self, request: pb.TimestampFromWriter) -> pb.TimestampResponse:
+        info = request.position.streamInfo
+        outcome = await self._watermarks.note_timestamp(
+            info.scope, info.stream, request.writer, dict(request.position.cut), request.timestamp
+        )
+        return pb.TimestampResponse(result=_NOTE[outcome])
+
+    async def rpc_removeWriter(self, request: pb.RemoveWriterRequest) -> pb.RemoveWriterResponse:
+        outcome = await self._watermarks.remove_writer(
+            request.stream.scope, request.stream.stream, request.writer
+        )
+        return pb.RemoveWriterResponse(result=_REMOVE[outcome])

@@ -1,0 +1,313 @@
+"""Watermarking use cases (reference §6): writers' marks (noteTimestamp, removeWriter), one
+watermark round over a page of streams, the listing, and the marks a committed transaction
+leaves (§6.3).
+
+A round reads a whole page of streams in one query, the key ranges it needs in one more (and
+the gap-filling epochs in a third, only when some cut has gaps), and writes each kind of
+change in one fenced statement: a process that lost a bucket writes nothing for its streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.domain.cluster import Fence
+from app.domain.errors import DomainError, InvalidInput, NotFound, StoreUnavailable, WriteConflict
+from app.domain.names import require_present
+from app.domain.txns import TxnId
+from app.domain.watermarks import (
+    CutDraft,
+    NoteOutcome,
+    RemoveOutcome,
+    RoundPlan,
+    SegmentRange,
+    WriterMark,
+    complete_cut,
+    draft_cut,
+    latest_commit_times,
+    needs_epoch,
+    note_decision,
+    plan_round,
+)
+from app.domain.watermarks import Watermark as WatermarkRecord
+from app.ports import (
+    Clock,
+    MarkChange,
+    StoredWatermark,
+    WatermarkAppend,
+    WatermarkMember,
+    WatermarkStore,
+)
+
+log = logging.getLogger("pgcontroller.watermarks")
+
+# Emitted watermarks kept per stream (Pravega keeps its mark stream's tail; readers only need
+# the recent ones). 1000 rounds of 10 s is almost three hours.
+RETAINED_WATERMARKS = 1000
+LIST_DEFAULT_LIMIT = 100
+LIST_MAX_LIMIT = RETAINED_WATERMARKS
+# A note that lost a race re-reads and decides again; the watermark round's bookkeeping of a
+# mark can be the other writer, which Java's in-memory bookkeeping never is.
+_WRITE_ATTEMPTS = 3
+_STREAMS_PER_SLICE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    """What one round over some streams did."""
+
+    streams: int = 0
+    emitted: int = 0
+    writers_removed: int = 0
+    left_bucket: int = 0  # streams with no active writer: their marks removed, membership ends
+    skipped: int = 0  # streams whose bucket is not (or no longer) ours: nothing was read or written
+    not_landed: int = 0  # watermarks computed but not appended: fenced, or appended by another
+
+    def __add__(self, other: RoundSummary) -> RoundSummary:
+        return RoundSummary(
+            self.streams + other.streams,
+            self.emitted + other.emitted,
+            self.writers_removed + other.writers_removed,
+            self.left_bucket + other.left_bucket,
+            self.skipped + other.skipped,
+            self.not_landed + other.not_landed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    member: WatermarkMember
+    fence: Fence
+    plan: RoundPlan
+
+
+class WatermarkService:
+    def __init__(self, store: WatermarkStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    # --- writers (§6.1, §6.2) -------------------------------------------------------------
+
+    async def note_timestamp(
+        self, scope: str, stream: str, writer: str, position: Mapping[int, int], timestamp: int
+    ) -> NoteOutcome:
+        """Creates or advances the writer's mark (a removed writer becomes alive again), which
+        makes the stream a member of its watermark bucket. NotFound for a missing stream."""
+        require_present("scope", scope)
+        require_present("stream", stream)
+        if not writer:
+            raise InvalidInput("writer id must not be empty")
+        for _ in range(_WRITE_ATTEMPTS):
+            current = await self._store.get_writer_mark(scope, stream, writer)
+            outcome = note_decision(None if current is None else current.value, timestamp, position)
+            if outcome is not NoteOutcome.SUCCESS:
+                return outcome
+            mark = WriterMark(timestamp, dict(position), alive=True)
+            try:
+                if current is None:
+                    await self._store.create_writer_mark(scope, stream, writer, mark)
+                else:
+                    await self._store.update_writer_mark(scope, stream, writer, mark, current.version)
+                return NoteOutcome.SUCCESS
+            except (WriteConflict, NotFound):
+                # Created, changed or removed (by the watermark round) meanwhile; a missing
+                # stream surfaces from the next read.
+                continue
+        raise WriteConflict(f"mark of writer {writer!r} on {scope}/{stream} kept changing")
+
+    async def remove_writer(self, scope: str, stream: str, writer: str) -> RemoveOutcome:
+        """Marks the writer shut down; the round removes its mark later. No mark, or no stream,
+        is UNKNOWN_WRITER; any other failure INTERNAL_ERROR (never STREAM_DOES_NOT_EXIST)."""
+        require_present("scope", scope)
+        require_present("stream", stream)
+        try:
+            for _ in range(_WRITE_ATTEMPTS):
+                current = await self._store.get_writer_mark(scope, stream, writer)
+                if current is None:
+                    return RemoveOutcome.UNKNOWN_WRITER
+                shut_down = WriterMark(current.value.timestamp, current.value.position, alive=False)
+                try:
+                    await self._store.update_writer_mark(scope, stream, writer, shut_down, current.version)
+                    return RemoveOutcome.SUCCESS
+                except WriteConflict:
+                    continue
+        except NotFound:
+            return RemoveOutcome.UNKNOWN_WRITER
+        except StoreUnavailable as exc:
+            log.warning("removeWriter %s on %s/%s: %s", writer, scope, stream, exc)
+            return RemoveOutcome.INTERNAL_ERROR
+        log.warning("removeWriter %s on %s/%s: the mark kept changing", writer, scope, stream)
+        return RemoveOutcome.INTERNAL_ERROR
+
+    # --- transactions (§6.3) --------------------------------------------------------------
+
+    async def commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> dict[str, int]:
+        """Each writer's latest commit time among `txns`; {} when it cannot be read (marks from
+        transactions are best effort, never a reason to fail a commit)."""
+        try:
+            return latest_commit_times(await self._store.txn_commit_times(scope, name, txns))
+        except DomainError as exc:
+            log.warning("reading writer marks of committed transactions on %s/%s: %s", scope, name, exc)
+            return {}
+
+    async def note_txn_marks(
+        self, scope: str, name: str, times: Mapping[str, int], position: Mapping[int, int]
+    ) -> None:
+        for writer, commit_time in times.items():
+            try:
+                outcome = await self.note_timestamp(scope, name, writer, position, commit_time)
+            except DomainError as exc:
+                log.warning("writer mark of %s on %s/%s from a commit: %s", writer, scope, name, exc)
+                continue
+            if outcome is not NoteOutcome.SUCCESS:
+                log.info("writer mark of %s on %s/%s from a commit: %s", writer, scope, name, outcome.value)
+
+    # --- the periodic computation (§6.4) ---------------------------------------------------
+
+    async def members(
+        self, buckets: Sequence[int], bucket_count: int, after_stream_id: int, limit: int
+    ) -> list[WatermarkMember]:
+        return await self._store.members(buckets, bucket_count, after_stream_id, limit)
+
+    async def watermark_stream(
+        self, scope: str, stream: str, fence: Fence, bucket_count: int
+    ) -> RoundSummary:
+        """One stream's round (steps 1-9), under `fence`. NotFound for a missing stream."""
+        member = await self._store.member(scope, stream, bucket_count)
+        if member is None:
+            return RoundSummary()
+        return await self.process([member], {member.bucket: fence} if member.bucket == fence.bucket else {})
+
+    async def process(
+        self,
+        members: Sequence[WatermarkMember],
+        fences: Mapping[int, Fence | None],
+        now_ms: int | None = None,
+    ) -> RoundSummary:
+        """Steps 2-9 for streams already read (step 1); a stream whose bucket has no fence in
+        `fences` is skipped."""
+        now = self._clock.now_ms() if now_ms is None else now_ms
+        planned: list[_Planned] = []
+        skipped = 0
+        for i, member in enumerate(members):
+            await _share_the_loop(i)
+            fence = fences.get(member.bucket)
+            if fence is None:
+                skipped += 1
+                continue
+            plan = plan_round(member.marks, _previous(member.latest), member.timeout_ms, now)
+            planned.append(_Planned(member, fence, plan))
+        appends = await self._watermarks_to_append([p for p in planned if p.plan.emit], now)
+        landed = await self._store.append_watermarks(appends, RETAINED_WATERMARKS)
+        removed = await self._store.remove_marks(
+            [
+                MarkChange(p.member.stream_id, p.fence, t.writer, t.version)
+                for p in planned
+                for t in p.plan.inactive
+            ]
+        )
+        await self._store.set_inactive_since(
+            [
+                MarkChange(p.member.stream_id, p.fence, t.writer, t.version, now)
+                for p in planned
+                for t in p.plan.start_tracking
+            ]
+            + [
+                MarkChange(p.member.stream_id, p.fence, t.writer, t.version, None)
+                for p in planned
+                for t in p.plan.stop_tracking
+            ]
+        )
+        return RoundSummary(
+            streams=len(planned),
+            emitted=len(landed),
+            writers_removed=removed,
+            left_bucket=sum(1 for p in planned if p.plan.leaves_bucket),
+            skipped=skipped,
+            not_landed=len(appends) - len(landed),
+        )
+
+    async def _watermarks_to_append(self, emitting: Sequence[_Planned], now: int) -> list[WatermarkAppend]:
+        """Step 8: the cut of each emitting stream, with two batched reads for all of them."""
+        ranges = await self._store.segment_ranges(
+            sorted(
+                {
+                    (p.member.stream_id, segment)
+                    for p in emitting
+                    for t in p.plan.active
+                    for segment in t.mark.position
+                }
+            )
+        )
+        drafts: list[tuple[_Planned, CutDraft]] = []
+        for i, p in enumerate(emitting):
+            await _share_the_loop(i)
+            stream_id = p.member.stream_id
+            # A segment the stream never had holds nothing a reader could read: left out.
+            positions = [
+                {
+                    ranges[(stream_id, segment)]: offset
+                    for segment, offset in t.mark.position.items()
+                    if (stream_id, segment) in ranges
+                }
+                for t in p.plan.active
+            ]
+            draft = draft_cut(positions, _previous(p.member.latest))
+            if draft.cut:
+                drafts.append((p, draft))
+        epochs = await self._store.epoch_segments(
+            sorted(
+                {
+                    (p.member.stream_id, draft.highest_epoch)
+                    for p, draft in drafts
+                    if draft.highest_epoch is not None and needs_epoch(draft)
+                }
+            )
+        )
+        appends: list[WatermarkAppend] = []
+        for i, (p, draft) in enumerate(drafts):
+            await _share_the_loop(i)
+            epoch_segments: tuple[SegmentRange, ...] = ()
+            epoch = draft.highest_epoch
+            if epoch is not None and needs_epoch(draft):
+                if (p.member.stream_id, epoch) not in epochs:
+                    continue  # the stream went away under us: nothing to emit
+                epoch_segments = epochs[(p.member.stream_id, epoch)]
+            cut = complete_cut(draft, epoch_segments)
+            latest = p.member.latest
+            appends.append(
+                WatermarkAppend(
+                    stream_id=p.member.stream_id,
+                    fence=p.fence,
+                    after_seq=0 if latest is None else latest.seq,
+                    watermark=WatermarkRecord(p.plan.lower_time_bound, p.plan.upper_time_bound, cut),
+                    created_at=now,
+                )
+            )
+        return appends
+
+    # --- listing --------------------------------------------------------------------------
+
+    async def list_watermarks(
+        self, scope: str, stream: str, limit: int = LIST_DEFAULT_LIMIT
+    ) -> list[StoredWatermark]:
+        """The most recent watermarks, newest first. NotFound for a missing stream."""
+        require_present("scope", scope)
+        require_present("stream", stream)
+        if not 0 < limit <= LIST_MAX_LIMIT:
+            raise InvalidInput(f"limit must be within 1..{LIST_MAX_LIMIT}, got {limit}")
+        return await self._store.list_watermarks(scope, stream, limit)
+
+
+async def _share_the_loop(i: int) -> None:
+    """A round runs on the event loop that serves RPCs: every few streams of pure computation
+    it lets them in, so a page never holds the loop for more than a millisecond or two."""
+    if i % _STREAMS_PER_SLICE == _STREAMS_PER_SLICE - 1:
+        await asyncio.sleep(0)
+
+
+def _previous(latest: StoredWatermark | None) -> WatermarkRecord | None:
+    return None if latest is None else latest.watermark
