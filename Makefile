@@ -39,6 +39,8 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/reads.py
 	$(BIN)/python bench/coldstart.py
+	$(BIN)/python -m bench.failover
+	$(BIN)/python -m bench.periodic
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.config import Settings, default_instance_id, env, parse_hosts
+from app.domain.cluster import BucketCounts
 from app.domain.errors import InvalidInput
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
@@ -73,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--instance-id",
         default=env("INSTANCE_ID") or default_instance_id(),
-        help="env PGCONTROLLER_INSTANCE_ID",
+        help="this process's member id in the cluster; must be unique among running controllers "
+        "(env PGCONTROLLER_INSTANCE_ID; default: host name and a random suffix)",
     )
     serve.add_argument(
         "--container-count",
@@ -118,6 +120,70 @@ def build_parser() -> argparse.ArgumentParser:
         help="completed-transaction records are kept 1-2 times this (env PGCONTROLLER_TXN_TTL_HOURS; "
         "default 24)",
     )
+    for service, default in (("request", 16), ("retention", 1), ("watermark", 100)):
+        serve.add_argument(
+            f"--{service}-buckets",
+            type=int,
+            default=_int_env(f"{service.upper()}_BUCKETS", default),
+            help=f"{service} bucket count (env PGCONTROLLER_{service.upper()}_BUCKETS; default {default}); "
+            "fixed once the cluster holds a stream",
+        )
+    serve.add_argument(
+        "--member-ttl",
+        type=float,
+        default=float(env("MEMBER_TTL_S", "5") or 5),
+        help="seconds without a heartbeat after which a controller counts as gone "
+        "(env PGCONTROLLER_MEMBER_TTL_S; default 5)",
+    )
+    serve.add_argument(
+        "--rebalance-delay",
+        type=float,
+        default=float(env("REBALANCE_DELAY_S", "2") or 2),
+        help="seconds membership must be stable before buckets move between live controllers "
+        "(env PGCONTROLLER_REBALANCE_DELAY_S; default 2)",
+    )
+    serve.add_argument(
+        "--container-rebalance-delay",
+        type=float,
+        default=float(env("CONTAINER_REBALANCE_DELAY_S", "10") or 10),
+        help="seconds the segment-store host set must be stable before the leader moves containers "
+        "(env PGCONTROLLER_CONTAINER_REBALANCE_DELAY_S; default 10, "
+        "Pravega's rebalance.interval.seconds.min)",
+    )
+    serve.add_argument(
+        "--retention-frequency-ms",
+        type=int,
+        default=_int_env("RETENTION_FREQUENCY_MS", 1_800_000),
+        help="how often each stream with a retention policy records a stream cut and is considered for "
+        "truncation (env PGCONTROLLER_RETENTION_FREQUENCY_MS; default 1800000, Pravega's 30 minutes)",
+    )
+    serve.add_argument(
+        "--watermark-period-ms",
+        type=int,
+        default=_int_env("WATERMARK_PERIOD_MS", 10_000),
+        help="how often watermarks are computed for the streams of owned watermark buckets "
+        "(env PGCONTROLLER_WATERMARK_PERIOD_MS; default 10000)",
+    )
+    serve.add_argument(
+        "--simulate-traffic",
+        action="store_true",
+        default=(env("SIMULATE_TRAFFIC", "") or "").lower() in ("1", "true", "yes"),
+        help="count appends to the embedded segment store as traffic and send auto-scale reports "
+        "from it as a segment store would (env PGCONTROLLER_SIMULATE_TRAFFIC; default off)",
+    )
+    serve.add_argument(
+        "--traffic-report-period",
+        type=float,
+        default=float(env("TRAFFIC_REPORT_PERIOD_S", "5") or 5),
+        help="seconds between the simulator's evaluations "
+        "(env PGCONTROLLER_TRAFFIC_REPORT_PERIOD_S; default 5)",
+    )
+    serve.add_argument(
+        "--advertise-host",
+        default=env("ADVERTISE_HOST"),
+        help="host other controllers and clients reach this one at (env PGCONTROLLER_ADVERTISE_HOST; "
+        "default: the gRPC bind host, or this machine's name when binding all interfaces)",
+    )
     serve.add_argument(
         "--ready-file", default=env("READY_FILE"), help="write the bound ports as JSON here once serving"
     )
@@ -150,6 +216,15 @@ def _settings(args: argparse.Namespace) -> Settings:
             segment_store_hosts=parse_hosts(args.segment_store_hosts),
             request_concurrency=args.request_concurrency,
             completion_timeout_s=float(args.completion_timeout),
+            bucket_counts=BucketCounts(args.request_buckets, args.retention_buckets, args.watermark_buckets),
+            member_ttl_s=args.member_ttl,
+            rebalance_delay_s=args.rebalance_delay,
+            container_rebalance_delay_s=args.container_rebalance_delay,
+            advertise_host=args.advertise_host,
+            simulate_traffic=args.simulate_traffic,
+            retention_frequency_ms=args.retention_frequency_ms,
+            watermark_period_ms=args.watermark_period_ms,
+            traffic_report_period_s=args.traffic_report_period,
             txn_limits=TxnLimits(
                 min_lease_ms=args.txn_min_lease,
                 max_lease_ms=args.txn_max_lease,

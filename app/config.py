@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.domain.cluster import DEFAULT_COUNTS, BucketCounts
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.segmentstore.hosts import HostAddress
 
@@ -42,6 +43,15 @@ class Settings:
     request_concurrency: int = 64
     completion_timeout_s: float = 120.0
     txn_limits: TxnLimits = DEFAULT_TXN_LIMITS
+    bucket_counts: BucketCounts = DEFAULT_COUNTS
+    member_ttl_s: float = 5.0
+    rebalance_delay_s: float = 2.0
+    container_rebalance_delay_s: float = 10.0
+    simulate_traffic: bool = False
+    retention_frequency_ms: int = 30 * 60_000
+    watermark_period_ms: int = 10_000
+    traffic_report_period_s: float = 5.0
+    advertise_host: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "rest_port"):
@@ -56,6 +66,27 @@ class Settings:
             raise ValueError(f"completion-timeout must be positive, got {self.completion_timeout_s:g}")
         if not self.segment_store_hosts:
             raise ValueError("at least one segment-store host is needed")
+        if self.member_ttl_s <= 0:
+            raise ValueError(f"member-ttl must be positive, got {self.member_ttl_s:g}")
+        if self.container_rebalance_delay_s < 0:
+            raise ValueError(
+                f"container-rebalance-delay must not be negative, got {self.container_rebalance_delay_s:g}"
+            )
+        if self.watermark_period_ms <= 0:
+            raise ValueError(f"watermark-period-ms must be positive, got {self.watermark_period_ms}")
+        if self.retention_frequency_ms <= 0:
+            raise ValueError(f"retention-frequency-ms must be positive, got {self.retention_frequency_ms}")
+        if self.traffic_report_period_s <= 0:
+            raise ValueError(f"traffic-report-period must be positive, got {self.traffic_report_period_s:g}")
+        if self.rebalance_delay_s < 0:
+            raise ValueError(f"rebalance-delay must not be negative, got {self.rebalance_delay_s:g}")
+
+    def advertised_host(self) -> str:
+        if self.advertise_host:
+            return self.advertise_host
+        if self.grpc_host in ("", "0.0.0.0", "::"):
+            return socket.gethostname()
+        return self.grpc_host
 
 
 def parse_hosts(text: str) -> tuple[HostAddress, ...]:

@@ -10,35 +10,55 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
 import socket
 import time
-from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpclib.server
 from aiohttp import web
 
+from app.api.grpc.cluster import ClusterRpcs
 from app.api.grpc.service import ControllerService
+from app.api.grpc.subscribers import SubscriberRpcs
+from app.api.grpc.watermarks import WatermarkRpcs
+from app.api.rest import autoscale as autoscale_routes
+from app.api.rest import cluster as cluster_routes
+from app.api.rest import cluster_hosts
+from app.api.rest import watermarks as watermark_routes
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.config import Settings
-from app.domain.requests import REQUEST_BUCKETS, Processor
+from app.domain.cluster import DEFAULT_COUNTS, BucketCounts, BucketService, Member
+from app.domain.errors import IllegalState
+from app.domain.requests import Processor
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.embedded_pg import EmbeddedPostgres
-from app.ports import ControllerEndpoint
+from app.ports import ControllerEndpoint, SegmentStoreHost
 from app.segmentstore.embedded import EmbeddedSegmentStore
-from app.segmentstore.hosts import StaticContainerMap
+from app.segmentstore.hosts import HostAddress, SharedContainerMap
+from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
+from app.services.autoscale import AutoScaleIntake
+from app.services.cluster import ClusterQueries, LocalView
+from app.services.containers import ContainerMapService
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
 from app.services.lifecycle import StreamLifecycle
+from app.services.retention import DEFAULT_RETENTION_FREQUENCY_MS, RetentionService, SubscriberService
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
+from app.services.watermarks import WatermarkService
+from app.store.autoscale import PgAutoScaleStore
 from app.store.cache import RecordCache
+from app.store.cluster import MEMBER_APPLICATION_PREFIX, PgClusterStore
+from app.store.containers import PgContainerMapStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.errors import translated
 from app.store.locks import PgAdvisoryLocks
@@ -46,29 +66,43 @@ from app.store.migrate import ensure_schema
 from app.store.notifications import PgListener
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
+from app.store.retention import PgRetentionStore
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
-from workers.buckets import REQUEST_BUCKETS_LOCK_NAMESPACE, BucketOwner
+from app.store.watermarks import PgWatermarkStore
+from workers.buckets import BucketClaims
+from workers.cluster import ClusterNode
+from workers.containers import DEFAULT_REBALANCE_DELAY_S, ContainerBalancerDuty
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
+from workers.retention import RetentionWorker
 from workers.runner import RequestRunner
 from workers.txn_gc import CompletedTxnGc
 from workers.txn_timeouts import TxnTimeoutSweeper
+from workers.watermarking import DEFAULT_PERIOD_MS as DEFAULT_WATERMARK_PERIOD_MS
+from workers.watermarking import WatermarkWorker
 
 log = logging.getLogger("pgcontroller")
 
 
-class SelfOnlyCluster:
-    """ClusterView until membership lands: this process is the only controller it knows."""
+class LiveMembers:
+    """ClusterView over the membership records: the controllers live right now."""
 
-    def __init__(self, endpoint: ControllerEndpoint) -> None:
-        self._endpoint = endpoint
+    def __init__(self, store: PgClusterStore, clock: SystemClock, member_ttl_ms: int) -> None:
+        self._store = store
+        self._clock = clock
+        self._ttl_ms = member_ttl_ms
 
     async def live_controllers(self) -> Sequence[ControllerEndpoint]:
-        return [self._endpoint]
+        members = await self._store.members(self._clock.now_ms(), self._ttl_ms)
+        return [
+            ControllerEndpoint(member.host, member.grpc_port)
+            for member, alive, _ in members
+            if alive and member.grpc_port
+        ]
 
 
 @dataclass
@@ -82,26 +116,41 @@ class Controller:
     scope_store: PgScopeStore
     stream_store: PgStreamStore
     requests: PgRequestQueue
-    segment_store: EmbeddedSegmentStore
-    locator: StaticContainerMap
+    segment_store: AppendingSegmentStore
+    locator: SharedContainerMap
+    container_map: ContainerMapService
     scopes: ScopeService
     streams: StreamService
     segments: SegmentQueries
     lifecycle: StreamLifecycle
     txn_store: PgTxnStore
     transactions: TransactionService
-    bucket_owner: BucketOwner
+    cluster_store: PgClusterStore
+    cluster_node: ClusterNode
+    cluster_view: LiveMembers
+    cluster_queries: ClusterQueries
     dispatcher: RequestDispatcher
     commit_dispatcher: RequestDispatcher
     abort_dispatcher: RequestDispatcher
     txn_sweeper: TxnTimeoutSweeper
     txn_gc: CompletedTxnGc
+    autoscale: AutoScaleIntake
+    subscribers: SubscriberService
+    retention_worker: RetentionWorker
+    watermarks: WatermarkService
+    watermark_worker: WatermarkWorker
+    traffic: TrafficSimulator | None = None
+    traffic_period_s: float = 5.0
 
     def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
         """The background loops, by name; each runs until cancelled."""
         return {
             "notifications": self.listener.run(),
-            "request-buckets": self.bucket_owner.run(),
+            "cluster": self.cluster_node.run(),
+            "container-map": self.locator.run(),
+            "retention": self.retention_worker.run(),
+            "watermarks": self.watermark_worker.run(),
+            **({"traffic-reports": self.traffic.run(self.traffic_period_s)} if self.traffic else {}),
             "request-dispatcher": self.dispatcher.run(),
             "commit-dispatcher": self.commit_dispatcher.run(),
             "abort-dispatcher": self.abort_dispatcher.run(),
@@ -115,19 +164,35 @@ class Controller:
             self.commit_dispatcher.stop(timeout_s),
             self.abort_dispatcher.stop(timeout_s),
         )
-        await self.bucket_owner.release()
+        await self.cluster_node.release()
+
+    def advertise(self, host: str, grpc_port: int, rest_port: int) -> None:
+        """Sets the endpoints this process registers under; call before the loops start."""
+        node = self.cluster_node
+        node.advertise(replace(node.member, host=host, grpc_port=grpc_port, rest_port=rest_port))
 
 
 def build_controller(
     url: str,
     pool: Any,
-    locator: StaticContainerMap,
+    static_hosts: Sequence[HostAddress],
     *,
+    counts: BucketCounts = DEFAULT_COUNTS,
+    container_count: int = 4,
+    container_rebalance_delay_s: float = DEFAULT_REBALANCE_DELAY_S,
+    member_id: str | None = None,
     request_concurrency: int = 64,
     completion_timeout_s: float = 120.0,
     seal_busy_first_s: float = 0.1,
     poll_s: float = 1.0,
     txn_limits: TxnLimits = DEFAULT_TXN_LIMITS,
+    cluster_interval_s: float = 0.5,
+    member_ttl_ms: int = 5_000,
+    rebalance_delay_ms: int = 2_000,
+    simulate_traffic: bool = False,
+    traffic_period_s: float = 5.0,
+    retention_frequency_ms: int = DEFAULT_RETENTION_FREQUENCY_MS,
+    watermark_period_ms: int = DEFAULT_WATERMARK_PERIOD_MS,
 ) -> Controller:
     clock = SystemClock()
     cache = RecordCache()
@@ -136,25 +201,60 @@ def build_controller(
     stream_store = PgStreamStore(pool, cache)
     requests = PgRequestQueue(pool)
     txn_store = PgTxnStore(pool)
-    segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
+    cluster_store = PgClusterStore(pool)
+    autoscale_store = PgAutoScaleStore(pool)
+    autoscale = AutoScaleIntake(autoscale_store, clock)
+    segment_store: AppendingSegmentStore = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
+    traffic = None
+    if simulate_traffic:
+        # Appends are counted as traffic and turned into scale reports, as a segment store would.
+        traffic = TrafficSimulator(autoscale, clock)
+        segment_store = TrafficRecordingSegmentStore(segment_store, traffic)
     deps = WorkflowDeps(stream_store, scope_store, segment_store, clock, txn_store)
-    owner_ref: list[BucketOwner] = []
+    member_id = member_id or new_member_id()
+    locks = PgAdvisoryLocks(url, application_name=MEMBER_APPLICATION_PREFIX + member_id)
+    dispatchers: list[RequestDispatcher] = []
 
-    def owns(bucket: int) -> bool:
-        return owner_ref[0].owns(bucket)
+    def requests_lost(buckets: frozenset[int]) -> None:
+        for each in dispatchers:
+            each.buckets_lost(buckets)
 
-    def owned() -> frozenset[int]:
-        return owner_ref[0].owned()
+    def wake_all(*_args: object) -> None:
+        for each in dispatchers:
+            each.wake()
 
-    runner = RequestRunner(requests, stream_request_handlers(deps), clock, owns=owns)
+    claims = {
+        service: BucketClaims(
+            service,
+            locks,
+            cluster_store,
+            clock,
+            member_id,
+            on_lost=requests_lost if service is BucketService.REQUESTS else lambda _lost: None,
+            on_gained=wake_all if service is BucketService.REQUESTS else lambda _gained: None,
+        )
+        for service in BucketService
+    }
+    request_claims = claims[BucketService.REQUESTS]
+    owns, owned, fence_for = request_claims.owns, request_claims.owned, request_claims.fence_for
+
+    runner = RequestRunner(
+        requests,
+        stream_request_handlers(deps, cold_markers=autoscale_store),
+        clock,
+        owns=owns,
+        fence_for=fence_for,
+    )
     dispatcher = RequestDispatcher(requests, runner, owned, ceiling=request_concurrency, poll_s=poll_s)
-    commit_handler = CommitTxnsHandler(deps, requests)
+    watermarks = WatermarkService(PgWatermarkStore(pool), clock)
+    commit_handler = CommitTxnsHandler(deps, requests, writer_marks=watermarks)
     commit_runner = RequestRunner(
         requests,
         commit_handlers(commit_handler),
         clock,
         processor=Processor.COMMITS,
         owns=owns,
+        fence_for=fence_for,
         started_check=commit_handler.started,
     )
     commit_dispatcher = RequestDispatcher(
@@ -169,7 +269,13 @@ def build_controller(
         poll_s=poll_s,
     )
     abort_runner = RequestRunner(
-        requests, abort_handlers(deps), clock, processor=Processor.ABORTS, owns=owns, barrier=False
+        requests,
+        abort_handlers(deps),
+        clock,
+        processor=Processor.ABORTS,
+        owns=owns,
+        fence_for=fence_for,
+        barrier=False,
     )
     abort_dispatcher = RequestDispatcher(
         requests,
@@ -181,27 +287,58 @@ def build_controller(
         ceiling=request_concurrency,
         poll_s=poll_s,
     )
-    dispatchers = (dispatcher, commit_dispatcher, abort_dispatcher)
-
-    def buckets_lost(buckets: frozenset[int]) -> None:
-        for each in dispatchers:
-            each.buckets_lost(buckets)
-
-    def wake_all(*_args: object) -> None:
-        for each in dispatchers:
-            each.wake()
-
-    owner = BucketOwner(
-        PgAdvisoryLocks(url),
-        REQUEST_BUCKETS_LOCK_NAMESPACE,
-        REQUEST_BUCKETS,
-        on_lost=buckets_lost,
-        on_gained=wake_all,
+    dispatchers.extend((dispatcher, commit_dispatcher, abort_dispatcher))
+    now = clock.now_ms()
+    node = ClusterNode(
+        cluster_store,
+        locks,
+        clock,
+        Member(member_id, "", 0, 0, now, now),
+        claims,
+        counts,
+        interval_s=cluster_interval_s,
+        member_ttl_ms=member_ttl_ms,
+        rebalance_delay_ms=rebalance_delay_ms,
     )
-    owner_ref.append(owner)
+    container_store = PgContainerMapStore(pool)
+    locator = SharedContainerMap(container_count, static_hosts, container_store)
+    container_map = ContainerMapService(
+        container_store, clock, container_count, [SegmentStoreHost(h.host, h.port) for h in static_hosts]
+    )
+    balancer = ContainerBalancerDuty(container_map, clock, rebalance_delay_s=container_rebalance_delay_s)
+
+    async def balance_containers() -> None:
+        await balancer.run_once()
+
+    node.add_leader_duty(balance_containers, on_leadership=balancer.reset)
     for each in dispatchers:
         listener.on_request(each.wake)
     listener.on_connected(wake_all)
+    listener.on_connected(locator.wake)
+    listener.on_cluster_change(node.wake)
+    listener.on_cluster_change(locator.changed)
+    retention_store = PgRetentionStore(pool)
+    retention_claims = claims[BucketService.RETENTION]
+    retention_worker = RetentionWorker(
+        retention_store,
+        RetentionService(
+            stream_store, retention_store, segment_store, clock, frequency_ms=retention_frequency_ms
+        ),
+        clock,
+        owned=retention_claims.owned,
+        bucket_count=counts.retention,
+        fence_for=retention_claims.fence_for,
+        frequency_ms=retention_frequency_ms,
+    )
+    watermark_claims = claims[BucketService.WATERMARKS]
+    watermark_worker = WatermarkWorker(
+        watermarks,
+        watermark_claims.owned,
+        counts.watermarks,
+        watermark_claims.fence_for,
+        clock,
+        period_ms=watermark_period_ms,
+    )
     sweeper = TxnTimeoutSweeper(txn_store, clock, owned, txn_limits, tick_s=min(0.4, poll_s))
     return Controller(
         pool=pool,
@@ -213,6 +350,7 @@ def build_controller(
         requests=requests,
         segment_store=segment_store,
         locator=locator,
+        container_map=container_map,
         scopes=ScopeService(scope_store, clock),
         streams=StreamService(stream_store, segment_store, clock),
         segments=SegmentQueries(stream_store, locator),
@@ -233,13 +371,58 @@ def build_controller(
             txn_limits,
             timeouts_running=lambda: sweeper.running,
         ),
-        bucket_owner=owner,
+        cluster_store=cluster_store,
+        cluster_node=node,
+        cluster_view=LiveMembers(cluster_store, clock, member_ttl_ms),
+        cluster_queries=ClusterQueries(
+            cluster_store,
+            clock,
+            member_ttl_ms,
+            lambda: LocalView(
+                node.member.id, node.is_leader, {service: c.owned() for service, c in node.claims.items()}
+            ),
+        ),
         dispatcher=dispatcher,
         commit_dispatcher=commit_dispatcher,
         abort_dispatcher=abort_dispatcher,
         txn_sweeper=sweeper,
-        txn_gc=CompletedTxnGc(txn_store, clock, txn_limits),
+        # Cluster-wide sweep: only the leader runs it.
+        txn_gc=CompletedTxnGc(txn_store, clock, txn_limits, leads=lambda: node.is_leader),
+        autoscale=autoscale,
+        subscribers=SubscriberService(stream_store, retention_store, clock),
+        retention_worker=retention_worker,
+        watermarks=watermarks,
+        watermark_worker=watermark_worker,
+        traffic=traffic,
+        traffic_period_s=traffic_period_s,
     )
+
+
+# application_name holds 63 bytes; the member prefix takes 11 of them.
+MAX_MEMBER_ID = 52
+
+
+def new_member_id() -> str:
+    # Short enough for application_name (63 bytes) with its prefix; unique per process start.
+    return f"{socket.gethostname()[:24]}-{uuid.uuid4().hex[:12]}"
+
+
+def grpc_extensions(controller: Controller) -> list[object]:
+    """The capability objects serving RPCs beyond ControllerService's own."""
+    return [
+        ClusterRpcs(controller.cluster_queries),
+        SubscriberRpcs(controller.subscribers),
+        WatermarkRpcs(controller.watermarks),
+    ]
+
+
+def rest_extensions(controller: Controller) -> list[Callable[[web.Application], None]]:
+    return [
+        cluster_routes.extension(controller.cluster_queries),
+        cluster_hosts.extension(controller.container_map),
+        autoscale_routes.extension(controller.autoscale),
+        watermark_routes.extension(controller.watermarks),
+    ]
 
 
 @dataclass
@@ -254,16 +437,16 @@ async def _start_servers(settings: Settings, controller: Controller, health: Hea
     # Bind first so an ephemeral port (0) is known before we advertise it.
     grpc_socket = _bind(settings.grpc_host, settings.grpc_port)
     grpc_port = grpc_socket.getsockname()[1]
-    cluster = SelfOnlyCluster(ControllerEndpoint(settings.grpc_host, grpc_port))
     grpc_server = grpclib.server.Server(
         [
             ControllerService(
                 controller.scopes,
                 controller.streams,
                 controller.segments,
-                cluster,
+                controller.cluster_view,
                 controller.lifecycle,
                 controller.transactions,
+                grpc_extensions(controller),
             )
         ]
     )
@@ -271,7 +454,12 @@ async def _start_servers(settings: Settings, controller: Controller, health: Hea
 
     runner = web.AppRunner(
         create_app(
-            controller.scopes, controller.streams, health, controller.lifecycle, controller.transactions
+            controller.scopes,
+            controller.streams,
+            health,
+            controller.lifecycle,
+            controller.transactions,
+            rest_extensions(controller),
         ),
         handle_signals=False,
         access_log=None,
@@ -323,15 +511,36 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
     try:
         await ensure_schema(url)
         pool = await create_pool(url, max_size=settings.pool_max_size)
+        try:
+            cluster = await PgClusterStore(pool).configure_settings(
+                settings.bucket_counts, settings.container_count
+            )
+        except IllegalState as refused:
+            log.error("cannot join this cluster: %s", refused)
+            return 2
         controller = build_controller(
             url,
             pool,
-            StaticContainerMap(settings.container_count, settings.segment_store_hosts),
+            settings.segment_store_hosts,
+            counts=cluster.counts,
+            container_count=cluster.container_count,
+            container_rebalance_delay_s=settings.container_rebalance_delay_s,
+            member_id=settings.instance_id[:MAX_MEMBER_ID],
             request_concurrency=settings.request_concurrency,
             completion_timeout_s=settings.completion_timeout_s,
             txn_limits=settings.txn_limits,
+            member_ttl_ms=int(settings.member_ttl_s * 1000),
+            rebalance_delay_ms=int(settings.rebalance_delay_s * 1000),
+            simulate_traffic=settings.simulate_traffic,
+            traffic_period_s=settings.traffic_report_period_s,
+            retention_frequency_ms=settings.retention_frequency_ms,
+            watermark_period_ms=settings.watermark_period_ms,
         )
         running = await _start_servers(settings, controller, health)
+        # Start-up objects live for the whole run: keeping them out of the collector's full
+        # passes cuts those pauses (tens of ms on a busy process) from every later read.
+        gc.freeze()
+        controller.advertise(settings.advertised_host(), running.grpc_port, running.rest_port)
 
         async def ping() -> None:
             with translated():
@@ -365,8 +574,8 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
                 for task in background:
                     task.cancel()
         except* Exception as group:
-            for exc in group.exceptions:
-                log.error("a background loop died; stopping: %r", exc, exc_info=exc)
+            for died in group.exceptions:
+                log.error("a background loop died; stopping: %r", died, exc_info=died)
             exit_code = 1
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

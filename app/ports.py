@@ -5,10 +5,19 @@ Services and workers import only these Protocols; `app.main` wires concrete adap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.domain.cluster import (
+    BucketCounts,
+    BucketRow,
+    BucketService,
+    ClusterSettings,
+    Fence,
+    LeaderRecord,
+    Member,
+)
 from app.domain.records import (
     EpochRecord,
     EpochTransitionRecord,
@@ -240,7 +249,10 @@ class RequestQueue(Protocol):
 
     async def mark_started(self, request: Request) -> Request: ...
 
-    async def ack(self, request_id: int) -> None: ...
+    async def ack(self, request_id: int, fence: Fence | None = None) -> None:
+        """Idempotent. With a fence, deletes only while the fence's generation still owns the
+        bucket: a takeover since then leaves the request to the new owner."""
+        ...
 
     async def pending_ids_for_key(self, processor: Processor, scope: str, stream: str) -> list[int]:
         """Ids of the key's queued requests of `processor`, oldest first."""
@@ -272,6 +284,11 @@ class AdvisoryLocks(Protocol):
 
     async def reset(self) -> None:
         """Drops the session; the next call opens a new one holding no locks."""
+        ...
+
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        """`callback()` the moment the session's connection is seen to close, so owners can
+        stop work at once instead of at their next check."""
         ...
 
 
@@ -390,9 +407,10 @@ class TxnStore(Protocol):
     WriteConflict, a missing stream NotFound."""
 
     async def create_txn(
-        self, scope: str, name: str, epoch: int, bucket: int, now_ms: int, lease_ms: int, max_exec_expiry: int
+        self, scope: str, name: str, epoch: int, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
-        """A new OPEN record under `epoch`. IllegalState while the stream is SEALING/SEALED."""
+        """A new OPEN record under `epoch`, in the stream's request bucket (the database decides
+        it). IllegalState while the stream is SEALING/SEALED."""
         ...
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup: ...
@@ -479,3 +497,366 @@ class ControllerEndpoint:
 
 class ClusterView(Protocol):
     async def live_controllers(self) -> Sequence[ControllerEndpoint]: ...
+
+
+# --- segment-store hosts and the container map (reference §11) ---------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SegmentStoreHost:
+    """A segment store's endpoint; the identity of a host in the container map."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        # Brackets keep an IPv6 literal's colons apart from the port's.
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredHost:
+    address: SegmentStoreHost
+    registered_at: int
+    version: int
+
+
+class ContainerMapStore(Protocol):
+    """Registered segment stores and the container -> host map the leader maintains."""
+
+    async def register_host(self, host: SegmentStoreHost, now_ms: int) -> bool:
+        """Idempotent; True when the host was not registered before."""
+        ...
+
+    async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
+        """Raises NotFound."""
+        ...
+
+    async def deregister_host(self, host: SegmentStoreHost, expected_version: int) -> None:
+        """Conditional on the version; NotFound when the host is not registered."""
+        ...
+
+    async def list_hosts(self) -> list[RegisteredHost]:
+        """Every registered host, in (host, port) order."""
+        ...
+
+    async def read_container_map(self) -> dict[int, Versioned[SegmentStoreHost]]:
+        """Every stored container row with its version; empty before the first assignment."""
+        ...
+
+    async def replace_container_map(
+        self, assignment: dict[int, SegmentStoreHost], expected: dict[int, int]
+    ) -> None:
+        """Makes the stored map equal `assignment` in one transaction, provided every row still
+        has the version in `expected` (container -> version as read) and no row exists beyond
+        those; otherwise nothing is written and WriteConflict is raised."""
+        ...
+
+
+# --- cluster ---------------------------------------------------------------------------------
+
+
+class ClusterStore(Protocol):
+    """Settings, membership, leadership and bucket ownership records (app/store/cluster.py)."""
+
+    async def get_settings(self) -> ClusterSettings: ...
+
+    async def configure_settings(self, counts: BucketCounts, container_count: int) -> ClusterSettings: ...
+
+    async def ensure_buckets(self, service: BucketService, count: int) -> None: ...
+
+    async def register_member(self, member: Member) -> int: ...
+
+    async def heartbeat(self, member_id: str, now_ms: int, expected_version: int) -> int | None: ...
+
+    async def members(self, now_ms: int, ttl_ms: int) -> list[tuple[Member, bool, int]]: ...
+
+    async def remove_members(self, dead: Sequence[tuple[str, int]]) -> list[str]: ...
+
+    async def get_leader(self) -> LeaderRecord | None: ...
+
+    async def set_leader(self, member_id: str, now_ms: int, expected_version: int | None) -> LeaderRecord: ...
+
+    async def bucket_rows(self, service: BucketService | None = None) -> list[BucketRow]: ...
+
+    async def assign_buckets(
+        self, service: BucketService, changes: Sequence[tuple[BucketRow, str]]
+    ) -> int: ...
+
+    async def claim_bucket(self, row: BucketRow, owner: str, now_ms: int) -> Fence: ...
+
+    async def release_bucket(self, fence: Fence, owner: str) -> bool: ...
+
+    async def fence_holds(self, fence: Fence) -> bool: ...
+
+
+# --- auto-scaling (app/store/autoscale.py, app/services/autoscale.py, app/segmentstore/traffic.py) ---
+
+from collections.abc import Mapping  # noqa: E402
+
+from app.domain.autoscale import ReportResult, ScaleDirection  # noqa: E402
+
+
+class AutoScaleStore(Protocol):
+    """The report intake and the cold-segment markers (reference §5.3)."""
+
+    async def check_segment(self, scope: str, name: str, segment_id: int) -> None:
+        """NotFound for a missing stream or a segment the stream never had."""
+        ...
+
+    async def enqueue_report(self, request: NewRequest, segment_id: int) -> int:
+        """Queues the AUTO_SCALE request after the same check as check_segment."""
+        ...
+
+    async def cold_markers(self, scope: str, name: str) -> dict[int, Versioned[int]]:
+        """segment id -> (cold until, version)."""
+        ...
+
+    async def put_cold_marker(
+        self, scope: str, name: str, segment_id: int, until: int, expected_version: int | None
+    ) -> int:
+        """Creates (None) or rewrites the marker at its version; WriteConflict on a lost race,
+        NotFound for a missing stream."""
+        ...
+
+    async def delete_cold_markers(self, scope: str, name: str, markers: Mapping[int, int]) -> None:
+        """All of them (segment id -> version read) or none (WriteConflict)."""
+        ...
+
+
+class ScaleReportSink(Protocol):
+    """Where segment-store traffic reports go (Pravega's writer to `_requeststream`)."""
+
+    async def report(
+        self,
+        scope: str,
+        stream: str,
+        segment_id: int,
+        direction: ScaleDirection | str,
+        timestamp: int,
+        num_of_splits: int,
+        silent: bool,
+    ) -> ReportResult: ...
+
+
+# --- watermarks (reference §6) -----------------------------------------------------------------
+
+# Mapping is imported with the auto-scaling section above.
+from app.domain.watermarks import SegmentRange, TrackedMark, Watermark, WriterMark  # noqa: E402
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWatermark:
+    """An emitted watermark with its per-stream sequence number (1, 2, ...)."""
+
+    seq: int
+    watermark: Watermark
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkMember:
+    """A stream of a watermark bucket with everything one round reads about it."""
+
+    stream_id: int
+    scope: str
+    stream: str
+    bucket: int
+    timeout_ms: int  # the stream's timestampAggregationTimeout
+    marks: tuple[TrackedMark, ...]
+    latest: StoredWatermark | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkAppend:
+    """Appends `watermark` as number after_seq + 1, only if after_seq is still the latest
+    (0: none yet) and the fence still owns the stream's bucket."""
+
+    stream_id: int
+    fence: Fence
+    after_seq: int
+    watermark: Watermark
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarkChange:
+    """A fenced write of one writer mark, conditional on the version the round read."""
+
+    stream_id: int
+    fence: Fence
+    writer: str
+    expected_version: int
+    inactive_since: int | None = None  # the new value, for set_inactive_since
+
+
+class WatermarkStore(Protocol):
+    """Writer marks and emitted watermarks. A stream with at least one mark is a member of its
+    watermark bucket. Batched calls serve one round over many streams in few round trips."""
+
+    async def get_writer_mark(self, scope: str, name: str, writer: str) -> Versioned[WriterMark] | None:
+        """None when the writer has no mark; NotFound when the stream is missing."""
+        ...
+
+    async def create_writer_mark(self, scope: str, name: str, writer: str, mark: WriterMark) -> int:
+        """NotFound for a missing stream, WriteConflict when the mark exists already."""
+        ...
+
+    async def update_writer_mark(
+        self, scope: str, name: str, writer: str, mark: WriterMark, expected_version: int
+    ) -> int:
+        """Conditional on the version; NotFound when the mark (or stream) is gone."""
+        ...
+
+    async def members(
+        self, buckets: Sequence[int], bucket_count: int, after_stream_id: int, limit: int
+    ) -> list[WatermarkMember]:
+        """Member streams of `buckets` (the `_system` scope left out) with id > after_stream_id,
+        in id order, at most `limit`."""
+        ...
+
+    async def member(self, scope: str, name: str, bucket_count: int) -> WatermarkMember | None:
+        """The stream as a round reads it, None when it has no marks; NotFound when missing."""
+        ...
+
+    async def segment_ranges(self, wanted: Sequence[tuple[int, int]]) -> dict[tuple[int, int], SegmentRange]:
+        """Key ranges of (stream id, segment id) pairs; unknown pairs are left out."""
+        ...
+
+    async def epoch_segments(
+        self, wanted: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], tuple[SegmentRange, ...]]:
+        """The segments of (stream id, epoch) records; unknown pairs are left out."""
+        ...
+
+    async def append_watermarks(self, appends: Sequence[WatermarkAppend], keep: int) -> set[int]:
+        """The stream ids whose append landed; each landed append trims its stream to the
+        `keep` most recent watermarks."""
+        ...
+
+    async def remove_marks(self, removals: Sequence[MarkChange]) -> int:
+        """Deletes the marks still at their version and fence; returns how many."""
+        ...
+
+    async def set_inactive_since(self, changes: Sequence[MarkChange]) -> int:
+        """Sets each mark's `inactive_since` where version and fence still hold; how many."""
+        ...
+
+    async def list_watermarks(self, scope: str, name: str, limit: int) -> list[StoredWatermark]:
+        """Newest first; NotFound when the stream is missing."""
+        ...
+
+    async def txn_commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> list[tuple[str, int]]:
+        """(writer id, commit time) of those of `txns` committed with both (reference §6.3)."""
+        ...
+
+
+class TxnWriterMarks(Protocol):
+    """What the commit worker asks of watermarking when a batch commits (reference §6.3)."""
+
+    async def commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> dict[str, int]:
+        """Each writer's latest commit time in the batch; read before the batch completes."""
+        ...
+
+    async def note_txn_marks(
+        self, scope: str, name: str, times: Mapping[str, int], position: Mapping[int, int]
+    ) -> None:
+        """Notes each writer's mark at `position`; never raises (errors are logged)."""
+        ...
+
+
+# --- retention and subscribers (reference §4.3-§4.5, §7) ----------------------------------
+
+import enum  # noqa: E402 - kept with the section that needs it
+
+from app.domain.records import RetentionPolicy  # noqa: E402
+from app.domain.retention import StreamCutRecord, SubscriberRecord  # noqa: E402
+
+
+class RetentionWrite(enum.Enum):
+    """What a fenced retention write did."""
+
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"  # nothing to do: not newer than the latest record, nothing to purge
+    FENCED = "fenced"  # the bucket was claimed again since the fence: this process must stop
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionMember:
+    """A stream with a retention policy in one of the asked retention buckets."""
+
+    scope: str
+    name: str
+    bucket: int
+    latest_recording_time: int | None  # None: its retention set is empty
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionContext:
+    """Everything one retention cycle reads about a stream, read together."""
+
+    state: StreamState
+    policy: RetentionPolicy | None
+    active_epoch: int
+    truncation: Versioned[TruncationRecord]
+    records: tuple[StreamCutRecord, ...]  # the retention set, oldest first
+    subscriber_cuts: tuple[dict[int, int], ...]  # published cuts, by subscriber name
+
+
+class RetentionStore(Protocol):
+    """Retention sets and subscribers. Writes of the retention worker carry the Fence of the
+    stream's retention bucket and do nothing (FENCED) once its generation moved on. A missing
+    stream raises NotFound."""
+
+    async def list_members(self, buckets: Sequence[int], bucket_count: int) -> list[RetentionMember]:
+        """Streams with a retention policy in `buckets`, one statement; internal (`_system`),
+        creating, sealing and sealed streams are left out."""
+        ...
+
+    async def get_context(self, scope: str, name: str) -> RetentionContext: ...
+
+    async def add_record(
+        self, scope: str, name: str, record: StreamCutRecord, fence: Fence
+    ) -> RetentionWrite:
+        """Appends to the retention set only if newer than its latest record (else UNCHANGED)."""
+        ...
+
+    async def purge_records(self, scope: str, name: str, up_to_time: int, fence: Fence) -> RetentionWrite:
+        """Removes the records recorded at or before `up_to_time`."""
+        ...
+
+    async def start_truncation(
+        self,
+        scope: str,
+        name: str,
+        record: TruncationRecord,
+        expected_version: int,
+        request: NewRequest,
+        fence: Fence,
+    ) -> RetentionWrite:
+        """The truncate API's first step under a fence: the new (updating) truncation record at
+        the version read, and its request in the same transaction. Raises WriteConflict."""
+        ...
+
+    async def list_subscribers(self, scope: str, name: str) -> list[Versioned[SubscriberRecord]]:
+        """By subscriber name."""
+        ...
+
+    async def get_subscriber(
+        self, scope: str, name: str, subscriber: str
+    ) -> Versioned[SubscriberRecord] | None: ...
+
+    async def insert_subscriber(self, scope: str, name: str, record: SubscriberRecord) -> bool:
+        """False when the subscriber exists already (nothing is changed then)."""
+        ...
+
+    async def set_subscriber(
+        self, scope: str, name: str, record: SubscriberRecord, expected_version: int
+    ) -> int:
+        """Replaces the subscriber's record at the version read; raises WriteConflict, or
+        NotFound when the subscriber (or the stream) is gone."""
+        ...
+
+    async def delete_subscriber(self, scope: str, name: str, subscriber: str, expected_version: int) -> bool:
+        """False when it was gone already; raises WriteConflict when it changed since read."""
+        ...

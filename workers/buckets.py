@@ -1,90 +1,97 @@
-"""Owns request buckets through session advisory locks.
+"""Claims the buckets of one service that the leader assigned to this process.
 
-It tries to lock every bucket not yet held; a failure of the lock session means every lock
-is gone, so ownership drops to nothing at once (the dispatcher then forgets those buckets'
-requests) and is re-acquired once the database answers again.
+A bucket is worked only while this process holds its session advisory lock *and* the claim
+it wrote when taking it (owner, new generation). Reassigned buckets are released: their work
+is stopped first (`on_lost`), then the lock is given up, then the claim is cleared. Losing the
+lock session loses every bucket at once (`lose_all`, called by the cluster loop). The
+generation is the fence: a write made under an older generation matches no row.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
-from app.domain.errors import StoreUnavailable
-from app.ports import AdvisoryLocks
+from app.domain.cluster import BucketRow, BucketService, Fence
+from app.domain.errors import WriteConflict
+from app.ports import AdvisoryLocks, Clock, ClusterStore
 
 log = logging.getLogger("pgcontroller.buckets")
 
-REQUEST_BUCKETS_LOCK_NAMESPACE = 0x5047_4301
+LOCK_NAMESPACES: dict[BucketService, int] = {
+    BucketService.REQUESTS: 0x5047_4301,
+    BucketService.RETENTION: 0x5047_4302,
+    BucketService.WATERMARKS: 0x5047_4303,
+}
 
 
-class BucketOwner:
+class BucketClaims:
     def __init__(
         self,
+        service: BucketService,
         locks: AdvisoryLocks,
-        namespace: int,
-        bucket_count: int,
+        store: ClusterStore,
+        clock: Clock,
+        member_id: str,
         *,
         on_lost: Callable[[frozenset[int]], None] = lambda _lost: None,
         on_gained: Callable[[frozenset[int]], None] = lambda _gained: None,
-        interval_s: float = 1.0,
     ) -> None:
+        self.service = service
+        self._namespace = LOCK_NAMESPACES[service]
         self._locks = locks
-        self._namespace = namespace
-        self._count = bucket_count
+        self._store = store
+        self._clock = clock
+        self._member_id = member_id
         self._on_lost = on_lost
         self._on_gained = on_gained
-        self._interval_s = interval_s
-        self._owned: frozenset[int] = frozenset()
-        self._session = asyncio.Lock()  # one round or the release at a time, never both
-        self._released = False
-        self.first_round = asyncio.Event()
+        self._fences: dict[int, Fence] = {}
 
     def owned(self) -> frozenset[int]:
-        return self._owned
+        return frozenset(self._fences)
 
     def owns(self, bucket: int) -> bool:
-        return bucket in self._owned
+        return bucket in self._fences
 
-    async def run(self) -> None:
-        """Returns only after `release`."""
-        while True:
-            async with self._session:
-                if self._released:
-                    return
-                try:
-                    await self._round()
-                except StoreUnavailable as exc:
-                    self._lose_all(exc)
-                    # End the session for sure, so no lock lingers that we believe we lost.
-                    await self._locks.reset()
-            self.first_round.set()
-            await asyncio.sleep(self._interval_s)
+    def fence_for(self, bucket: int) -> Fence | None:
+        return self._fences.get(bucket)
 
-    async def _round(self) -> None:
-        if self._owned:
-            await self._locks.check_alive()
+    async def reconcile(self) -> None:
+        """Releases buckets assigned elsewhere, then claims those assigned here."""
+        rows = await self._store.bucket_rows(self.service)
+        mine = {row.bucket: row for row in rows if row.assigned_to == self._member_id}
+        for bucket in sorted(set(self._fences) - set(mine)):
+            await self._release(bucket)
         gained: set[int] = set()
-        for bucket in range(self._count):
-            if bucket not in self._owned and await self._locks.try_lock(self._namespace, bucket):
+        for bucket, row in mine.items():
+            if bucket not in self._fences and await self._claim(row):
                 gained.add(bucket)
         if gained:
-            self._owned = self._owned | gained
-            log.info("now owning request buckets %s", sorted(self._owned))
+            log.info("%s buckets claimed: %s (now %d)", self.service, sorted(gained), len(self._fences))
             self._on_gained(frozenset(gained))
 
-    def _lose_all(self, exc: Exception) -> None:
-        lost, self._owned = self._owned, frozenset()
-        if lost:
-            log.warning("lock session lost (%s): released request buckets %s", exc, sorted(lost))
-            self._on_lost(lost)
+    async def _claim(self, row: BucketRow) -> bool:
+        # The previous holder may still hold the lock while it finishes releasing: try later.
+        if not await self._locks.try_lock(self._namespace, row.bucket):
+            return False
+        try:
+            fence = await self._store.claim_bucket(row, self._member_id, self._clock.now_ms())
+        except WriteConflict:
+            # Reassigned while we were taking it; the next round reads the row again.
+            await self._locks.unlock(self._namespace, row.bucket)
+            return False
+        self._fences[row.bucket] = fence
+        return True
 
-    async def release(self) -> None:
-        """Orderly shutdown: give the buckets back at once instead of at session end."""
-        async with self._session:
-            self._released = True
-            lost, self._owned = self._owned, frozenset()
-            if lost:
-                self._on_lost(lost)
-            await self._locks.reset()
+    async def _release(self, bucket: int) -> None:
+        fence = self._fences.pop(bucket)
+        self._on_lost(frozenset({bucket}))
+        await self._locks.unlock(self._namespace, bucket)
+        await self._store.release_bucket(fence, self._member_id)
+        log.info("%s bucket %d released (reassigned)", self.service, bucket)
+
+    def lose_all(self, reason: object) -> None:
+        lost, self._fences = frozenset(self._fences), {}
+        if lost:
+            log.warning("%s buckets lost (%s): %s", self.service, reason, sorted(lost))
+            self._on_lost(lost)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from app.domain.errors import StoreUnavailable
-from app.domain.requests import Processor, Request, request_bucket
+from app.domain.requests import Processor, Request
 from app.ports import RequestQueue
 from workers.failpoints import failpoint
 from workers.keyed import KeyedQueues
@@ -46,6 +46,9 @@ class RequestDispatcher:
         # one of its requests is queued or running: for processors whose run covers them.
         self._one_per_key = one_per_key
         self._keys_in_memory: dict[str, int] = {}
+        # The bucket each queued key's requests were filed under, so losing a bucket can cancel
+        # exactly its keys; one entry per stream seen, emptied whenever buckets are lost.
+        self._key_buckets: dict[str, int] = {}
         self._poll_s = poll_s
         self._batch = batch
         self._in_flight: set[int] = set()
@@ -66,14 +69,13 @@ class RequestDispatcher:
 
     def buckets_lost(self, buckets: frozenset[int]) -> None:
         def lost(key: str) -> bool:
-            # Keys are "scope/stream", optionally followed by "#<suffix>" ('#' is not a name character).
-            scope, _, rest = key.partition("/")
-            return request_bucket(scope, rest.partition("#")[0]) in buckets
+            return self._key_buckets.get(key) in buckets
 
         self._queues.cancel_where(lost)
         # Forget them all: a request still owned will simply be read again.
         self._in_flight.clear()
         self._keys_in_memory.clear()
+        self._key_buckets.clear()
 
     def _done(self, request: Request) -> None:
         self._in_flight.discard(request.id)
@@ -122,6 +124,7 @@ class RequestDispatcher:
             if self._one_per_key and key in self._keys_in_memory:
                 continue
             self._in_flight.add(request.id)
+            self._key_buckets[key] = request.bucket
             self._keys_in_memory[key] = self._keys_in_memory.get(key, 0) + 1
             self._queues.submit(key, request)
             submitted += 1

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+from app.domain.cluster import Fence
 from app.domain.errors import NotFound, OperationNotAllowed, StoreUnavailable, WriteConflict
 from app.domain.requests import Processor, Request, RequestKind
 from app.ports import Clock, RequestQueue
@@ -47,6 +48,7 @@ class RequestRunner:
         *,
         processor: Processor = Processor.REQUESTS,
         owns: Callable[[int], bool] = lambda _bucket: True,
+        fence_for: Callable[[int], Fence | None] | None = None,
         barrier: bool = True,
         started_check: StartedCheck | None = None,
         postpone_first_s: float = 0.05,
@@ -59,6 +61,9 @@ class RequestRunner:
         self._clock = clock
         self._processor = processor
         self._owns = owns
+        # With fencing, the acknowledgement lands only under the generation this process
+        # claimed the bucket with; a late ack after a takeover leaves the row to the new owner.
+        self._fence_for = fence_for
         self._barrier = barrier
         self._started_check = started_check
         self._postpone = (postpone_first_s, postpone_cap_s)
@@ -154,7 +159,13 @@ class RequestRunner:
         try:
             if self._barrier and request.stream:
                 await self._queue.clear_waiting_processor(request.scope, request.stream, self._processor)
-            await self._queue.ack(request.id)
+            if self._fence_for is None:
+                await self._queue.ack(request.id)
+            else:
+                fence = self._fence_for(request.bucket)
+                if fence is None:
+                    return None  # no longer ours: the new owner runs it again, idempotently
+                await self._queue.ack(request.id, fence)
         except (StoreUnavailable, WriteConflict) as exc:
             # Completed but not acknowledged: the next attempt finds nothing left to do.
             return await self._on_failure(request, exc)

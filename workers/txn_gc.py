@@ -2,13 +2,15 @@
 
 A record is kept for between one and two TTLs: records are grouped in TTL-long batches by
 completion time, and every batch older than the previous one is deleted. Running it in
-every process is harmless (the delete is idempotent); a failed round is retried next tick.
+every process would be harmless (the delete is idempotent), but it is a cluster-wide sweep, so
+only the leader runs it; a failed round is retried next tick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from app.domain.errors import StoreUnavailable
 from app.domain.txns import TxnLimits
@@ -19,9 +21,16 @@ log = logging.getLogger("pgcontroller.txn-gc")
 
 class CompletedTxnGc:
     def __init__(
-        self, txns: TxnStore, clock: Clock, limits: TxnLimits, *, interval_s: float | None = None
+        self,
+        txns: TxnStore,
+        clock: Clock,
+        limits: TxnLimits,
+        *,
+        interval_s: float | None = None,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
         self._txns = txns
+        self._leads = leads
         self._clock = clock
         self._limits = limits
         # A tenth of the TTL (capped at an hour) keeps the one-to-two TTL bound tight.
@@ -32,7 +41,8 @@ class CompletedTxnGc:
     async def run(self) -> None:
         while True:
             try:
-                await self.collect_once()
+                if self._leads():
+                    await self.collect_once()
             except StoreUnavailable as exc:
                 log.warning("cannot collect completed transactions: %s", exc)
             await asyncio.sleep(self._interval_s)

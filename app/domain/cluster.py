@@ -82,13 +82,16 @@ def stream_bucket(scope: str, stream: str, count: int) -> int:
 Key = TypeVar("Key", bound=Hashable)
 
 
-def balance(keys: Sequence[Key], current: Mapping[Key, str], members: Sequence[str]) -> dict[Key, str]:
+def balance(
+    keys: Sequence[Key], current: Mapping[Key, str], members: Sequence[str], *, spread: bool = True
+) -> dict[Key, str]:
     """Pravega's UniformContainerBalancer, used for containers (§11) and buckets (§7).
 
     First map, or a single member: member i of n (in sorted order) gets keys {i, i+n, ...}.
     Otherwise keys of departed members go one at a time to the least loaded member, then keys
     move from the most to the least loaded until the spread is at most one. Ties go to the
     smaller member; Java breaks them by host hash, which no client can observe.
+    With `spread=False` only orphaned keys move (used while membership is still settling).
     """
     ordered = sorted(set(members))
     if not ordered:
@@ -109,10 +112,47 @@ def balance(keys: Sequence[Key], current: Mapping[Key, str], members: Sequence[s
     for key in orphans:
         least = min(ordered, key=lambda member: (len(load[member]), member))
         load[least].append(key)
-    while True:
+    while spread:
         most = max(ordered, key=lambda member: (len(load[member]), member))
         least = min(ordered, key=lambda member: (len(load[member]), member))
         if len(load[most]) - len(load[least]) <= 1:
             break
         load[least].append(load[most].pop())
     return {key: member for member, owned in load.items() for key in owned}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    counts: BucketCounts
+    container_count: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live (or recently live) controller process."""
+
+    id: str
+    host: str
+    grpc_port: int
+    rest_port: int
+    started_at: int
+    heartbeat_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class BucketRow:
+    service: BucketService
+    bucket: int
+    assigned_to: str | None
+    owner: str | None
+    generation: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    controller_id: str
+    term: int
+    since: int
+    version: int

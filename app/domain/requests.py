@@ -7,14 +7,11 @@ and every request of one key runs in id order.
 from __future__ import annotations
 
 import enum
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Fixed for the life of a database: requests of one key must always land in one bucket, so
-# this is not a setting a process could disagree with.
-REQUEST_BUCKETS = 16
+from app.domain.cluster import stream_bucket
 
 
 class Processor(enum.Enum):
@@ -36,15 +33,17 @@ class RequestKind(enum.Enum):
     DELETE_SCOPE = "delete_scope"
     COMMIT_TXNS = "commit_txns"
     ABORT_TXN = "abort_txn"
+    AUTO_SCALE = "auto_scale"
 
 
 def request_key(scope: str, stream: str) -> str:
     return f"{scope}/{stream}"
 
 
-def request_bucket(scope: str, stream: str) -> int:
-    # crc32 is stable across processes and Python versions, unlike hash().
-    return zlib.crc32(request_key(scope, stream).encode("utf-8")) % REQUEST_BUCKETS
+def request_bucket(scope: str, stream: str, bucket_count: int) -> int:
+    """The bucket the database files a key's requests under (pgc_request_bucket): Pravega's
+    bucket rule over the cluster's fixed request-bucket count."""
+    return stream_bucket(scope, stream, bucket_count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +54,6 @@ class NewRequest:
     created_at: int
     payload: Mapping[str, Any] = field(default_factory=dict)
     processor: Processor = Processor.REQUESTS
-
-    @property
-    def bucket(self) -> int:
-        return request_bucket(self.scope, self.stream)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import SegmentRecord, Versioned
-from app.domain.requests import NewRequest, Processor, RequestKind, request_bucket
+from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.txns import (
     DEFAULT_TXN_LIMITS,
     CompletedTxn,
@@ -77,7 +77,6 @@ class TransactionService:
             scope,
             name,
             txn_epoch_number,
-            request_bucket(scope, name),
             now,
             lease_ms,
             now + self._limits.max_execution_time(lease_ms),

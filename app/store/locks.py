@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -18,19 +19,36 @@ from app.store.pool import asyncpg_dsn
 
 
 class PgAdvisoryLocks:
-    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 5.0, application_name: str = "pgcontroller-locks"
+    ) -> None:
+        """`application_name` names the session in pg_stat_activity: membership uses it to see
+        whether a controller's lock session (and so the controller) is still connected."""
         self._dsn = asyncpg_dsn(url)
         self._timeout_s = timeout_s
+        self._application_name = application_name
         self._conn: Any = None
+        self._lost_callbacks: list[Callable[[], None]] = []
+
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        self._lost_callbacks.append(callback)
 
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.is_closed():
             with translated():
-                self._conn = await asyncio.wait_for(
-                    asyncpg.connect(self._dsn, server_settings={"application_name": "pgcontroller-locks"}),
+                conn = await asyncio.wait_for(
+                    asyncpg.connect(self._dsn, server_settings={"application_name": self._application_name}),
                     timeout=self._timeout_s,
                 )
+            conn.add_termination_listener(self._terminated)
+            self._conn = conn
         return self._conn
+
+    def _terminated(self, conn: Any) -> None:
+        # Only an unexpected end matters: `reset` detaches the connection before closing it.
+        if conn is self._conn:
+            for callback in self._lost_callbacks:
+                callback()
 
     async def try_lock(self, namespace: int, key: int) -> bool:
         conn = await self._connection()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.domain.cluster import Fence
 from app.domain.errors import WriteConflict
 from app.domain.records import Versioned
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
@@ -27,7 +28,6 @@ async def insert_request(conn: Any, request: NewRequest) -> int:
         request.kind.value,
         request.scope,
         request.stream,
-        request.bucket,
         dict(request.payload),
         request.created_at,
     )
@@ -106,10 +106,19 @@ class PgRequestQueue:
             raise WriteConflict(f"request {request.id} was changed or completed concurrently")
         return replace(request, started=True, version=version)
 
-    async def ack(self, request_id: int) -> None:
+    async def ack(self, request_id: int, fence: Fence | None = None) -> None:
         """Idempotent: acknowledging a request twice is harmless."""
         with translated():
-            await self._pool.execute(_SQL["ack_request"], request_id)
+            if fence is None:
+                await self._pool.execute(_SQL["ack_request"], request_id)
+            else:
+                await self._pool.execute(
+                    _SQL["ack_request_fenced"],
+                    request_id,
+                    fence.service.value,
+                    fence.bucket,
+                    fence.generation,
+                )
 
     async def pending_ids_for_key(self, processor: Processor, scope: str, stream: str) -> list[int]:
         with translated():

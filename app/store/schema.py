@@ -425,3 +425,71 @@ container_map = Table(
     _version(),
     PrimaryKeyConstraint("container", name="container_map_pkey"),
 )
+
+
+# --- watermarks (0006) ----------------------------------------------------------------------
+
+# A writer's last report (reference §6.1). `inactive_since` is when the watermark job first saw
+# the writer not participating, so its timestampAggregationTimeout survives a bucket hand-over.
+# A stream with at least one mark is a member of its watermark bucket; no marks, no member.
+writer_marks = Table(
+    "writer_marks",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("writer", Text, nullable=False),
+    Column("mark_time", BigInteger, nullable=False),
+    Column("position", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("alive", Boolean, nullable=False, server_default=text("true")),
+    Column("inactive_since", BigInteger, nullable=True),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "writer", name="writer_marks_pkey"),
+)
+
+# Emitted watermarks (Pravega's revisioned `_MARK<stream>`): insert-only, numbered per stream;
+# an append names the sequence number it follows, so two writers cannot both append after the
+# same watermark. Only the most recent ones are kept (see sql/queries/watermarks.sql).
+watermarks = Table(
+    "watermarks",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("lower_time_bound", BigInteger, nullable=False),
+    Column("upper_time_bound", BigInteger, nullable=False),
+    Column("stream_cut", JSONB, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    CheckConstraint("seq > 0", name="watermarks_seq_positive"),
+    PrimaryKeyConstraint("stream_id", "seq", name="watermarks_pkey"),
+)
+
+# Auto-scaling (reference §5.3): a DOWN report marks its segment cold until `until` (Long.MAX_VALUE
+# for a silent one); a merge needs two cold neighbours. Rewritten under its version.
+segment_cold_markers = Table(
+    "segment_cold_markers",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("segment_id", BigInteger, nullable=False),
+    Column("until", BigInteger, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "segment_id", name="segment_cold_markers_pkey"),
+)
+
+
+# --- retention (0005) -----------------------------------------------------------------------
+
+from sqlalchemy.dialects.postgresql import UUID  # noqa: E402 - kept with the section that needs it
+
+# Consumption-based retention (reference §4.5): one row per reader group subscribed to a stream,
+# named "<rgScope>/<rgName>"; the rows of a stream are its subscriber set. A subscriber's cut
+# only moves forward, each move conditional on the version read.
+stream_subscribers = Table(
+    "stream_subscribers",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("subscriber", Text, nullable=False),
+    Column("reader_group_id", UUID, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("truncation_stream_cut", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("update_time", BigInteger, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("stream_id", "subscriber", name="stream_subscribers_pkey"),
+)

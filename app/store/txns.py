@@ -49,11 +49,11 @@ class PgTxnStore:
         self._pool = pool
 
     async def create_txn(
-        self, scope: str, name: str, epoch: int, bucket: int, now_ms: int, lease_ms: int, max_exec_expiry: int
+        self, scope: str, name: str, epoch: int, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
         with translated():
             row = await self._pool.fetchrow(
-                _SQL["create_txn"], scope, name, epoch, bucket, now_ms, lease_ms, max_exec_expiry
+                _SQL["create_txn"], scope, name, epoch, now_ms, lease_ms, max_exec_expiry
             )
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
@@ -126,7 +126,6 @@ class PgTxnStore:
                 commit_time,
                 request.processor.value,
                 request.kind.value,
-                request.bucket,
                 request.created_at,
             )
         if version is None:

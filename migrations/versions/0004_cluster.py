@@ -50,6 +50,14 @@ END $$""",
     "FOR EACH ROW EXECUTE FUNCTION pgc_stream_name_hash()",
 ]
 
+# A request's bucket is decided by the database at insert, from the cluster's own count, so no
+# process can ever file a request under a different bucket count than the others use.
+_REQUEST_BUCKET = """CREATE FUNCTION pgc_request_bucket(scope text, stream text) RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (pgc_java_hash(scope || '/' || stream) & 2147483647) % request_buckets
+    FROM cluster_settings WHERE id = 1
+$$"""
+
 # Ownership changes wake every process at once instead of at its next poll.
 _NOTIFY = [
     """CREATE FUNCTION pgc_notify_cluster() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -118,7 +126,9 @@ def upgrade() -> None:
         sa.Column("generation", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("claimed_at", sa.BigInteger(), nullable=True),
         sa.Column("version", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
-        sa.CheckConstraint("service IN ('requests', 'retention', 'watermarks')", name="bucket_owners_service_check"),
+        sa.CheckConstraint(
+            "service IN ('requests', 'retention', 'watermarks')", name="bucket_owners_service_check"
+        ),
         sa.PrimaryKeyConstraint("service", "bucket", name="bucket_owners_pkey"),
     )
     op.create_table(
@@ -150,9 +160,22 @@ def upgrade() -> None:
     )
     for statement in _NOTIFY:
         op.execute(statement)
+    # Pravega's defaults; the first process may change them while the cluster holds no stream.
+    op.execute(
+        "INSERT INTO cluster_settings (id, request_buckets, retention_buckets, watermark_buckets, "
+        "container_count, created_at) VALUES (1, 16, 1, 100, 4, "
+        "(extract(epoch from clock_timestamp()) * 1000)::bigint)"
+    )
+    op.execute(_REQUEST_BUCKET)
+    # Requests and transactions were bucketed by crc32 before; the Java hash replaces it.
+    op.execute("UPDATE requests SET bucket = pgc_request_bucket(scope, stream)")
+    op.execute(
+        "UPDATE transactions t SET bucket = pgc_request_bucket(s.scope, s.name) FROM streams s WHERE s.id = t.stream_id"
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP FUNCTION IF EXISTS pgc_request_bucket(text, text)")
     for statement in _DROP_NOTIFY:
         op.execute(statement)
     op.drop_table("container_map")

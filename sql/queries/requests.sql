@@ -2,7 +2,7 @@
 
 -- name: insert_request
 INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES ($1, $2, $3, $4, pgc_request_bucket($3, $4), $5, $6)
 RETURNING id;
 
 -- name: pending_requests
@@ -50,6 +50,11 @@ RETURNING version;
 
 -- name: ack_request
 DELETE FROM requests WHERE id = $1;
+
+-- name: ack_request_fenced
+DELETE FROM requests
+WHERE id = $1
+  AND EXISTS (SELECT 1 FROM bucket_owners WHERE service = $2 AND bucket = $3 AND generation = $4);
 
 -- name: pending_ids_for_key
 SELECT id FROM requests WHERE processor = $1 AND scope = $2 AND stream = $3 ORDER BY id;

@@ -5,7 +5,7 @@
 -- The id's low half comes from the global counter; refused (no row) while SEALING/SEALED.
 -- Also answers the stream's state and rollover size, so creation needs no other read.
 WITH target AS (
-    SELECT s.id, st.state, c.rollover_size_bytes
+    SELECT s.id, s.name_hash, st.state, c.rollover_size_bytes
     FROM streams s
     JOIN stream_states st ON st.stream_id = s.id
     JOIN stream_configs c ON c.stream_id = s.id
@@ -13,8 +13,9 @@ WITH target AS (
 ), created AS (
     INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status, creation_time,
                               lease_ms, lease_expiry, max_exec_expiry)
-    SELECT id, $3::bigint << 32, nextval('txn_counter'), $3::int, $4::int, 'OPEN', $5::bigint, $6::bigint,
-           $5::bigint + $6::bigint, $7::bigint
+    SELECT id, $3::bigint << 32, nextval('txn_counter'), $3::int,
+           (name_hash & 2147483647) % (SELECT request_buckets FROM cluster_settings WHERE id = 1),
+           'OPEN', $4::bigint, $5::bigint, $4::bigint + $5::bigint, $6::bigint
     FROM target WHERE state NOT IN ('SEALING', 'SEALED')
     RETURNING txn_high, txn_low
 )
@@ -66,7 +67,8 @@ moved AS (
     RETURNING t.version
 ), queued AS (
     INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
-    SELECT $9, $10, $1, $2, $11, jsonb_build_object('txn_high', $3::bigint, 'txn_low', $4::bigint), $12
+    SELECT $9, $10, $1, $2, pgc_request_bucket($1, $2),
+           jsonb_build_object('txn_high', $3::bigint, 'txn_low', $4::bigint), $11
     FROM moved
 )
 SELECT version FROM moved;

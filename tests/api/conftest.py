@@ -15,7 +15,9 @@ from tests.support.services import Services
 
 
 @asynccontextmanager
-async def served(services: Services, extensions: Sequence[object] = ()) -> AsyncIterator[ControllerServiceStub]:
+async def served(
+    services: Services, extensions: Sequence[object] = ()
+) -> AsyncIterator[ControllerServiceStub]:
     """The ControllerService over `services` on a loopback port, and a stub connected to it;
     `extensions` are the capability objects serving further RPCs (see ControllerService)."""
     service = ControllerService(

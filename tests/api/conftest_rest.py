@@ -27,6 +27,8 @@ def resolve(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
 def check_schema(doc: dict[str, Any], schema: dict[str, Any], value: Any, where: str = "$") -> None:
     """The subset of JSON Schema that openapi.json uses; raises AssertionError on a mismatch."""
     schema = resolve(doc, schema)
+    if value is None and schema.get("nullable"):
+        return
     kind = schema.get("type")
     if kind == "object":
         assert isinstance(value, dict), f"{where}: expected an object, got {value!r}"

@@ -13,7 +13,8 @@ from typing import Any
 from app.domain.txns import TxnLimits
 from app.main import Controller, build_controller
 from app.ports import ControllerEndpoint
-from app.segmentstore.hosts import HostAddress, StaticContainerMap
+from app.segmentstore.hosts import HostAddress
+from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
 
 SEGMENT_STORE_HOSTS = (HostAddress("10.0.0.1", 12345), HostAddress("10.0.0.2", 12346))
@@ -49,23 +50,29 @@ async def running_controller(
     completion_timeout_s: float = 30.0,
     workers: bool = True,
     txn_limits: TxnLimits = TEST_TXN_LIMITS,
+    **overrides: Any,
 ) -> AsyncIterator[Services]:
+    """`overrides` go to build_controller as they are (e.g. member_id, rebalance_delay_ms)."""
     pool = await create_pool(url, min_size=1, max_size=10)
+    cluster = await PgClusterStore(pool).get_settings()
     controller = build_controller(
         url,
         pool,
-        StaticContainerMap(4, SEGMENT_STORE_HOSTS),
+        SEGMENT_STORE_HOSTS,
+        counts=cluster.counts,
+        container_count=cluster.container_count,
         completion_timeout_s=completion_timeout_s,
         seal_busy_first_s=0.02,
         poll_s=0.2,
         txn_limits=txn_limits,
+        **{"cluster_interval_s": 0.2, **overrides},
     )
     services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
     tasks = [asyncio.create_task(c, name=n) for n, c in controller.loops().items()] if workers else []
     try:
         if workers:
             await asyncio.wait_for(controller.listener.connected.wait(), 10)
-            await asyncio.wait_for(controller.bucket_owner.first_round.wait(), 10)
+            await asyncio.wait_for(controller.cluster_node.first_round.wait(), 10)
         yield services
     finally:
         if workers:

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from app.domain.cluster import DEFAULT_COUNTS
 from app.domain.errors import StoreUnavailable
 from app.domain.records import ScaleType, ScalingPolicy, StreamConfig, StreamState
-from app.domain.requests import REQUEST_BUCKETS, NewRequest, Processor, Request, RequestKind
+from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.ports import SegmentStore
 from tests.support.services import Services, running_controller
 from workers.dispatcher import RequestDispatcher
@@ -21,7 +22,7 @@ from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.runner import MarkStarted, RequestHandler, RequestRunner
 
-ALL_BUCKETS = frozenset(range(REQUEST_BUCKETS))
+ALL_BUCKETS = frozenset(range(DEFAULT_COUNTS.requests))
 
 
 @dataclass

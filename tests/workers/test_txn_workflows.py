@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from app.domain.cluster import DEFAULT_COUNTS
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
-from app.domain.requests import REQUEST_BUCKETS, Processor
+from app.domain.requests import Processor
 from app.domain.txns import Outcome, PingStatus, TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from app.services.scaling import CheckScaleOutcome
@@ -29,7 +30,7 @@ from workers.txn_gc import CompletedTxnGc
 from workers.txn_timeouts import TxnTimeoutSweeper
 
 SC, ST = "tx", "s"
-ALL_BUCKETS = list(range(REQUEST_BUCKETS))
+ALL_BUCKETS = list(range(DEFAULT_COUNTS.requests))
 LEASE = 10_000
 
 
