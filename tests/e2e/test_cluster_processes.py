@@ -1,8 +1,8 @@
 """Several real `serve` processes on one database.
 
 * Two, then three processes share every bucket fairly; one leaving hands its share over.
-* A SIGKILLed process's buckets are owned by a survivor within 15 s, and the scale and commit
-  batch it had in flight complete exactly once.
+* A SIGKILLed process's buckets are owned by a survivor within 15 s, the scale and commit
+  batch it had in flight complete exactly once, and its transaction timeouts are kept.
 * A database restart: every process reconnects and resumes, and no bucket is held by two
   processes at any sample.
 
@@ -158,6 +158,8 @@ async def test_sigkilled_process_buckets_move_and_its_inflight_work_completes_on
                 return "scale.after_new_epoch reached" in log and "commit.before_complete reached" in log
 
             await until(both_parked, what="the doomed process parking the scale and the commit")
+            # Its lease runs out after the kill: only a survivor can time it out.
+            expiring = (await api.transactions.create("fo", committed, 10_000)).txn
             await kill(doomed)
             members.remove(doomed)
             took_over_s = await until(
@@ -182,7 +184,13 @@ async def test_sigkilled_process_buckets_move_and_its_inflight_work_completes_on
                     qualified_segment_name("fo", committed, segment)
                 )
                 assert info.length == 10, "the transaction was merged exactly once"
-            assert [c.txn for c in await api.transactions.list_completed("fo", committed)] == [txn]
+
+            async def timed_out() -> bool:
+                return await api.transactions.state("fo", committed, expiring) is TxnStatus.ABORTED
+
+            await until(timed_out, what="the survivor aborting the expired transaction")
+            completed = await api.transactions.list_completed("fo", committed)
+            assert sorted(c.txn for c in completed) == sorted([txn, expiring])
         assert took_over_s <= 15
     finally:
         await conn.close()
