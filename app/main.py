@@ -40,7 +40,7 @@ from app.domain.errors import IllegalState
 from app.domain.requests import Processor
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.embedded_pg import EmbeddedPostgres
-from app.ports import ControllerEndpoint, SegmentStoreHost
+from app.ports import SegmentStoreHost
 from app.segmentstore.embedded import EmbeddedSegmentStore
 from app.segmentstore.hosts import HostAddress, SharedContainerMap
 from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
@@ -88,23 +88,6 @@ from workers.watermarking import WatermarkWorker
 log = logging.getLogger("pgcontroller")
 
 
-class LiveMembers:
-    """ClusterView over the membership records: the controllers live right now."""
-
-    def __init__(self, store: PgClusterStore, clock: SystemClock, member_ttl_ms: int) -> None:
-        self._store = store
-        self._clock = clock
-        self._ttl_ms = member_ttl_ms
-
-    async def live_controllers(self) -> Sequence[ControllerEndpoint]:
-        members = await self._store.members(self._clock.now_ms(), self._ttl_ms)
-        return [
-            ControllerEndpoint(member.host, member.grpc_port)
-            for member, alive, _ in members
-            if alive and member.grpc_port
-        ]
-
-
 @dataclass
 class Controller:
     """Everything one process runs, wired: stores, services, and the request workers."""
@@ -127,7 +110,6 @@ class Controller:
     transactions: TransactionService
     cluster_store: PgClusterStore
     cluster_node: ClusterNode
-    cluster_view: LiveMembers
     cluster_queries: ClusterQueries
     dispatcher: RequestDispatcher
     commit_dispatcher: RequestDispatcher
@@ -373,7 +355,6 @@ def build_controller(
         ),
         cluster_store=cluster_store,
         cluster_node=node,
-        cluster_view=LiveMembers(cluster_store, clock, member_ttl_ms),
         cluster_queries=ClusterQueries(
             cluster_store,
             clock,
@@ -443,7 +424,7 @@ async def _start_servers(settings: Settings, controller: Controller, health: Hea
                 controller.scopes,
                 controller.streams,
                 controller.segments,
-                controller.cluster_view,
+                controller.cluster_queries,
                 controller.lifecycle,
                 controller.transactions,
                 grpc_extensions(controller),

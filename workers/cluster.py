@@ -204,6 +204,3 @@ class ClusterNode:
                 # Leave at once rather than when the leader notices the closed session.
                 with contextlib.suppress(StoreUnavailable):
                     await self._store.remove_members([(self.member.id, self._member_version)])
-
-    async def leader_record(self) -> LeaderRecord | None:
-        return await self._store.get_leader()

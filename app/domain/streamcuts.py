@@ -250,6 +250,30 @@ def cut_equal_or_after(cut_a: Cut, span_a: Span, cut_b: Cut, span_b: Span) -> bo
     )
 
 
+class CutVerdict(enum.Enum):
+    """Why a cut cannot become the new truncation point."""
+
+    INVALID = "invalid"  # not a valid stream cut, or it names no segment of the stream
+    BEHIND = "behind"  # behind the current truncation point (§2.10)
+
+
+def new_truncation_span(previous: TruncationRecord, cut: Cut, window: EpochWindow) -> Span | CutVerdict:
+    """The span of `cut` when it may become the next truncation point (§4.1: valid, and equal
+    to or after the previous truncation cut); else why not. `window` must cover the epochs of
+    both cuts."""
+    try:
+        if not is_stream_cut_valid(cut, window):
+            return CutVerdict.INVALID
+        span = stream_cut_span(cut, window)
+        if previous.stream_cut and not cut_equal_or_after(
+            cut, span, previous.stream_cut, resolve_span(previous.span, window)
+        ):
+            return CutVerdict.BEHIND
+    except InvalidInput:
+        return CutVerdict.INVALID
+    return span
+
+
 def compare_stream_cuts(
     cut_a: Cut, segments_a: Collection[SegmentRecord], cut_b: Cut, segments_b: Collection[SegmentRecord]
 ) -> CutOrder:

@@ -1,5 +1,6 @@
-"""Read-only views of the cluster for the APIs: members, bucket assignments, the leader, and
-what this process itself holds. Decisions are made by the cluster loop, never here."""
+"""Read-only views of the cluster for the APIs: members (and the live controllers the
+ClusterView port lists), bucket assignments, the leader, and what this process itself holds.
+Decisions are made by the cluster loop, never here."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.domain.cluster import BucketRow, BucketService, LeaderRecord, Member
-from app.ports import Clock, ClusterStore
+from app.ports import Clock, ClusterStore, ControllerEndpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,14 @@ class ClusterQueries:
     async def members(self) -> list[MemberView]:
         rows = await self._store.members(self._clock.now_ms(), self._ttl_ms)
         return [MemberView(member, live) for member, live, _ in rows]
+
+    async def live_controllers(self) -> list[ControllerEndpoint]:
+        """The ClusterView port: live members that advertise a gRPC endpoint."""
+        return [
+            ControllerEndpoint(view.member.host, view.member.grpc_port)
+            for view in await self.members()
+            if view.live and view.member.grpc_port
+        ]
 
     async def buckets(self, service: BucketService | None = None) -> list[BucketRow]:
         return await self._store.bucket_rows(service)

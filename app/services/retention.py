@@ -36,12 +36,13 @@ from app.domain.retention import (
     subscribers_lower_bound,
 )
 from app.domain.streamcuts import (
+    CutVerdict,
     EpochWindow,
     cut_epoch_range,
     cut_equal_or_after,
     is_stream_cut_valid,
+    new_truncation_span,
     next_truncation,
-    resolve_span,
     stream_cut_span,
     truncation_epoch_range,
 )
@@ -233,16 +234,11 @@ class RetentionService:
         low, _high = truncation_epoch_range(current, cut)
         ordering = await epochs.ordering(low)
         window = ordering.window
-        try:
-            if not is_stream_cut_valid(cut, window):
-                return TruncationStart.INVALID
-            span = stream_cut_span(cut, window)
-            if current.stream_cut and not cut_equal_or_after(
-                cut, span, current.stream_cut, resolve_span(current.span, window)
-            ):
-                return TruncationStart.BEHIND
-        except InvalidInput:
+        span = new_truncation_span(current, cut, window)
+        if span is CutVerdict.INVALID:
             return TruncationStart.INVALID
+        if span is CutVerdict.BEHIND:
+            return TruncationStart.BEHIND
         record = next_truncation(current, cut, span, window, await epochs.sealed_sizes())
         request = NewRequest(RequestKind.TRUNCATE_STREAM, scope, name, now)
         written = await self._retention.start_truncation(

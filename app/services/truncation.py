@@ -10,12 +10,10 @@ from app.domain.names import require_present
 from app.domain.records import StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.streamcuts import (
+    CutVerdict,
     EpochWindow,
-    cut_equal_or_after,
-    is_stream_cut_valid,
+    new_truncation_span,
     next_truncation,
-    resolve_span,
-    stream_cut_span,
     truncation_epoch_range,
 )
 from app.ports import Clock, StreamStore
@@ -50,12 +48,10 @@ class Truncation:
                 return UpdateOutcome.FAILURE
             low, high = truncation_epoch_range(previous.value, cut)
             window = EpochWindow.of(await self._streams.get_epochs(scope, name, low, high))
-            if not window.covers(low) or not window.covers(high) or not is_stream_cut_valid(cut, window):
+            if not window.covers(low) or not window.covers(high):
                 return UpdateOutcome.FAILURE
-            span = stream_cut_span(cut, window)
-            if previous.value.stream_cut and not cut_equal_or_after(
-                cut, span, previous.value.stream_cut, resolve_span(previous.value.span, window)
-            ):
+            span = new_truncation_span(previous.value, cut, window)
+            if isinstance(span, CutVerdict):
                 return UpdateOutcome.FAILURE
             sizes = await self._sealed_sizes(scope, name, low, high)
             record = next_truncation(previous.value, cut, span, window, sizes)

@@ -319,7 +319,7 @@ async def test_grpc_bucket_mapping_and_server_list(db_url: str) -> None:
 
 
 async def _endpoints(node: Services, expected: set[tuple[str, int]]) -> bool:
-    live = await node.cluster_view.live_controllers()
+    live = await node.cluster_queries.live_controllers()
     return {(e.host, e.port) for e in live} == expected
 
 
