@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.store.schema import metadata
+from migrations.reporting import build_reporting, drop_reporting
 
 config = context.config
 
@@ -19,7 +20,16 @@ config = context.config
 def _do_run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=metadata, compare_type=True)
     with context.begin_transaction():
+        drop_reporting(connection)
         context.run_migrations()
+        if _at_head(connection):
+            build_reporting(connection)
+
+
+def _at_head(connection: Connection) -> bool:
+    head = context.script.get_current_head()
+    current = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return current is not None and current == head
 
 
 async def _run_async(url: str) -> None:

@@ -34,6 +34,11 @@ class RequestKind(enum.Enum):
     COMMIT_TXNS = "commit_txns"
     ABORT_TXN = "abort_txn"
     AUTO_SCALE = "auto_scale"
+    CREATE_KVT = "create_kvt"
+    DELETE_KVT = "delete_kvt"
+    CREATE_READER_GROUP = "create_reader_group"
+    UPDATE_READER_GROUP = "update_reader_group"
+    DELETE_READER_GROUP = "delete_reader_group"
 
 
 def request_key(scope: str, stream: str) -> str:

@@ -1,0 +1,42 @@
+"""The analysts' contract, schema `reporting`: views defined in `sql/reporting/*.sql`.
+
+The schema is dropped before every migration run and rebuilt after it when the database is
+at head, in the same transaction: base tables can then change freely in migrations (no view
+pins them), and analysts never see a half-built contract. A change to a reporting file
+ships with a new revision, which is what makes a running database pick it up.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sqlalchemy.engine import Connection
+
+REPORTING_DIR = Path(__file__).resolve().parents[1] / "sql" / "reporting"
+SCHEMA = "reporting"
+# Statements end with `;` at the end of a line; the files hold views only, no function bodies.
+_STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
+
+
+def reporting_statements(directory: Path = REPORTING_DIR) -> list[str]:
+    """Every statement of every `*.sql` file, files in name order."""
+    statements: list[str] = []
+    for path in sorted(directory.glob("*.sql")):
+        for chunk in _STATEMENT_END.split(path.read_text()):
+            body = "\n".join(
+                line for line in chunk.splitlines() if line.strip() and not line.strip().startswith("--")
+            )
+            if body.strip():
+                statements.append(body)
+    return statements
+
+
+def drop_reporting(connection: Connection) -> None:
+    connection.exec_driver_sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+def build_reporting(connection: Connection) -> None:
+    connection.exec_driver_sql(f"CREATE SCHEMA {SCHEMA}")
+    for statement in reporting_statements():
+        connection.exec_driver_sql(statement)
