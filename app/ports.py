@@ -860,3 +860,217 @@ class RetentionStore(Protocol):
     async def delete_subscriber(self, scope: str, name: str, subscriber: str, expected_version: int) -> bool:
         """False when it was gone already; raises WriteConflict when it changed since read."""
         ...
+
+
+# --- key-value tables ---------------------------------------------------------------------------
+
+from app.domain.kvtables import KvtRecord, KvtState  # noqa: E402 - kept with the section that needs it
+
+
+@dataclass(frozen=True, slots=True)
+class KvtCreation:
+    """What `create_kvt` found or wrote: `created` is False when a table of that name existed
+    (then `record` is that table, and no request was queued)."""
+
+    created: bool
+    record: Versioned[KvtRecord]
+
+
+class KvtStore(Protocol):
+    """Key-value table records (app/store/kvtables.py). Writes name the table's incarnation
+    (its id) and the version read; a lost race raises WriteConflict."""
+
+    async def create_kvt(self, record: KvtRecord, request: NewRequest) -> KvtCreation:
+        """Inserts the table in CREATING (its start number from the deleted-table record) and
+        `request` in one transaction, unless the name is taken. NotFound when the scope is
+        missing or being deleted."""
+        ...
+
+    async def get_kvt(self, scope: str, name: str) -> Versioned[KvtRecord]:
+        """Raises NotFound."""
+        ...
+
+    async def set_kvt_state(
+        self,
+        scope: str,
+        name: str,
+        kvt_id: str,
+        state: KvtState,
+        expected_version: int,
+        *,
+        request: NewRequest | None = None,
+    ) -> int:
+        """Conditional on id and version; `request` is queued in the same transaction. NotFound
+        when this incarnation is gone."""
+        ...
+
+    async def delete_kvt(self, scope: str, name: str, kvt_id: str, expected_version: int) -> bool:
+        """Removes the row at the version read; False when this incarnation was gone already."""
+        ...
+
+    async def list_kvts(self, scope: str, after: str, limit: int) -> list[str]:
+        """Names strictly after `after`, in name order, whatever their state. NotFound for a
+        missing scope."""
+        ...
+
+    async def count_kvts(self, scope: str) -> int:
+        """Tables in the scope in any state (deleteScope's SCOPE_NOT_EMPTY)."""
+        ...
+
+    async def get_deleted_kvt(self, scope: str, name: str) -> Versioned[int] | None:
+        """The highest segment number of the last deleted table of the name."""
+        ...
+
+    async def put_deleted_kvt(
+        self, scope: str, name: str, last_segment_number: int, expected_version: int | None
+    ) -> int:
+        """Inserts (None) or rewrites the record at its version; WriteConflict on a lost race."""
+        ...
+
+
+# --- reader groups ------------------------------------------------------------------------------
+
+import uuid  # noqa: E402 - kept with the section that needs it
+
+from app.domain.readergroups import ReaderGroupRecord  # noqa: E402 - kept with the section that needs it
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderGroupCreation:
+    """What `create_reader_group` found or wrote: `created` is False when a group of that name
+    existed (then `record` is that group, and no request was queued)."""
+
+    created: bool
+    record: Versioned[ReaderGroupRecord]
+
+
+class ReaderGroupStore(Protocol):
+    """Reader-group records (app/store/readergroups.py). Every write is conditional on the
+    version read (a lost race raises WriteConflict, a vanished group NotFound)."""
+
+    async def create_reader_group(
+        self, record: ReaderGroupRecord, request: NewRequest
+    ) -> ReaderGroupCreation:
+        """Inserts the group and `request` in one transaction unless the name is taken. NotFound
+        when the scope is missing or being deleted."""
+        ...
+
+    async def get_reader_group(self, scope: str, name: str) -> Versioned[ReaderGroupRecord] | None: ...
+
+    async def update_reader_group(
+        self, record: ReaderGroupRecord, expected_version: int, *, request: NewRequest | None = None
+    ) -> int:
+        """Writes generation, state, configuration and the updating flag of the group with
+        `record`'s id; `request` is queued in the same transaction. Returns the new version."""
+        ...
+
+    async def delete_reader_group(
+        self, scope: str, name: str, reader_group_id: uuid.UUID, expected_version: int
+    ) -> None:
+        """Removes that incarnation of the group at the version read."""
+        ...
+
+    async def list_reader_groups(self, scope: str) -> list[str]:
+        """Names in name order, whatever their state. NotFound for a missing scope."""
+        ...
+
+    async def count_reader_groups(self, scope: str) -> int:
+        """Groups in the scope in any state (deleteScope's SCOPE_NOT_EMPTY)."""
+        ...
+
+
+# --- customized state views ---------------------------------------------------------------------
+
+from collections.abc import Iterable  # noqa: E402 - kept with the section that needs it
+
+from app.domain.state_views import (  # noqa: E402 - kept with the section that needs it
+    AggregationBatch,
+    CustomizedView,
+    ParticipantSummary,
+    ResourceStates,
+    StateChange,
+    StatesWrite,
+    StateViewConfig,
+    ViewChange,
+    ViewKey,
+    ViewSummary,
+)
+
+
+class StateViewStore(Protocol):
+    """Participants' customized states, the aggregation config and the aggregated views
+    (app/store/state_views.py). Every write is conditional on the version read (WriteConflict);
+    the aggregator's batch is also fenced by the leader term."""
+
+    async def resource_version(self, participant: str, state_name: str, resource: str) -> int | None: ...
+
+    async def write_states(
+        self,
+        participant: str,
+        state_name: str,
+        resource: str,
+        partitions: Mapping[str, str | None],
+        *,
+        replace: bool,
+        expected_version: int | None,
+        now_ms: int,
+    ) -> StatesWrite:
+        """`replace`: `partitions` is the whole new map; else a merge where None removes a
+        partition. `expected_version` None: the record must not exist yet. A record left with
+        no partition is removed. Every partition changed is logged for the aggregator."""
+        ...
+
+    async def participant_states(
+        self, participant: str, state_name: str | None = None, resource: str | None = None
+    ) -> list[ResourceStates]:
+        """By state name, then resource."""
+        ...
+
+    async def participants(self) -> list[ParticipantSummary]: ...
+
+    async def participant_versions(self, participant: str) -> dict[ViewKey, int]: ...
+
+    async def remove_participant(self, participant: str, expected: Mapping[ViewKey, int]) -> int:
+        """Every record of the participant, at the versions read, or nothing (WriteConflict)."""
+        ...
+
+    async def get_config(self) -> StateViewConfig: ...
+
+    async def set_config(self, state_names: Sequence[str], expected_version: int, now_ms: int) -> int:
+        """The new version; WriteConflict when the config moved since read."""
+        ...
+
+    async def list_views(self, state_name: str | None = None) -> list[ViewSummary]: ...
+
+    async def get_view(self, state_name: str, resource: str) -> CustomizedView:
+        """Raises NotFound."""
+        ...
+
+    async def view_version(self, state_name: str, resource: str) -> int | None: ...
+
+    async def built_names(self) -> frozenset[str]:
+        """The state names whose views the aggregator has built."""
+        ...
+
+    async def take_changes(self, limit: int) -> list[StateChange]:
+        """The oldest change-log entries (at most `limit`), grouped by partition."""
+        ...
+
+    async def partition_states(self, keys: Iterable[tuple[str, str, str]]) -> dict[ViewKey, dict[str, str]]:
+        """The given (state name, resource, partition) keys' current participant -> state maps,
+        as JSON object text (folded where the data is); partitions nobody reports are absent."""
+        ...
+
+    async def name_states(self, state_name: str) -> dict[ViewKey, dict[str, str]]:
+        """The same for every stored state of one state name."""
+        ...
+
+    async def view_versions(self, keys: Iterable[ViewKey]) -> dict[ViewKey, int]: ...
+
+    async def views_of_names(self, state_names: Sequence[str]) -> dict[ViewKey, int]: ...
+
+    async def apply_aggregation(
+        self, term: int, batch: AggregationBatch, now_ms: int
+    ) -> list[ViewChange] | None:
+        """None (nothing written) when `term` is no longer the leader's."""
+        ...

@@ -22,6 +22,8 @@ log = logging.getLogger("pgcontroller.notifications")
 STREAMS_CHANNEL = "pgc_streams"
 REQUESTS_CHANNEL = "pgc_requests"
 CLUSTER_CHANNEL = "pgc_cluster"
+STATES_CHANNEL = "pgc_states"
+VIEWS_CHANNEL = "pgc_views"
 
 
 class PgListener:
@@ -42,6 +44,8 @@ class PgListener:
         self._request_callbacks: list[Callable[[str], None]] = []
         self._connected_callbacks: list[Callable[[], None]] = []
         self._cluster_callbacks: list[Callable[[str], None]] = []
+        self._state_callbacks: list[Callable[[str], None]] = []
+        self._view_callbacks: list[Callable[[str], None]] = []
         self.connected = asyncio.Event()
 
     def on_request(self, callback: Callable[[str], None]) -> None:
@@ -52,6 +56,23 @@ class PgListener:
         """`callback(table_name)` after a committed change to membership, bucket assignments,
         segment-store hosts or the container map."""
         self._cluster_callbacks.append(callback)
+
+    def on_state_change(self, callback: Callable[[str], None]) -> None:
+        """`callback("states" | "config")` after a committed change to participants' customized
+        states (one per transaction) or to the aggregation config: wakes the aggregator."""
+        self._state_callbacks.append(callback)
+
+    def on_view_change(self, callback: Callable[[str], None]) -> None:
+        """`callback("<state name>/<resource>:<version | deleted>")` per customized view moved."""
+        self._view_callbacks.append(callback)
+
+    def _state_changed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for callback in self._state_callbacks:
+            callback(payload)
+
+    def _view_changed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for callback in self._view_callbacks:
+            callback(payload)
 
     def on_connected(self, callback: Callable[[], None]) -> None:
         """Called after each (re)connection: notifications may have been missed meanwhile."""
@@ -79,6 +100,8 @@ class PgListener:
             await conn.add_listener(STREAMS_CHANNEL, self._stream_changed)
             await conn.add_listener(REQUESTS_CHANNEL, self._request_inserted)
             await conn.add_listener(CLUSTER_CHANNEL, self._cluster_changed)
+            await conn.add_listener(STATES_CHANNEL, self._state_changed)
+            await conn.add_listener(VIEWS_CHANNEL, self._view_changed)
             self._cache.trust()
             self.connected.set()
             for callback in self._connected_callbacks:

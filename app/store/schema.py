@@ -493,3 +493,164 @@ stream_subscribers = Table(
     _version(),
     PrimaryKeyConstraint("stream_id", "subscriber", name="stream_subscribers_pkey"),
 )
+
+
+# --- key-value tables (0008) ----------------------------------------------------------------
+
+KVT_STATES = ("CREATING", "ACTIVE", "DELETING")
+
+# One row per table (reference §9), written with its CREATE_KVT request in one transaction.
+# `id` names the incarnation; `start_number` is its safe starting segment number, fixed at
+# insert from deleted_kvtables. The segments themselves are derived (app/domain/kvtables.py).
+kvtables = Table(
+    "kvtables",
+    metadata,
+    Column("scope", Text, ForeignKey("scopes.name"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("id", UUID, nullable=False),
+    Column("partition_count", Integer, nullable=False),
+    Column("primary_key_length", Integer, nullable=False),
+    Column("secondary_key_length", Integer, nullable=False),
+    Column("rollover_size_bytes", BigInteger, nullable=False),
+    Column("start_number", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("scope", "name", name="kvtables_pkey"),
+    UniqueConstraint("id", name="kvtables_id_key"),
+    CheckConstraint(
+        "state IN (" + ", ".join(f"'{s}'" for s in KVT_STATES) + ")", name="kvtables_state_check"
+    ),
+    CheckConstraint(
+        "partition_count > 0 AND primary_key_length > 0 AND secondary_key_length >= 0 "
+        "AND rollover_size_bytes >= 0 AND start_number >= 0",
+        name="kvtables_config_check",
+    ),
+)
+
+# Survives the table (and its scope), as deleted_streams does: the highest segment number of
+# the last deleted table of a name, so a re-created one numbers its segments after it.
+deleted_kvtables = Table(
+    "deleted_kvtables",
+    metadata,
+    Column("scope", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("last_segment_number", Integer, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("scope", "name", name="deleted_kvtables_pkey"),
+)
+
+
+# --- reader groups (0009) -------------------------------------------------------------------
+
+# A reader group (reference §10), one row per (scope, name); the scope cannot be dropped while
+# a group remains. `config` holds the group's settings and stream cuts as the API stored them;
+# `generation` counts updates, `updating` marks one in progress. Every write is conditional on
+# the version read.
+reader_groups = Table(
+    "reader_groups",
+    metadata,
+    Column("scope", Text, ForeignKey("scopes.name"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("id", UUID, nullable=False),
+    Column("generation", BigInteger, nullable=False, server_default=text("0")),
+    Column("state", Text, nullable=False),
+    Column("config", JSONB, nullable=False),
+    Column("updating", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", BigInteger, nullable=False),
+    _version(),
+    CheckConstraint("state IN ('CREATING', 'ACTIVE', 'DELETING')", name="reader_groups_state_check"),
+    CheckConstraint("generation >= 0", name="reader_groups_generation_check"),
+    PrimaryKeyConstraint("scope", "name", name="reader_groups_pkey"),
+)
+
+
+# --- customized state views (0010) ----------------------------------------------------------
+
+# A participant's report for one (state name, resource), Helix's CustomizedState znode: the
+# version guards its partition rows, which are only ever inserted or deleted (a new state is a
+# new row) in the transaction that moves this version. No partition left, no record.
+participant_resources = Table(
+    "participant_resources",
+    metadata,
+    Column("participant", Text, nullable=False),
+    Column("state_name", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    _version(),
+    PrimaryKeyConstraint("participant", "state_name", "resource", name="participant_resources_pkey"),
+)
+
+participant_states = Table(
+    "participant_states",
+    metadata,
+    Column("participant", Text, nullable=False),
+    Column("state_name", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("partition", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint(
+        "participant", "state_name", "resource", "partition", name="participant_states_pkey"
+    ),
+    # Partition first, so no per-participant statement is ever planned through it.
+    Index("participant_states_by_partition", "partition", "state_name", "resource"),
+)
+
+# Insert-only change log filled by triggers on participant_states; the aggregator deletes the
+# entries it covered in the transaction that writes the views.
+state_changes = Table(
+    "state_changes",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=True),
+    Column("state_name", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("partition", Text, nullable=False),
+)
+
+# Helix's CustomizedStateConfig: the state names aggregated into views (one row).
+state_view_config = Table(
+    "state_view_config",
+    metadata,
+    Column("id", SmallInteger, nullable=False),
+    Column("state_names", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("updated_at", BigInteger, nullable=False, server_default=text("0")),
+    _version(),
+    CheckConstraint("id = 1", name="state_view_config_single_row"),
+    PrimaryKeyConstraint("id", name="state_view_config_pkey"),
+)
+
+# The state names whose views the aggregator has built (inserted and deleted, never updated).
+state_view_builds = Table(
+    "state_view_builds",
+    metadata,
+    Column("state_name", Text, nullable=False),
+    Column("built_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("state_name", name="state_view_builds_pkey"),
+)
+
+# View versions come from one sequence, so a view removed and built again still moves forward.
+customized_view_versions = Sequence("customized_view_versions", metadata=metadata)
+
+customized_views = Table(
+    "customized_views",
+    metadata,
+    Column("state_name", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("state_name", "resource", name="customized_views_pkey"),
+)
+
+# A view's partitions (participant -> state), rewritten as delete + insert under the view's
+# version move, like participant_states under participant_resources.
+customized_view_partitions = Table(
+    "customized_view_partitions",
+    metadata,
+    Column("state_name", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("partition", Text, nullable=False),
+    Column("states", JSONB, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("state_name", "resource", "partition", name="customized_view_partitions_pkey"),
+)

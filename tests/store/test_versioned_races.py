@@ -62,6 +62,18 @@ COVERED_ELSEWHERE = frozenset(
         # writer_marks: create/create, update/update and note/round bookkeeping races in
         # tests/store/test_watermark_store.py.
         "writer_marks",
+        # kvtables (state/state, delete/state) and deleted_kvtables (insert, update):
+        # tests/store/test_kvt_store.py.
+        "kvtables",
+        "deleted_kvtables",
+        # reader_groups (update/update, update/delete, create/create): tests/store/test_reader_group_store.py.
+        "reader_groups",
+        # Customized state views: participant_resources (update/update, create/create,
+        # report/removal), state_view_config and customized_views (batch/batch, create/create):
+        # tests/store/test_state_views_store.py.
+        "participant_resources",
+        "state_view_config",
+        "customized_views",
     }
 )
 
