@@ -25,12 +25,16 @@ import grpclib.server
 from aiohttp import web
 
 from app.api.grpc.cluster import ClusterRpcs
+from app.api.grpc.kvtables import KvtRpcs
+from app.api.grpc.readergroups import ReaderGroupRpcs
 from app.api.grpc.service import ControllerService
 from app.api.grpc.subscribers import SubscriberRpcs
 from app.api.grpc.watermarks import WatermarkRpcs
 from app.api.rest import autoscale as autoscale_routes
 from app.api.rest import cluster as cluster_routes
 from app.api.rest import cluster_hosts
+from app.api.rest import readergroups as reader_group_routes
+from app.api.rest import state_views as state_view_routes
 from app.api.rest import watermarks as watermark_routes
 from app.api.rest.app import create_app
 from app.clock import SystemClock
@@ -48,10 +52,13 @@ from app.services.autoscale import AutoScaleIntake
 from app.services.cluster import ClusterQueries, LocalView
 from app.services.containers import ContainerMapService
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
+from app.services.kvtables import KvtService
 from app.services.lifecycle import StreamLifecycle
+from app.services.readergroups import ReaderGroupService
 from app.services.retention import DEFAULT_RETENTION_FREQUENCY_MS, RetentionService, SubscriberService
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
+from app.services.state_views import StateViewService, ViewAggregation
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
 from app.services.watermarks import WatermarkService
@@ -61,13 +68,16 @@ from app.store.cluster import MEMBER_APPLICATION_PREFIX, PgClusterStore
 from app.store.containers import PgContainerMapStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.errors import translated
+from app.store.kvtables import PgKvtStore
 from app.store.locks import PgAdvisoryLocks
 from app.store.migrate import ensure_schema
 from app.store.notifications import PgListener
 from app.store.pool import create_pool
+from app.store.readergroups import PgReaderGroupStore
 from app.store.requests import PgRequestQueue
 from app.store.retention import PgRetentionStore
 from app.store.scopes import PgScopeStore
+from app.store.state_views import PgStateViewStore
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
 from app.store.watermarks import PgWatermarkStore
@@ -78,8 +88,15 @@ from workers.dispatcher import RequestDispatcher
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
+from workers.handlers.kvtables import delete_kvts_in_scope, kvt_handlers
+from workers.handlers.readergroups import (
+    ReaderGroupDeps,
+    delete_reader_groups_in_scope,
+    reader_group_handlers,
+)
 from workers.retention import RetentionWorker
 from workers.runner import RequestRunner
+from workers.state_views import StateViewAggregator
 from workers.txn_gc import CompletedTxnGc
 from workers.txn_timeouts import TxnTimeoutSweeper
 from workers.watermarking import DEFAULT_PERIOD_MS as DEFAULT_WATERMARK_PERIOD_MS
@@ -118,9 +135,13 @@ class Controller:
     txn_gc: CompletedTxnGc
     autoscale: AutoScaleIntake
     subscribers: SubscriberService
+    reader_groups: ReaderGroupService
+    kvts: KvtService
     retention_worker: RetentionWorker
     watermarks: WatermarkService
     watermark_worker: WatermarkWorker
+    state_views: StateViewService
+    state_view_aggregator: StateViewAggregator
     traffic: TrafficSimulator | None = None
     traffic_period_s: float = 5.0
 
@@ -132,6 +153,7 @@ class Controller:
             "container-map": self.locator.run(),
             "retention": self.retention_worker.run(),
             "watermarks": self.watermark_worker.run(),
+            "state-views": self.state_view_aggregator.run(),
             **({"traffic-reports": self.traffic.run(self.traffic_period_s)} if self.traffic else {}),
             "request-dispatcher": self.dispatcher.run(),
             "commit-dispatcher": self.commit_dispatcher.run(),
@@ -220,9 +242,28 @@ def build_controller(
     request_claims = claims[BucketService.REQUESTS]
     owns, owned, fence_for = request_claims.owns, request_claims.owned, request_claims.fence_for
 
+    retention_store = PgRetentionStore(pool)
+    subscribers = SubscriberService(stream_store, retention_store, clock)
+    reader_group_store = PgReaderGroupStore(pool)
+    reader_group_deps = ReaderGroupDeps(deps, reader_group_store, subscribers)
+
+    kvt_store = PgKvtStore(pool)
+
+    async def delete_reader_groups(scope: str) -> None:
+        await delete_reader_groups_in_scope(reader_group_deps, scope)
+
+    async def delete_kvts(scope: str) -> None:
+        await delete_kvts_in_scope(deps, kvt_store, scope)
+
     runner = RequestRunner(
         requests,
-        stream_request_handlers(deps, cold_markers=autoscale_store),
+        {
+            **stream_request_handlers(
+                deps, cold_markers=autoscale_store, scope_member_deletions=[delete_reader_groups, delete_kvts]
+            ),
+            **reader_group_handlers(deps, reader_group_store, subscribers),
+            **kvt_handlers(deps, kvt_store),
+        },
         clock,
         owns=owns,
         fence_for=fence_for,
@@ -299,7 +340,6 @@ def build_controller(
     listener.on_connected(locator.wake)
     listener.on_cluster_change(node.wake)
     listener.on_cluster_change(locator.changed)
-    retention_store = PgRetentionStore(pool)
     retention_claims = claims[BucketService.RETENTION]
     retention_worker = RetentionWorker(
         retention_store,
@@ -321,6 +361,18 @@ def build_controller(
         clock,
         period_ms=watermark_period_ms,
     )
+    state_view_store = PgStateViewStore(pool)
+    state_views = StateViewService(state_view_store, clock)
+    # Leader-only; its writes are fenced by the leader term, so a deposed leader lands nothing.
+    state_view_aggregator = StateViewAggregator(
+        ViewAggregation(state_view_store, clock),
+        is_leader=lambda: node.is_leader,
+        leader_term=lambda: node.leader_term,
+    )
+    listener.on_state_change(state_view_aggregator.wake)
+    listener.on_view_change(state_views.view_changed)
+    listener.on_connected(state_view_aggregator.wake)
+    listener.on_connected(state_views.wake_all)
     sweeper = TxnTimeoutSweeper(txn_store, clock, owned, txn_limits, tick_s=min(0.4, poll_s))
     return Controller(
         pool=pool,
@@ -370,10 +422,16 @@ def build_controller(
         # Cluster-wide sweep: only the leader runs it.
         txn_gc=CompletedTxnGc(txn_store, clock, txn_limits, leads=lambda: node.is_leader),
         autoscale=autoscale,
-        subscribers=SubscriberService(stream_store, retention_store, clock),
+        subscribers=subscribers,
+        reader_groups=ReaderGroupService(
+            reader_group_store, scope_store, clock, completion_timeout_s=completion_timeout_s
+        ),
+        kvts=KvtService(kvt_store, clock, completion_timeout_s=completion_timeout_s),
         retention_worker=retention_worker,
         watermarks=watermarks,
         watermark_worker=watermark_worker,
+        state_views=state_views,
+        state_view_aggregator=state_view_aggregator,
         traffic=traffic,
         traffic_period_s=traffic_period_s,
     )
@@ -393,6 +451,8 @@ def grpc_extensions(controller: Controller) -> list[object]:
     return [
         ClusterRpcs(controller.cluster_queries),
         SubscriberRpcs(controller.subscribers),
+        ReaderGroupRpcs(controller.reader_groups),
+        KvtRpcs(controller.kvts),
         WatermarkRpcs(controller.watermarks),
     ]
 
@@ -403,6 +463,8 @@ def rest_extensions(controller: Controller) -> list[Callable[[web.Application], 
         cluster_hosts.extension(controller.container_map),
         autoscale_routes.extension(controller.autoscale),
         watermark_routes.extension(controller.watermarks),
+        reader_group_routes.extension(controller.reader_groups),
+        state_view_routes.extension(controller.state_views),
     ]
 
 

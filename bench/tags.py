@@ -81,18 +81,14 @@ async def run(streams: int, in_flight: int) -> None:
     async with served_controller(SCOPE) as (_url, stub):
         began = time.perf_counter()
         plain = await timed(
-            [
-                (lambda i=i: create(stub, stream_config(f"s{i:06d}", tags_of(i))))
-                for i in range(streams)
-            ],
+            [(lambda i=i: create(stub, stream_config(f"s{i:06d}", tags_of(i)))) for i in range(streams)],
             in_flight,
         )
         created_s = time.perf_counter() - began
         print(f"created {streams} streams with 2-3 tags in {created_s:.1f} s ({streams / created_s:.0f}/s)")
         print(line("createStream, 2-3 tags", plain))
-        heavy = await timed(
-            [(lambda i=i: create(stub, stream_config(f"max{i:04d}", MAX_TAGS))) for i in range(200)], in_flight
-        )
+        heavy_configs = [stream_config(f"max{i:04d}", MAX_TAGS) for i in range(200)]
+        heavy = await timed([(lambda c=c: create(stub, c)) for c in heavy_configs], in_flight)
         print(line("createStream, 127 tags of 255 chars", heavy))
         print(f"  ratio p50 (127 tags / 2-3 tags): {percentile(heavy, 0.5) / percentile(plain, 0.5):.2f}")
 
@@ -123,15 +119,12 @@ async def run(streams: int, in_flight: int) -> None:
             names, pages = await list_all(tag_page(tag))
             assert len(names) == len(set(names)) == expected, (tag, len(names), expected)
             print(line(f"listStreamsInScopeForTag '{tag}' ({expected} names)", pages))
-            print(f"  ratio p50 (tag page / baseline page): {percentile(pages, 0.5) / percentile(baseline, 0.5):.2f}")
+            ratio = percentile(pages, 0.5) / percentile(baseline, 0.5)
+            print(f"  ratio p50 (tag page / baseline page): {ratio:.2f}")
 
-        updates = await timed(
-            [
-                (lambda i=i: update(stub, stream_config(f"max{i:04d}", [t[:-1] + "y" for t in MAX_TAGS[:-1]])))
-                for i in range(200)
-            ],
-            in_flight,
-        )
+        replaced = [t[:-1] + "y" for t in MAX_TAGS[:-1]]
+        retagged = [stream_config(f"max{i:04d}", replaced) for i in range(200)]
+        updates = await timed([(lambda c=c: update(stub, c)) for c in retagged], in_flight)
         print(line("updateStream, tag-only, 127 tags replaced", updates))
         names, _ = await list_all(tag_page(MAX_TAGS[0][:-1] + "y"))
         assert len(names) == 200, len(names)

@@ -61,6 +61,7 @@ class ClusterNode:
         self._on_leadership: list[Callable[[], None]] = []
         self._member_version: int | None = None
         self._leader = False
+        self._term: int | None = None
         self._live: tuple[str, ...] = ()
         self._live_since = 0
         self._session = asyncio.Lock()  # one round or the release at a time, never both
@@ -72,6 +73,12 @@ class ClusterNode:
     @property
     def is_leader(self) -> bool:
         return self._leader
+
+    @property
+    def leader_term(self) -> int | None:
+        """The term this process leads in, for duties that fence their writes on it; None
+        while it does not lead."""
+        return self._term if self._leader else None
 
     def advertise(self, member: Member) -> None:
         """New endpoints: the next round registers them (a fresh row write, not a heartbeat)."""
@@ -157,6 +164,7 @@ class ClusterNode:
         for service in self.claims:
             await self._store.ensure_buckets(service, self._counts.of(service))
         self._leader = True
+        self._term = record.term
         for callback in self._on_leadership:
             callback()
         # Membership is judged afresh: the previous leader's view died with it.

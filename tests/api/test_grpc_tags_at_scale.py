@@ -60,7 +60,8 @@ async def test_tag_only_updates_during_a_listing_never_duplicate(stub: Controlle
     # Drop the tag from one stream already listed and one not yet listed; re-add it to a third.
     untag_listed, untag_ahead = seen[0], names[-1]
     for name, tags in ((untag_listed, ["still"]), (untag_ahead, ["still"])):
-        assert (await stub.updateStream(config("sc", name, tags=tags))).status == pb.UpdateStreamStatus.SUCCESS
+        updated = await stub.updateStream(config("sc", name, tags=tags))
+        assert updated.status == pb.UpdateStreamStatus.SUCCESS
     rest = await tag_page(stub, "moving", first.continuationToken.token)
     listed = seen + [s.stream for s in rest.streams]
     assert len(listed) == len(set(listed))

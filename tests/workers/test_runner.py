@@ -20,6 +20,8 @@ from workers.dispatcher import RequestDispatcher
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
+from workers.handlers.kvtables import kvt_handlers
+from workers.handlers.readergroups import reader_group_handlers
 from workers.runner import MarkStarted, RequestHandler, RequestRunner
 
 ALL_BUCKETS = frozenset(range(DEFAULT_COUNTS.requests))
@@ -180,6 +182,8 @@ def test_every_request_kind_has_exactly_one_handler() -> None:
         stream_request_handlers(deps),
         commit_handlers(CommitTxnsHandler(deps, None)),  # type: ignore[arg-type]
         abort_handlers(deps),
+        reader_group_handlers(deps, None, None),  # type: ignore[arg-type]
+        kvt_handlers(deps, None),  # type: ignore[arg-type]
     ]
     kinds = [kind for table in tables for kind in table]
     assert sorted(k.value for k in kinds) == sorted(k.value for k in RequestKind)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from app.domain.requests import RequestKind
 from app.ports import AutoScaleStore
 from workers.handlers.abort_txn import AbortTxnHandler
 from workers.handlers.auto_scale import AutoScaleHandler
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
-from workers.handlers.delete_scope import DeleteScopeHandler
+from workers.handlers.delete_scope import DeleteScopeHandler, ScopeMemberDeletion
 from workers.handlers.delete_stream import DeleteStreamHandler
 from workers.handlers.scale import ScaleHandler
 from workers.handlers.seal_stream import SealStreamHandler
@@ -18,7 +20,10 @@ from workers.runner import RequestHandler
 
 
 def stream_request_handlers(
-    deps: WorkflowDeps, *, cold_markers: AutoScaleStore | None = None
+    deps: WorkflowDeps,
+    *,
+    cold_markers: AutoScaleStore | None = None,
+    scope_member_deletions: Sequence[ScopeMemberDeletion] = (),
 ) -> dict[RequestKind, RequestHandler]:
     return {
         RequestKind.AUTO_SCALE: AutoScaleHandler(deps, cold_markers),
@@ -27,7 +32,7 @@ def stream_request_handlers(
         RequestKind.TRUNCATE_STREAM: TruncateStreamHandler(deps),
         RequestKind.SEAL_STREAM: SealStreamHandler(deps),
         RequestKind.DELETE_STREAM: DeleteStreamHandler(deps),
-        RequestKind.DELETE_SCOPE: DeleteScopeHandler(deps),
+        RequestKind.DELETE_SCOPE: DeleteScopeHandler(deps, scope_member_deletions),
     }
 
 

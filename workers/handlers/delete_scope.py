@@ -1,8 +1,11 @@
 """Recursive scope deletion (Pravega's DeleteScopeTask): the API marked the scope DELETING
 with this request; every stream in it, internal ones included, is sealed and deleted
-whatever its state, then the scope itself is removed."""
+whatever its state, then the scope's other members (reader groups, key-value tables) go
+through their own idempotent deletions, then the scope itself is removed."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
 
 from app.domain.errors import NotFound
 from app.domain.records import ScopeState, StreamState
@@ -10,10 +13,14 @@ from app.domain.requests import Request
 from workers.handlers.common import WorkflowDeps, delete_stream_and_segments, seal_segments
 from workers.runner import MarkStarted
 
+# Deletes every member of one kind (reader groups, KVTs) in the scope; safe to run again.
+ScopeMemberDeletion = Callable[[str], Awaitable[object]]
+
 
 class DeleteScopeHandler:
-    def __init__(self, deps: WorkflowDeps) -> None:
+    def __init__(self, deps: WorkflowDeps, member_deletions: Sequence[ScopeMemberDeletion] = ()) -> None:
         self._deps = deps
+        self._member_deletions = tuple(member_deletions)
 
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope = request.scope
@@ -25,6 +32,8 @@ class DeleteScopeHandler:
                 await self._seal_and_delete(scope, name)
             except NotFound:
                 continue  # deleted meanwhile (a mark stream goes with its stream)
+        for delete_members in self._member_deletions:
+            await delete_members(scope)
         await self._deps.scopes.delete_scope(scope)
 
     async def _seal_and_delete(self, scope: str, name: str) -> None:
