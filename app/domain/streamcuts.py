@@ -4,6 +4,7 @@ segments and bytes between cuts, and the next truncation record (reference §2.8
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -350,6 +351,17 @@ def size_between(
 
 
 # --- truncation (§4.1) ---------------------------------------------------------------------------
+
+
+def completed_truncation(record: TruncationRecord) -> TruncationRecord:
+    """The record once its segments are deleted (StreamTruncationRecord.complete): what was to be
+    deleted joins what was deleted, so the set of deleted segments only ever grows."""
+    return dataclasses.replace(
+        record,
+        deleted_segments=record.deleted_segments | record.to_delete,
+        to_delete=frozenset(),
+        updating=False,
+    )
 
 
 def next_truncation(

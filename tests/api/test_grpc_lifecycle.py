@@ -278,7 +278,9 @@ async def test_truncation_across_epochs(stub: ControllerServiceStub, services: S
     cut = {seg(0): 11, seg(2, 1): 0, seg(4, 2): 0, seg(5, 2): 0}
     assert await truncate(cut) == pb.UpdateStreamStatus.SUCCESS
     record = (await services.stream_store.get_truncation("sc", "s")).value
-    assert record.deleted_segments | record.to_delete == {seg(1), seg(3, 1)}
+    # Completed: what was to be deleted has joined the deleted set (StreamTruncationRecord.complete).
+    assert record.deleted_segments == {seg(1), seg(3, 1)} and record.to_delete == frozenset()
+    assert not record.updating
     for gone in (seg(1), seg(3, 1)):
         with pytest.raises(Exception):  # noqa: B017 - NotFound from the segment store
             await services.segment_store.get_segment_info(qualified_segment_name("sc", "s", gone))

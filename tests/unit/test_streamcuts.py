@@ -16,6 +16,7 @@ from app.domain.streamcuts import (
     EpochWindow,
     between_epoch_range,
     compare_stream_cuts,
+    completed_truncation,
     cut_epoch_range,
     cut_equal_or_after,
     epoch_span,
@@ -485,15 +486,6 @@ def _truncate(history: History, previous: TruncationRecord, cut: dict[int, int])
     return next_truncation(previous, cut, span, window, SEALED)
 
 
-def _complete(record: TruncationRecord) -> TruncationRecord:
-    return dataclasses.replace(
-        record,
-        deleted_segments=record.deleted_segments | record.to_delete,
-        to_delete=frozenset(),
-        updating=False,
-    )
-
-
 def test_truncation_sequence() -> None:
     history = _truncation_history()
     first = _truncate(history, TruncationRecord(), CUT1)
@@ -506,21 +498,21 @@ def test_truncation_sequence() -> None:
         updating=True,
     )
 
-    second = _truncate(history, _complete(first), CUT2)
+    second = _truncate(history, completed_truncation(first), CUT2)
     assert second.to_delete == {1, seg(3, 1)}
     assert second.span == {0: 2, seg(2, 1): 2, seg(4, 2): 2, seg(5, 2): 2}
     assert second.stream_cut == CUT2 and second.updating
     # 0: 1-1, 1: 100-1, 2: 1, 3: 100, 4: 1, 5: 1
     assert second.size_till == 2 + 202
 
-    third = _truncate(history, _complete(second), CUT3)
+    third = _truncate(history, completed_truncation(second), CUT3)
     assert third.to_delete == {0}
     assert third.deleted_segments == {1, seg(3, 1)}
     assert third.span == {seg(2, 1): 2, seg(4, 2): 4, seg(5, 2): 4, seg(8, 4): 4, seg(9, 4): 4}
     # 0: 100-1, 2/4/5: 10-1 each, 8/9: 10 each
     assert third.size_till == 204 + 146
 
-    done = _complete(third)
+    done = completed_truncation(third)
     again = _truncate(history, done, CUT3)
     assert again.to_delete == frozenset() and again.size_till == done.size_till
     assert again.deleted_segments == {0, 1, seg(3, 1)}
@@ -537,7 +529,7 @@ def test_truncation_sequence() -> None:
 def test_truncation_excludes_already_deleted_segments() -> None:
     history = _truncation_history()
     previous = dataclasses.replace(
-        _complete(_truncate(history, TruncationRecord(), CUT1)), deleted_segments=frozenset({1})
+        completed_truncation(_truncate(history, TruncationRecord(), CUT1)), deleted_segments=frozenset({1})
     )
     record = _truncate(history, previous, CUT2)
     assert record.to_delete == {seg(3, 1)}

@@ -4,12 +4,11 @@ record complete, TRUNCATING -> ACTIVE."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from app.domain.errors import NotFound
 from app.domain.ids import qualified_segment_name
 from app.domain.records import StreamState
 from app.domain.requests import Request
+from app.domain.streamcuts import completed_truncation
 from workers.handlers.common import WorkflowDeps, log, move_state, retry_conflicts
 from workers.runner import MarkStarted
 
@@ -49,7 +48,8 @@ class TruncateStreamHandler:
         async def step() -> None:
             current = await streams.get_truncation(scope, name)
             if current.value.updating:
-                done = dataclasses.replace(current.value, updating=False)
-                await streams.set_truncation(scope, name, done, current.version)
+                await streams.set_truncation(
+                    scope, name, completed_truncation(current.value), current.version
+                )
 
         await retry_conflicts(step, f"truncation record of {scope}/{name}")
