@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade = db_commands.add_parser("upgrade", help="apply migrations to head")
     _data_dir_arg(upgrade)
     _db_url_arg(upgrade)
+    from app.analyst_cli import add_create_analyst_parser
+
+    add_create_analyst_parser(db_commands, _data_dir_arg, _db_url_arg)
+    from app.dev_cli import add_dev_parser
+
+    add_dev_parser(commands, _data_dir_arg, _db_url_arg)
     return parser
 
 
@@ -261,6 +267,10 @@ def _db(args: argparse.Namespace) -> int:
                 if started:
                     embedded.stop()
         print("database is at the latest schema", file=sys.stderr)
+    elif args.db_command == "create-analyst":
+        from app.analyst_cli import run_create_analyst
+
+        return run_create_analyst(args, embedded)
     return 0
 
 
@@ -273,6 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "db":
             return _db(args)
+        if args.command == "dev":
+            from app.dev_cli import run_dev
+
+            return run_dev(args)
         from app.main import serve
 
         return asyncio.run(serve(_settings(args), ready_file=args.ready_file))

@@ -3,7 +3,9 @@
 The schema is dropped before every migration run and rebuilt after it when the database is
 at head, in the same transaction: base tables can then change freely in migrations (no view
 pins them), and analysts never see a half-built contract. A change to a reporting file
-ships with a new revision, which is what makes a running database pick it up.
+ships with a new revision, which is what makes a running database pick it up. Each rebuild
+grants the views to the analyst group again (the drop took the grants with it) and takes
+from PUBLIC the functions a migration may have added, so analysts read the views and only them.
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ from pathlib import Path
 
 from sqlalchemy.engine import Connection
 
+from app.store.analysts import (
+    ANALYST_GROUP,
+    REPORTING_SCHEMA,
+    REVOKE_PUBLIC_FUNCTIONS,
+    reporting_access_statements,
+)
+
 REPORTING_DIR = Path(__file__).resolve().parents[1] / "sql" / "reporting"
-SCHEMA = "reporting"
+SCHEMA = REPORTING_SCHEMA
 # Statements end with `;` at the end of a line; the files hold views only, no function bodies.
 _STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
 
@@ -40,3 +49,15 @@ def build_reporting(connection: Connection) -> None:
     connection.exec_driver_sql(f"CREATE SCHEMA {SCHEMA}")
     for statement in reporting_statements():
         connection.exec_driver_sql(statement)
+    grant_reporting(connection)
+
+
+def grant_reporting(connection: Connection) -> None:
+    connection.exec_driver_sql(REVOKE_PUBLIC_FUNCTIONS)
+    # Absent when the migrating role could not create it; `db create-analyst` creates it and grants.
+    group = connection.exec_driver_sql(
+        f"SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ANALYST_GROUP}')"
+    ).scalar()
+    if group:
+        for statement in reporting_access_statements():
+            connection.exec_driver_sql(statement)

@@ -654,3 +654,37 @@ customized_view_partitions = Table(
     Column("updated_at", BigInteger, nullable=False),
     PrimaryKeyConstraint("state_name", "resource", "partition", name="customized_view_partitions_pkey"),
 )
+
+
+# --- reporting (0011) -----------------------------------------------------------------------
+
+# What a completed transaction's active record knew (creation, lease, writer, when its commit or
+# abort was requested), kept by a trigger on `transactions` when the record is deleted at
+# completion, for the `reporting.transactions` view. Insert-only; it goes with its completed
+# record (garbage collection, stream deletion).
+completed_txn_details = Table(
+    "completed_txn_details",
+    metadata,
+    Column("stream_id", BigInteger, nullable=False),
+    Column("txn_high", BigInteger, nullable=False),
+    Column("txn_low", BigInteger, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("creation_time", BigInteger, nullable=False),
+    Column("lease_ms", BigInteger, nullable=False),
+    Column("lease_expiry", BigInteger, nullable=False),
+    Column("max_exec_expiry", BigInteger, nullable=False),
+    Column("writer_id", Text, nullable=True),
+    Column("commit_time", BigInteger, nullable=True),
+    Column("commit_order", BigInteger, nullable=True),
+    Column("requested_at", BigInteger, nullable=True),
+    ForeignKeyConstraint(
+        ["stream_id", "txn_high", "txn_low"],
+        ["completed_txns.stream_id", "completed_txns.txn_high", "completed_txns.txn_low"],
+        ondelete="CASCADE",
+        name="completed_txn_details_completed_fk",
+    ),
+    PrimaryKeyConstraint("stream_id", "txn_high", "txn_low", name="completed_txn_details_pkey"),
+)
+
+# Epochs by time across streams: incremental reads of `reporting.scale_events`.
+Index("epochs_by_time", epochs.c.creation_time)

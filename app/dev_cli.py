@@ -1,0 +1,215 @@
+"""`pgcontroller dev seed`: the command line over the history generator (app/store/seed.py).
+
+Progress goes to stderr at most every two seconds; the summary is the last line of stdout, as
+JSON, so scripts can read the counts and the measured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from app.domain.errors import DomainError
+from app.domain.history_gen import ScaleMix, SeedSpec, TxnMix
+from app.domain.txns import TxnLimits
+from app.embedded_pg import EmbeddedPostgres
+
+_PROGRESS_EVERY_S = 2.0
+
+
+def _weights(kind: type[ScaleMix] | type[TxnMix]) -> Callable[[str], ScaleMix | TxnMix]:
+    """Parses `name=weight,...`; names left out keep their default weight."""
+    names = kind.__slots__
+
+    def parse(text: str) -> ScaleMix | TxnMix:
+        values: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, value = part.partition("=")
+            if not sep or name.strip() not in names:
+                raise argparse.ArgumentTypeError(f"expected {'=W,'.join(names)}=W, got {part!r}")
+            try:
+                values[name.strip()] = float(value)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        return kind(**values)
+
+    return parse
+
+
+def add_dev_parser(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    data_dir_arg: Callable[[argparse.ArgumentParser], None],
+    db_url_arg: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    dev = commands.add_parser("dev", help="tools for development and benchmarks")
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
+    seed = dev_commands.add_parser(
+        "seed",
+        help="write a realistic stream history straight into the tables (COPY)",
+        description="Writes streams with long histories (splits, merges, rolling transactions, sealed "
+        "sizes, retention cuts and truncation, transactions) straight into the tables, as the real "
+        "workflows would have left them. Deterministic for a given --seed and names. Each group of "
+        "whole streams is one transaction, so an interrupted run leaves complete streams only; "
+        "--resume then skips those. The database is migrated to the latest schema first.",
+    )
+    db_url_arg(seed)
+    data_dir_arg(seed)
+    seed.add_argument("--streams", type=int, required=True, help="user streams to write")
+    count = seed.add_mutually_exclusive_group()
+    count.add_argument(
+        "--epochs-per-stream", type=int, help="epoch records a stream, epoch 0 included (default 100)"
+    )
+    count.add_argument("--total-epochs", type=int, help="epoch records over all streams, spread evenly")
+    seed.add_argument("--scopes", type=int, default=1, help="scopes the streams are spread over (default 1)")
+    seed.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    seed.add_argument("--scope-prefix", default="seed", help="scope names: PREFIX0... (default seed)")
+    seed.add_argument("--stream-prefix", default="stream", help="stream names (default stream)")
+    seed.add_argument(
+        "--start-ms",
+        type=int,
+        help="start of the history in ms since the Unix epoch (default: now minus the span)",
+    )
+    seed.add_argument("--span-hours", type=float, default=720.0, help="length of the history (default 720)")
+    seed.add_argument(
+        "--mix",
+        type=_weights(ScaleMix),
+        default=ScaleMix(),
+        help="weights of epoch-making events (default split=50,merge=45,rolling=5); "
+        "each roll commits 1-3 transactions besides --txns-per-stream",
+    )
+    seed.add_argument(
+        "--txns-per-stream",
+        type=int,
+        default=20,
+        help="transactions a stream, rolled ones aside (default 20)",
+    )
+    seed.add_argument(
+        "--txn-mix",
+        type=_weights(TxnMix),
+        default=TxnMix(),
+        help="weights of transaction end states (default committed=80,aborted=15,open=5)",
+    )
+    seed.add_argument("--max-segments", type=int, default=8, help="most segments in an epoch (default 8)")
+    seed.add_argument(
+        "--retention-fraction",
+        type=float,
+        default=0.25,
+        help="share of streams with a TIME retention policy, cuts and truncation (default 0.25)",
+    )
+    seed.add_argument(
+        "--retention-frequency-ms",
+        type=int,
+        default=1_800_000,
+        help="retention cycle the recorded cuts follow (default 1800000, the serve default)",
+    )
+    seed.add_argument("--tags", type=int, default=10, help="size of the tag pool (default 10; 0: no tags)")
+    seed.add_argument("--txn-min-lease", type=int, default=10_000, help="least lease, ms (default 10000)")
+    seed.add_argument("--txn-max-lease", type=int, default=600_000, help="most lease, ms (default 600000)")
+    seed.add_argument("--no-mark-streams", action="store_true", help="no _MARK<stream> streams")
+    seed.add_argument(
+        "--no-segment-store",
+        action="store_true",
+        help="skip the embedded segment store's rows (active segments, open transactions' segments)",
+    )
+    seed.add_argument("--resume", action="store_true", help="skip streams that exist (an earlier run's)")
+    seed.add_argument(
+        "--batch-epochs",
+        type=int,
+        default=50_000,
+        help="epochs per COPY batch and per transaction; bounds memory (default 50000)",
+    )
+    seed.add_argument("--no-analyze", action="store_true", help="no ANALYZE at the end")
+    seed.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
+    span_ms = int(args.span_hours * 3_600_000)
+    epochs_per_stream = args.epochs_per_stream
+    if epochs_per_stream is None and args.total_epochs is None:
+        epochs_per_stream = 100
+    return SeedSpec(
+        streams=args.streams,
+        epochs_per_stream=epochs_per_stream,
+        total_epochs=args.total_epochs,
+        scopes=args.scopes,
+        seed=args.seed,
+        scope_prefix=args.scope_prefix,
+        stream_prefix=args.stream_prefix,
+        start_ms=now_ms - span_ms if args.start_ms is None else args.start_ms,
+        span_ms=span_ms,
+        scale_mix=args.mix,
+        txns_per_stream=args.txns_per_stream,
+        txn_mix=args.txn_mix,
+        max_segments=args.max_segments,
+        retention_fraction=args.retention_fraction,
+        retention_frequency_ms=args.retention_frequency_ms,
+        tag_pool=args.tags,
+        mark_streams=not args.no_mark_streams,
+        segment_store_rows=not args.no_segment_store,
+        txn_limits=TxnLimits(min_lease_ms=args.txn_min_lease, max_lease_ms=args.txn_max_lease),
+    )
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    from app.store.seed import SeedProgress, seed_history
+
+    try:
+        spec = _spec(args, int(time.time() * 1000))
+        spec.validate()
+    except (ValueError, DomainError) as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 2
+    last = [0.0]
+
+    def progress(p: SeedProgress) -> None:
+        now = time.monotonic()
+        if args.quiet or (now - last[0] < _PROGRESS_EVERY_S and p.epochs_done < p.epochs_total):
+            return
+        last[0] = now
+        left = (p.epochs_total - p.epochs_done) / p.epochs_per_s if p.epochs_per_s > 0 else 0.0
+        print(
+            f"seeded {p.streams_done}/{p.streams_total} streams, {p.epochs_done:,}/{p.epochs_total:,} epochs "
+            f"({p.epochs_per_s:,.0f} epochs/s, {left:,.0f} s left)",
+            file=sys.stderr,
+        )
+
+    async def run(url: str) -> int:
+        summary = await seed_history(
+            url,
+            spec,
+            resume=args.resume,
+            batch_epochs=args.batch_epochs,
+            analyze=not args.no_analyze,
+            progress=progress,
+        )
+        print(
+            json.dumps(
+                {
+                    "streams": summary.streams,
+                    "skipped": summary.skipped,
+                    "epochs": summary.epochs,
+                    "seconds": round(summary.seconds, 3),
+                    "epochs_per_second": round(summary.epochs_per_s),
+                    "rows": summary.rows,
+                }
+            )
+        )
+        return 0
+
+    try:
+        if args.db_url:
+            return asyncio.run(run(args.db_url))
+        embedded = EmbeddedPostgres(args.data_dir)
+        started = embedded.start()
+        try:
+            return asyncio.run(run(embedded.url()))
+        finally:
+            if started:
+                embedded.stop()
+    except DomainError as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 1
