@@ -270,7 +270,7 @@ def build_controller(
     )
     dispatcher = RequestDispatcher(requests, runner, owned, ceiling=request_concurrency, poll_s=poll_s)
     watermarks = WatermarkService(PgWatermarkStore(pool), clock)
-    commit_handler = CommitTxnsHandler(deps, requests, writer_marks=watermarks)
+    commit_handler = CommitTxnsHandler(deps, requests, writer_marks=watermarks, fence_for=fence_for)
     commit_runner = RequestRunner(
         requests,
         commit_handlers(commit_handler),

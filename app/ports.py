@@ -258,8 +258,8 @@ class RequestQueue(Protocol):
         """Ids of the key's queued requests of `processor`, oldest first."""
         ...
 
-    async def ack_many(self, request_ids: Sequence[int]) -> None:
-        """Acknowledges requests another request's run has done the work of."""
+    async def ack_many(self, request_ids: Sequence[int], fence: Fence | None = None) -> None:
+        """Acknowledges requests another request's run has done the work of; fenced like `ack`."""
         ...
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool: ...

@@ -125,9 +125,18 @@ class PgRequestQueue:
             rows = await self._pool.fetch(_SQL["pending_ids_for_key"], processor.value, scope, stream)
         return [row["id"] for row in rows]
 
-    async def ack_many(self, request_ids: Sequence[int]) -> None:
+    async def ack_many(self, request_ids: Sequence[int], fence: Fence | None = None) -> None:
         with translated():
-            await self._pool.execute(_SQL["ack_many"], list(request_ids))
+            if fence is None:
+                await self._pool.execute(_SQL["ack_many"], list(request_ids))
+            else:
+                await self._pool.execute(
+                    _SQL["ack_many_fenced"],
+                    list(request_ids),
+                    fence.service.value,
+                    fence.bucket,
+                    fence.generation,
+                )
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool:
         with translated():

@@ -62,6 +62,11 @@ SELECT id FROM requests WHERE processor = $1 AND scope = $2 AND stream = $3 ORDE
 -- name: ack_many
 DELETE FROM requests WHERE id = ANY($1::bigint[]);
 
+-- name: ack_many_fenced
+DELETE FROM requests
+WHERE id = ANY($1::bigint[])
+  AND EXISTS (SELECT 1 FROM bucket_owners WHERE service = $2 AND bucket = $3 AND generation = $4);
+
 -- name: pending_for_key
 SELECT EXISTS (SELECT 1 FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3);
 

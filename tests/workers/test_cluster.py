@@ -220,6 +220,12 @@ async def test_a_claim_fences_the_previous_holders_acknowledgement(db_url: str) 
             assert await queue.get(request_id) is not None
             await queue.ack(request_id, fresh)
             assert await queue.get(request_id) is None
+            # The commit processor's acknowledgement of the requests a run covered, likewise.
+            covered = [await queue.enqueue(NewRequest(RequestKind.SCALE, "sc", "s", 1, {})) for _ in range(2)]
+            await queue.ack_many(covered, stale)
+            assert all([await queue.get(each) is not None for each in covered])
+            await queue.ack_many(covered, fresh)
+            assert all([await queue.get(each) is None for each in covered])
             # A release under the stale generation never clears the newer claim.
             assert not await store.release_bucket(stale, "c1")
             assert await store.release_bucket(fresh, "c2")

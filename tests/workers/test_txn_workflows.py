@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.domain.cluster import DEFAULT_COUNTS
+from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import Processor
@@ -519,3 +519,43 @@ async def test_ping_says_disconnected_while_the_timeout_service_is_not_running(d
         assert not services.txn_sweeper.running
         assert await services.transactions.ping(SC, ST, txn, LEASE) is PingStatus.DISCONNECTED
         assert await services.transactions.state(SC, ST, txn) is TxnStatus.OPEN
+
+
+async def test_a_run_that_lost_its_bucket_leaves_the_covered_requests_to_the_new_owner(s: Services) -> None:
+    await make_stream(s)
+    txns = [(await s.transactions.create(SC, ST, LEASE)).txn for _ in range(3)]
+    for txn in txns:
+        await write(s, txn, 0, 1)
+        await s.transactions.commit(SC, ST, txn)
+    pending = await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)
+    assert len(pending) == 3
+    bucket = pending[0].bucket
+    await s.pool.execute(
+        "INSERT INTO bucket_owners (service, bucket, owner, generation) VALUES ('requests', $1, 'new', 2)",
+        bucket,
+    )
+    stale = Fence(BucketService.REQUESTS, bucket, 1)
+    handler = CommitTxnsHandler(
+        WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store),
+        s.requests,
+        fence_for=lambda _bucket: stale,
+    )
+
+    async def no_op() -> None:
+        return None
+
+    await handler.handle(pending[0], no_op)
+    # The work is done (idempotent for whoever runs next), but the stale run acknowledged none
+    # of the requests it covered: they are the new owner's to find and finish as no-ops.
+    assert all([await s.transactions.state(SC, ST, t) is TxnStatus.COMMITTED for t in txns])
+    left = {r.id for r in await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)}
+    assert left == {r.id for r in pending}  # its own request is the runner's to acknowledge
+    fresh = dataclasses.replace(stale, generation=2)
+    handler = CommitTxnsHandler(
+        WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store),
+        s.requests,
+        fence_for=lambda _bucket: fresh,
+    )
+    await handler.handle(pending[0], no_op)
+    left = {r.id for r in await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)}
+    assert left == {pending[0].id}

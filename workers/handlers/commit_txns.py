@@ -14,7 +14,9 @@ rolls, so a resumed batch makes the same decision after a crash.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+from app.domain.cluster import Fence
 from app.domain.errors import DomainError, WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, StreamState, Versioned
@@ -37,12 +39,24 @@ class CommitTxnsHandler:
         queue: RequestQueue,
         batch_size: int = MAX_TRANSACTION_COMMIT_BATCH_SIZE,
         writer_marks: TxnWriterMarks | None = None,
+        fence_for: Callable[[int], Fence | None] | None = None,
     ) -> None:
         self._deps = deps
+        # The request bucket's fence, so a run overtaken by a takeover acknowledges nothing
+        # (None: unfenced, for single-process tests).
+        self._fence_for = fence_for
         self._queue = queue
         self._batch_size = batch_size
         # Reference §6.3: writers' marks from the transactions a batch commits (None: not noted).
         self._writer_marks = writer_marks
+
+    async def _ack_covered(self, request: Request, covered: list[int]) -> None:
+        if self._fence_for is None:
+            await self._queue.ack_many(covered)
+            return
+        fence = self._fence_for(request.bucket)
+        if fence is not None:  # else the bucket's new owner finds them, and they find nothing to do
+            await self._queue.ack_many(covered, fence)
 
     async def started(self, request: Request) -> bool:
         """Pravega's hasTaskStarted: a stream in COMMITTING_TXN or SEALING lets commits pass
@@ -63,7 +77,7 @@ class CommitTxnsHandler:
                 if batch is None:
                     await _leave_committing_state(self._deps, scope, name)
                     if covered:
-                        await self._queue.ack_many(covered)
+                        await self._ack_covered(request, covered)
                     return
                 state = await _enter_committing_state(self._deps, scope, name)
                 if not started:
