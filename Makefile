@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test check lint typecheck imports proto bench clean
+.PHONY: run test check lint typecheck imports proto bench clean spark-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,15 +13,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) spark-deps
 	$(BIN)/pgcontroller serve
 
-test: $(STAMP)
+test: $(STAMP) spark-deps
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check app workers tests bench migrations
-	$(BIN)/ruff format --check app workers tests bench migrations
+	$(BIN)/ruff check app workers tests bench migrations spark
+	$(BIN)/ruff format --check app workers tests bench migrations spark
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -30,6 +30,17 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 check: lint typecheck imports test
+
+# Java 17 (Spark's runtime) and the PostgreSQL JDBC driver the reporting pipeline (spark/)
+# reads through, from Debian's packages; silent and instant when both are present.
+JDBC_JAR ?= /usr/share/java/postgresql.jar
+spark-deps:
+	@if ! command -v java >/dev/null 2>&1 || ! test -f $(JDBC_JAR); then \
+		echo "installing Java 17 and/or the PostgreSQL JDBC driver (apt-get)"; \
+		apt-get update -qq >/dev/null && \
+		{ command -v java >/dev/null 2>&1 || apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } && \
+		{ test -f $(JDBC_JAR) || apt-get install -y -qq libpostgresql-jdbc-java >/dev/null; }; \
+	fi
 
 # Regenerates the gRPC code from app/api/grpc/proto/controller.proto; a test proves the
 # committed files equal what this produces.

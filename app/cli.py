@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     from app.dev_cli import add_dev_parser
 
     add_dev_parser(commands, _data_dir_arg, _db_url_arg)
+    # Argument definitions only: PySpark itself is imported when the command runs.
+    from spark.cli import add_run_arguments
+
+    pipeline = commands.add_parser("pipeline", help="the PySpark reporting pipeline (spark/README.md)")
+    pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", required=True)
+    add_run_arguments(pipeline_commands.add_parser("run", help="new reporting-view rows into lake and marts"))
     return parser
 
 
@@ -287,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.dev_cli import run_dev
 
             return run_dev(args)
+        if args.command == "pipeline":
+            from spark.cli import run_command
+
+            return run_command(args)
         from app.main import serve
 
         return asyncio.run(serve(_settings(args), ready_file=args.ready_file))

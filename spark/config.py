@@ -1,0 +1,80 @@
+"""What one pipeline run is told: where the database, the lake and the cluster are, and how
+hard to push them. Pure data; every other module takes a PipelineConfig."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# Debian's libpostgresql-jdbc-java puts the driver here (the Makefile installs it when missing).
+DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
+MARTS_SCHEMA = "reporting_marts"
+
+
+def default_jdbc_jar() -> str:
+    return os.environ.get("PGCONTROLLER_JDBC_JAR") or DEFAULT_JDBC_JAR
+
+
+def local_cores(master: str) -> int | None:
+    """Cores a `local[...]` master uses (None for a cluster master, whose size we do not know)."""
+    if master == "local":
+        return 1
+    if master.startswith("local[") and master.endswith("]"):
+        spec = master[len("local[") : -1].split(",")[0].strip()
+        if spec == "*":
+            return os.cpu_count() or 1
+        if spec.isdigit() and int(spec) > 0:
+            return int(spec)
+        raise ValueError(f"bad local master {master!r}: expected local, local[N] or local[*]")
+    return None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    db_url: str
+    out: Path
+    master: str = "local[*]"
+    jdbc_jar: str = DEFAULT_JDBC_JAR
+    driver_memory: str = "4g"
+    # JDBC queries (stream-id ranges) per view; None: Spark's default parallelism (local mode:
+    # the cores). Each is one pass of PostgreSQL over the view's range, streamed, never held.
+    partitions: int | None = None
+    fetch_size: int = 10_000
+    # A rerun re-reads from the start of the day holding (high-water mark - this), so an event
+    # committed late with an earlier timestamp (clock skew between controllers, a long
+    # transaction) is still counted when it lands within this margin.
+    late_margin_ms: int = 10 * 60_000
+    # Per-stream charts are drawn for the most active streams only; the HTML lists the rest.
+    chart_streams: int = 5
+    full: bool = False
+    progress: bool = True
+    # Where the Parquet lake lives: any URI Spark can write (hdfs://, s3a://, an absolute path
+    # on storage every executor sees). Default: <out>/lake, right for local mode.
+    lake_uri: str | None = None
+    # Roles given SELECT on the marts (e.g. pgc_analysts). None by default: `db create-analyst`
+    # counts any read beyond the `reporting` views as a leak.
+    grant_to: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.db_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("--db-url must be a postgresql:// URL")
+        local_cores(self.master)  # validates local[...] shapes early
+        if self.fetch_size <= 0 or (self.partitions is not None and self.partitions <= 0):
+            raise ValueError("partitions and fetch size must be positive")
+        if self.late_margin_ms < 0 or self.chart_streams < 0:
+            raise ValueError("late margin and chart streams cannot be negative")
+
+    @property
+    def lake(self) -> str:
+        if self.lake_uri:
+            return self.lake_uri.rstrip("/") if "://" in self.lake_uri else str(Path(self.lake_uri).resolve())
+        return str((self.out / "lake").resolve())
+
+    @property
+    def charts_dir(self) -> Path:
+        return self.out / "charts"
+
+    @property
+    def summary_html(self) -> Path:
+        return self.out / "summary.html"

@@ -1,0 +1,245 @@
+"""One pipeline run: read what is new in the `reporting` views, recompute the affected days'
+facts, write them to the lake and the marts, record the run, draw the charts and the summary.
+
+Incremental rule: a run reads every event with time >= the start of the UTC day holding
+(previous high-water mark - late margin), recomputes all facts of those days and replaces
+them (lake partitions, mart rows). A run with nothing newer than the high-water mark reads no
+events and only records itself. Replacing whole days is what makes a rerun after a crash, a
+late event or an overlapping window count nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from pyspark import SparkContext, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark import facts, lake, marts, report, sources, truncations
+from spark.config import PipelineConfig
+from spark.jdbc import IdRange, JdbcTarget, jdbc_target, partition_count, query_rows, read_window
+from spark.progress import Progress
+from spark.session import build_session
+from spark.state import Control
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: int
+    full_run: bool
+    read_since_ms: int
+    high_water_ms: int
+    recomputed_from: date | None
+    rows_read: int
+    facts_written: int
+    seconds: float
+    lake: str
+    charts: tuple[str, ...]
+    summary: str
+
+
+def day_start_ms(ms: int) -> int:
+    return (ms // DAY_MS) * DAY_MS
+
+
+def utc_date(ms: int) -> date:
+    return date(1970, 1, 1) + timedelta(days=ms // DAY_MS)
+
+
+def read_since(last_high_water_ms: int | None, late_margin_ms: int) -> int:
+    """Where a run's window starts: the UTC day of (high-water mark - margin); 0 = everything."""
+    if last_high_water_ms is None:
+        return 0
+    return max(0, day_start_ms(last_high_water_ms - late_margin_ms))
+
+
+def _read_source(
+    spark: SparkSession,
+    target: JdbcTarget,
+    config: PipelineConfig,
+    source: sources.Source,
+    since_ms: int,
+    ids: IdRange,
+    progress: Progress,
+) -> DataFrame:
+    assert source.time_column is not None
+    parts = partition_count(ids, config.partitions or spark.sparkContext.defaultParallelism)
+    progress.step(f"reading {source.view} since {since_ms} in {parts} range(s) of stream ids")
+    return read_window(
+        spark,
+        target,
+        view=source.view,
+        columns=source.select_list(),
+        partition_column=source.partition_column,
+        time_column=source.time_column,
+        since_ms=since_ms,
+        ids=ids,
+        partitions=parts,
+        fetch_size=config.fetch_size,
+    )
+
+
+@dataclass(frozen=True)
+class Probe:
+    ids: IdRange
+    new_events: bool
+
+
+def _probe(spark: SparkSession, target: JdbcTarget, high_water_ms: int | None) -> Probe:
+    """The stream-id range, and whether any event is newer than the high-water mark: indexed
+    look-ups, no pass over the views. A segment is sealed by a new epoch, so new scale events
+    and completed transactions are all there is to look for."""
+    hw = -1 if high_water_ms is None else int(high_water_ms)
+    s, t = sources.SCALE_EVENTS, sources.TRANSACTIONS
+    ((low, high, new),) = query_rows(
+        spark,
+        target,
+        f"""SELECT (SELECT min(stream_id) FROM {sources.STREAMS.view})::bigint AS low,
+                   (SELECT max(stream_id) FROM {sources.STREAMS.view})::bigint AS high,
+                   EXISTS (SELECT 1 FROM {s.view} WHERE {s.time_column} > {hw})
+                   OR EXISTS (SELECT 1 FROM {t.view} WHERE {t.time_column} > {hw}) AS new_events""",
+    )
+    return Probe(IdRange(low, high), bool(new))
+
+
+def _read_streams(spark: SparkSession, target: JdbcTarget) -> DataFrame:
+    s = sources.STREAMS
+    return spark.read.jdbc(
+        url=target.url,
+        table=f"(SELECT {', '.join(s.select_list())} FROM {s.view}) AS s",
+        properties=target.properties(),
+    )
+
+
+def run(config: PipelineConfig, spark: SparkSession | None = None) -> RunResult:
+    started = time.monotonic()
+    started_at = datetime.now(UTC)
+    with Progress(config.progress) as progress, Control(config.db_url) as control:
+        control.ensure_schema(marts.TABLE_DDL, config.grant_to)
+        control.acquire_run_lock()
+        staging = marts.prepare(control)
+        try:
+            # A session this run did not start (the caller's, or one already active) stays up.
+            own_session = spark is None and SparkContext._active_spark_context is None
+            session = spark or build_session(config)
+            progress.watch(session.sparkContext)
+            try:
+                result = _run(config, session, control, staging, progress, started, started_at)
+            finally:
+                if own_session:
+                    session.stop()
+        except BaseException:
+            # Best effort: the next run drops stale staging tables anyway, and the error that
+            # brought us here (perhaps a lost database) is the one worth reporting.
+            with contextlib.suppress(Exception):
+                marts.drop_staging(control, staging)
+            raise
+    return result
+
+
+def _run(
+    config: PipelineConfig,
+    spark: SparkSession,
+    control: Control,
+    staging: marts.Staging,
+    progress: Progress,
+    started: float,
+    started_at: datetime,
+) -> RunResult:
+    target = jdbc_target(config.db_url)
+    lake_uri = config.lake
+    last = control.last_run(lake_uri)
+    chain = control.latest_run_id()
+    full = config.full or last is None or not lake.has_table(spark, lake_uri, lake.STREAM_DAILY)
+    since = 0 if full else read_since(last.high_water_ms if last else None, config.late_margin_ms)
+    progress.step(
+        f"{'full' if full else 'incremental'} run into {lake_uri} (master {config.master}); "
+        f"previous run of this lake: {last.run_id if last else 'none'}"
+    )
+    previous_hw = last.high_water_ms if last else None
+    probe = _probe(spark, target, previous_hw)
+    observed = truncations.new_observations(spark, target).persist(StorageLevel.MEMORY_AND_DISK)
+    grown = observed.count()
+
+    rows_read = facts_written = 0
+    high_water = previous_hw or 0
+    first_day: date | None = None
+    if full or probe.new_events or grown:
+        first_day = date.min if full else utc_date(since)
+        frames = {
+            s.name: _read_source(spark, target, config, s, since, probe.ids, progress)
+            for s in sources.EVENT_SOURCES
+        }
+        txns = frames["transactions"].persist(StorageLevel.MEMORY_AND_DISK)
+        events = facts.event_facts(frames["scale_events"], frames["segments"], txns).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        stats = events.agg(F.count(F.lit(1)), F.sum("_rows"), F.max("_last_ms")).collect()[0]
+        rows_read = int(stats[1] or 0)
+        high_water = max(high_water, int(stats[2] or 0))
+        # Truncation growth is dated on the day of the new high-water mark, known only now.
+        grown_on = observed.withColumn("date", F.lit(utc_date(high_water)))
+        truncated = truncations.observed_since(spark, target, first_day).unionByName(
+            grown_on.select("stream_id", "date", "bytes_delta")
+        )
+        per_stream = facts.stream_daily(events, truncated, _read_streams(spark, target)).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        facts_written = per_stream.count()
+        per_day = facts.daily(txns, per_stream).persist(StorageLevel.MEMORY_AND_DISK)
+        progress.step(
+            f"read {rows_read:,} rows into {facts_written:,} stream-day facts; "
+            f"{grown:,} stream(s) truncated further"
+        )
+        lake.write(spark, per_stream, lake_uri, lake.STREAM_DAILY, first_day, full)
+        lake.write(spark, per_day, lake_uri, lake.DAILY, first_day, full)
+        progress.step(f"wrote the lake's days from {'the first' if full else first_day}")
+        marts.write_stage(per_stream, target, staging.stream_daily)
+        marts.write_stage(per_day, target, staging.daily)
+        marts.write_stage(grown_on, target, staging.truncations)
+        for frame in (events, per_stream, per_day, txns):
+            frame.unpersist()
+    else:
+        progress.step(f"nothing new since the high-water mark {previous_hw}: no events read")
+    observed.unpersist()
+
+    record = marts.RunRecord(
+        lake=lake_uri,
+        started_at=started_at,
+        master=config.master,
+        full_run=full,
+        read_since_ms=since,
+        high_water_ms=high_water,
+        recomputed_from=first_day,
+        rows_read=rows_read,
+        facts_written=facts_written,
+    )
+    run_id = marts.commit(control, staging, record, chain)
+    progress.step(
+        f"committed run {run_id} to {marts.STREAM_DAILY_TABLE} and friends (high-water mark {high_water})"
+    )
+
+    drawn, page = report.render(control, config, run_id, record, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    progress.step(
+        f"done in {seconds:.1f}s: {rows_read:,} rows, {facts_written:,} facts, {len(drawn)} chart(s)"
+    )
+    return RunResult(
+        run_id=run_id,
+        full_run=full,
+        read_since_ms=since,
+        high_water_ms=high_water,
+        recomputed_from=first_day,
+        rows_read=rows_read,
+        facts_written=facts_written,
+        seconds=seconds,
+        lake=lake_uri,
+        charts=tuple(str(p) for p in drawn),
+        summary=str(page),
+    )

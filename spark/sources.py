@@ -1,0 +1,77 @@
+"""The part of the analysts' contract (sql/reporting/README.md) the pipeline reads, and the
+normalized names spark.facts uses for it. The only module that knows view and column names.
+
+Every event view is read by stream id (partition column) and filtered by its event time in ms
+since the Unix epoch (time column): the time its facts are dated by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    view: str
+    # normalized name -> SQL expression over the view (a plain column keeps predicates indexable)
+    columns: dict[str, str] = field(default_factory=dict)
+    time_column: str | None = None  # None: read whole (one row per stream)
+    partition_column: str = "stream_id"
+
+    def select_list(self) -> tuple[str, ...]:
+        return tuple(expr if expr == name else f"{expr} AS {name}" for name, expr in self.columns.items())
+
+
+STREAMS = Source(
+    "streams", "reporting.streams", {"stream_id": "stream_id", "scope": "scope", "stream": "stream"}
+)
+
+# One row per epoch >= 1; kind is split, merge, rolling (either epoch a rolling transaction
+# writes) or other; splits/merges are how many of each the epoch's scale performed.
+SCALE_EVENTS = Source(
+    "scale_events",
+    "reporting.scale_events",
+    {
+        "stream_id": "stream_id",
+        "time_ms": "event_time",
+        "epoch": "epoch",
+        "kind": "kind",
+        "splits": "splits",
+        "merges": "merges",
+        "sealed_count": "sealed_count",
+        "created_count": "created_count",
+        "segment_count": "segments_after",
+    },
+    time_column="event_time",
+)
+
+# Sealed segments are dated by the creation time of the epoch that sealed them.
+SEGMENTS = Source(
+    "segments",
+    "reporting.segments",
+    {"stream_id": "stream_id", "sealed_ms": "sealed_time", "sealed_size": "sealed_size_bytes"},
+    time_column="sealed_time",
+)
+
+# Completed transactions only (the time column is NULL for active ones); the latency is from
+# the commit request to the completion, NULL where the controller kept no details.
+TRANSACTIONS = Source(
+    "transactions",
+    "reporting.transactions",
+    {
+        "stream_id": "stream_id",
+        "time_ms": "completion_time",
+        "outcome": "outcome",
+        "latency_ms": "commit_latency_ms",
+    },
+    time_column="completion_time",
+)
+
+EVENT_SOURCES = (SCALE_EVENTS, SEGMENTS, TRANSACTIONS)
+
+# The controller keeps only each stream's latest truncation (cumulative bytes, no time), so
+# truncations are observed: a run compares it with the last observation (spark.truncations).
+TRUNCATIONS = Source(
+    "truncations", "reporting.truncations", {"stream_id": "stream_id", "truncated_bytes": "truncated_bytes"}
+)

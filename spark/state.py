@@ -1,0 +1,176 @@
+"""The pipeline's own bookkeeping in `reporting_marts`: one row per successful run, the run
+lock, and the control connection that creates the schema and commits a run atomically.
+
+Invariant: a run's row in `pipeline_runs` (its high-water mark) is inserted in the same SQL
+transaction that replaces the mart rows it recomputed, so the next run starts exactly where a
+committed run ended; a crash before that commit leaves the previous state, and the rerun
+recomputes the same days (every write is a replacement, so nothing is counted twice).
+
+Runs are serialized by a row lock on `pipeline_lock`, held by a second connection for the
+whole run (not an advisory lock: `db create-analyst` takes those functions from PUBLIC, and
+the pipeline may run as a role that owns only this schema). If that connection dies, the
+commit's check that no other run committed meanwhile (marts.commit) still keeps runs apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, TypeVar
+
+import asyncpg
+
+from spark.config import MARTS_SCHEMA
+
+T = TypeVar("T")
+
+RUNS_DDL = f"""
+CREATE TABLE IF NOT EXISTS {MARTS_SCHEMA}.pipeline_runs (
+    run_id bigserial PRIMARY KEY,
+    lake text NOT NULL,
+    started_at timestamptz NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now(),
+    master text NOT NULL,
+    full_run boolean NOT NULL,
+    read_since_ms bigint NOT NULL,
+    high_water_ms bigint NOT NULL,
+    recomputed_from date,
+    rows_read bigint NOT NULL,
+    facts_written bigint NOT NULL
+)
+"""
+LOCK_DDL = [
+    f"CREATE TABLE IF NOT EXISTS {MARTS_SCHEMA}.pipeline_lock (id smallint PRIMARY KEY CHECK (id = 1))",
+    f"INSERT INTO {MARTS_SCHEMA}.pipeline_lock VALUES (1) ON CONFLICT DO NOTHING",
+]
+_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_$]{0,62}$")
+
+
+class PipelineBusy(RuntimeError):
+    """Another pipeline run holds the run lock, or committed while this one was running."""
+
+
+class MartsForbidden(RuntimeError):
+    """The pipeline's role may not create or write the `reporting_marts` schema."""
+
+
+@dataclass(frozen=True)
+class LastRun:
+    run_id: int
+    high_water_ms: int
+    recomputed_from: date | None
+
+
+def _forbidden(exc: Exception) -> MartsForbidden:
+    return MartsForbidden(
+        f"this role may not create or write schema {MARTS_SCHEMA} ({exc}). Run the pipeline as the "
+        f"database owner, or have the owner run CREATE SCHEMA {MARTS_SCHEMA} AUTHORIZATION <role> "
+        "(see spark/README.md)"
+    )
+
+
+class Control:
+    """Two asyncpg connections driven synchronously (the Spark driver is not an asyncio program):
+    one for the schema and the commit, one holding the run lock until close()."""
+
+    def __init__(self, db_url: str) -> None:
+        self._runner = asyncio.Runner()
+        self._lock_conn: asyncpg.Connection | None = None
+        try:
+            self._conn: asyncpg.Connection = self._run(asyncpg.connect(db_url))
+        except BaseException:
+            self._runner.close()
+            raise
+        self._url = db_url
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(coro)
+
+    def call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async def go() -> T:
+            return await fn(self._conn)
+
+        return self._run(go())
+
+    def close(self) -> None:
+        try:
+            for conn in (self._lock_conn, self._conn):
+                if conn is not None:
+                    self._run(conn.close())
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> Control:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema and lock -----------------------------------------------------------------------
+
+    def ensure_schema(self, table_ddl: Sequence[str], readers: Sequence[str] = ()) -> None:
+        """Creates `reporting_marts` and its tables when missing; grants `readers` SELECT on them.
+
+        The schema is created only when absent: a role that owns an existing schema but lacks
+        CREATE on the database can still run the pipeline.
+        """
+        for role in readers:
+            if not _ROLE_NAME.match(role):
+                raise ValueError(f"not a plain role name: {role!r}")
+
+        async def go(c: asyncpg.Connection) -> None:
+            async with c.transaction():
+                exists = await c.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", MARTS_SCHEMA
+                )
+                if not exists:
+                    await c.execute(f"CREATE SCHEMA {MARTS_SCHEMA}")
+                for ddl in [RUNS_DDL, *LOCK_DDL, *table_ddl]:
+                    await c.execute(ddl)
+                for role in readers:
+                    await c.execute(f"GRANT USAGE ON SCHEMA {MARTS_SCHEMA} TO {role}")
+                    await c.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {MARTS_SCHEMA} TO {role}")
+
+        try:
+            self.call(go)
+        except (asyncpg.InsufficientPrivilegeError, asyncpg.ReadOnlySQLTransactionError) as exc:
+            # Read-only: an analyst's sessions are, by default; it is not a pipeline role either.
+            raise _forbidden(exc) from exc
+        except asyncpg.UndefinedObjectError as exc:
+            raise ValueError(f"cannot grant reads on {MARTS_SCHEMA}: {exc}") from exc
+
+    def acquire_run_lock(self) -> None:
+        async def go() -> None:
+            conn = await asyncpg.connect(self._url)
+            self._lock_conn = conn
+            await conn.execute("BEGIN")
+            try:
+                await conn.execute(
+                    f"SELECT 1 FROM {MARTS_SCHEMA}.pipeline_lock WHERE id = 1 FOR UPDATE NOWAIT"
+                )
+            except asyncpg.LockNotAvailableError:
+                raise PipelineBusy("another pipeline run is in progress on this database") from None
+            except asyncpg.InsufficientPrivilegeError as exc:
+                raise _forbidden(exc) from exc
+
+        self._run(go())
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def last_run(self, lake: str) -> LastRun | None:
+        row = self.call(
+            lambda c: c.fetchrow(
+                f"SELECT run_id, high_water_ms, recomputed_from FROM {MARTS_SCHEMA}.pipeline_runs "
+                "WHERE lake = $1 ORDER BY run_id DESC LIMIT 1",
+                lake,
+            )
+        )
+        return None if row is None else LastRun(row["run_id"], row["high_water_ms"], row["recomputed_from"])
+
+    def latest_run_id(self) -> int | None:
+        """The newest run of any lake (the chain a commit must extend)."""
+        value = self.call(lambda c: c.fetchval(f"SELECT max(run_id) FROM {MARTS_SCHEMA}.pipeline_runs"))
+        return None if value is None else int(value)
