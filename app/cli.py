@@ -1,4 +1,5 @@
-"""The `pgcontroller` command: `serve`, and `db start|stop|url|upgrade`.
+"""The `pgcontroller` command: `serve`, `db start|stop|url|upgrade|create-analyst`, `dev seed`
+and `pipeline run`.
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -13,11 +14,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.analyst_cli import add_create_analyst_parser
 from app.config import Settings, default_instance_id, env, parse_hosts
+from app.dev_cli import add_dev_parser
 from app.domain.cluster import BucketCounts
 from app.domain.errors import InvalidInput
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
+
+# Argument definitions only: PySpark itself is imported when `pipeline run` runs.
+from spark.cli import add_run_arguments
 
 EXIT_USAGE = 2
 
@@ -199,15 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade = db_commands.add_parser("upgrade", help="apply migrations to head")
     _data_dir_arg(upgrade)
     _db_url_arg(upgrade)
-    from app.analyst_cli import add_create_analyst_parser
-
     add_create_analyst_parser(db_commands, _data_dir_arg, _db_url_arg)
-    from app.dev_cli import add_dev_parser
-
     add_dev_parser(commands, _data_dir_arg, _db_url_arg)
-    # Argument definitions only: PySpark itself is imported when the command runs.
-    from spark.cli import add_run_arguments
-
     pipeline = commands.add_parser("pipeline", help="the PySpark reporting pipeline (spark/README.md)")
     pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", required=True)
     add_run_arguments(pipeline_commands.add_parser("run", help="new reporting-view rows into lake and marts"))

@@ -18,7 +18,7 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 class JdbcDriverMissing(RuntimeError):
-    pass
+    """The PostgreSQL JDBC jar is not where the configuration says (`make spark-deps` installs it)."""
 
 
 def shuffle_partitions(master: str) -> int:

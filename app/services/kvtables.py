@@ -184,6 +184,3 @@ class KvtService:
         require_present("scope", scope)
         names = await self._kvts.list_kvts(scope, decode_token(token), min(limit, PAGE_LIMIT))
         return page_of(names, token)
-
-    async def count_in_scope(self, scope: str) -> int:
-        return await self._kvts.count_kvts(scope)

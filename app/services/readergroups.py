@@ -176,9 +176,6 @@ class ReaderGroupService:
         require_present("scope", scope)
         return await self._groups.list_reader_groups(scope)
 
-    async def count_reader_groups(self, scope: str) -> int:
-        return await self._groups.count_reader_groups(scope)
-
     # --- update -------------------------------------------------------------------------------
 
     async def update_reader_group(

@@ -389,7 +389,7 @@ class _Producer:
             self._generate()
             self._put(None)
         except _Stopped:
-            pass
+            return  # the consumer gave up; there is nobody to hand anything to
         except BaseException as exc:  # handed to the event loop, which raises it
             with contextlib.suppress(_Stopped):
                 self._put(exc)

@@ -17,7 +17,7 @@ from app.domain.requests import Processor, RequestKind
 from app.services.kvtables import create_request, delete_request
 from app.store.kvtables import PgKvtStore
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
+from tests.support.services import Services, idle_controller
 
 SC = "kvsc"
 T0 = 1_700_000_000_000
@@ -26,8 +26,7 @@ CONFIG = KvtConfig(partition_count=3, primary_key_length=8, secondary_key_length
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as running:
-        await running.scopes.create_scope(SC)
+    async with idle_controller(db_url, SC) as running:
         yield running
 
 

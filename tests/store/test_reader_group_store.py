@@ -24,7 +24,7 @@ from app.domain.requests import NewRequest, Processor, RequestKind
 from app.services.scopes import ScopeOutcome
 from app.store.readergroups import PgReaderGroupStore
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
+from tests.support.services import Services, idle_controller
 
 SC = "rgsc"
 T0 = 1_700_000_000_000
@@ -40,8 +40,7 @@ CONFIG = ReaderGroupConfig(
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as running:
-        await running.scopes.create_scope(SC)
+    async with idle_controller(db_url, SC) as running:
         yield running
 
 

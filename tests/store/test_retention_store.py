@@ -25,7 +25,7 @@ from app.domain.retention import StreamCutRecord, SubscriberRecord
 from app.ports import RetentionWrite
 from app.store.retention import PgRetentionStore
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
+from tests.support.services import Services, idle_controller
 
 SC = "retscope"
 ST = "s"
@@ -37,8 +37,7 @@ REQUEST_BUCKETS = list(range(16))
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as running:
-        await running.scopes.create_scope(SC)
+    async with idle_controller(db_url, SC) as running:
         yield running
 
 

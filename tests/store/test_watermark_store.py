@@ -17,7 +17,7 @@ from app.domain.watermarks import SegmentRange, Watermark, WriterMark
 from app.ports import MarkChange, WatermarkAppend
 from app.store.watermarks import PgWatermarkStore
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
+from tests.support.services import Services, idle_controller
 
 SC = "wm"
 COUNT = 100
@@ -25,8 +25,7 @@ COUNT = 100
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as running:
-        await running.scopes.create_scope(SC)
+    async with idle_controller(db_url, SC) as running:
         yield running
 
 

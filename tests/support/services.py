@@ -83,3 +83,12 @@ async def running_controller(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await pool.close()
+
+
+@asynccontextmanager
+async def idle_controller(url: str, *scopes: str) -> AsyncIterator[Services]:
+    """The services without background loops, the setting of store tests, with `scopes` created."""
+    async with running_controller(url, workers=False) as running:
+        for scope in scopes:
+            await running.scopes.create_scope(scope)
+        yield running
