@@ -181,6 +181,16 @@ class StreamStore(Protocol):
         request: NewRequest | None = None,
     ) -> int: ...
 
+    async def complete_truncation(
+        self,
+        scope: str,
+        name: str,
+        completed: TruncationRecord,
+        deleted_now: frozenset[int],
+        completed_at: int,
+        expected_version: int,
+    ) -> int: ...
+
     async def get_epoch_transition(
         self, scope: str, name: str
     ) -> Versioned[EpochTransitionRecord | None]: ...

@@ -1,4 +1,5 @@
-"""Analyst roles: LOGIN roles that may SELECT the `reporting` views and nothing else.
+"""Analyst roles: LOGIN roles that may SELECT the `reporting` views (and the pipeline's
+`reporting_marts` tables) and nothing else.
 
 Invariant: an analyst belongs to the NOLOGIN group `pgc_analysts` only, holds no privilege of its
 own, and PUBLIC holds nothing in the database an analyst could write with or read base data
@@ -29,6 +30,8 @@ _SQL = queries.load("analysts")
 
 ANALYST_GROUP = "pgc_analysts"
 REPORTING_SCHEMA = "reporting"
+# Written by the PySpark pipeline (spark/), which grants the group SELECT on it; read-only too.
+MARTS_SCHEMA = "reporting_marts"
 MIN_PASSWORD_LENGTH = 12
 MAX_CONNECTION_LIMIT = 10_000
 
@@ -260,9 +263,14 @@ async def _harden_database(conn: asyncpg.Connection) -> None:
 
 
 async def forbidden_privileges(conn: asyncpg.Connection, name: str) -> list[str]:
-    """What `name` could do beyond reading the reporting views (empty = a proper analyst);
-    also lists a reporting view it could not read."""
+    """What `name` could do beyond reading the reporting views and marts (empty = a proper
+    analyst); also lists a reporting view it could not read."""
     rows = await conn.fetch(
-        _SQL["forbidden_privileges"], name, REPORTING_SCHEMA, _GUARDED_CATALOG_FUNCTIONS, ANALYST_GROUP
+        _SQL["forbidden_privileges"],
+        name,
+        REPORTING_SCHEMA,
+        _GUARDED_CATALOG_FUNCTIONS,
+        ANALYST_GROUP,
+        MARTS_SCHEMA,
     )
     return [r["leak"] for r in rows]

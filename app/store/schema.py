@@ -16,6 +16,7 @@ from sqlalchemy import (
     Double,
     ForeignKey,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -289,6 +290,8 @@ transactions = Table(
     Column("writer_id", Text, nullable=True),
     Column("commit_time", BigInteger, nullable=True),
     Column("commit_order", BigInteger, nullable=True),
+    # When the commit or abort was requested (the status move's time), for completed_txn_details.
+    Column("requested_at", BigInteger, nullable=True),
     _version(),
     PrimaryKeyConstraint("stream_id", "txn_high", "txn_low", name="transactions_pkey"),
     CheckConstraint("status IN ('OPEN', 'COMMITTING', 'ABORTING')", name="transactions_status_check"),
@@ -659,8 +662,8 @@ customized_view_partitions = Table(
 # --- reporting (0011) -----------------------------------------------------------------------
 
 # What a completed transaction's active record knew (creation, lease, writer, when its commit or
-# abort was requested), kept by a trigger on `transactions` when the record is deleted at
-# completion, for the `reporting.transactions` view. Insert-only; it goes with its completed
+# abort was requested), written by the statement that deletes the record at completion
+# (sql/queries/txns.sql), for the `reporting.transactions` view. Insert-only; it goes with its completed
 # record (garbage collection, stream deletion).
 completed_txn_details = Table(
     "completed_txn_details",
@@ -688,3 +691,25 @@ completed_txn_details = Table(
 
 # Epochs by time across streams: incremental reads of `reporting.scale_events`.
 Index("epochs_by_time", epochs.c.creation_time)
+
+
+# --- truncation history (0012) --------------------------------------------------------------
+
+# One row per completed truncation, written with the completion of the stream's truncation
+# record (which keeps only the latest): when, the cut, the bytes it removed and the running
+# total, the segments it deleted. Insert-only.
+truncation_history = Table(
+    "truncation_history",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("completed_at", BigInteger, nullable=False),
+    Column("stream_cut", JSONB, nullable=False),
+    Column("truncated_bytes", BigInteger, nullable=False),
+    Column("total_truncated_bytes", BigInteger, nullable=False),
+    Column("deleted_segments", ARRAY(BigInteger), nullable=False),
+    PrimaryKeyConstraint("id", name="truncation_history_pkey"),
+    CheckConstraint("truncated_bytes >= 0", name="truncation_history_bytes_check"),
+    Index("truncation_history_by_stream", "stream_id", "id"),
+    Index("truncation_history_by_time", "completed_at"),
+)

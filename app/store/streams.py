@@ -395,6 +395,35 @@ class PgStreamStore:
             request=request,
         )
 
+    async def complete_truncation(
+        self,
+        scope: str,
+        name: str,
+        completed: TruncationRecord,
+        deleted_now: frozenset[int],
+        completed_at: int,
+        expected_version: int,
+    ) -> int:
+        """Writes the completed record and, with it, the truncation's history row: when it
+        completed and the segments it deleted (`deleted_now`)."""
+        if completed.updating:
+            raise ValueError("a completed truncation record is not updating")
+        return await self._conditional(
+            "complete_truncation",
+            "truncation record",
+            scope,
+            name,
+            cut_to_json(completed.stream_cut),
+            cut_to_json(completed.span),
+            sorted(completed.deleted_segments),
+            sorted(completed.to_delete),
+            completed.size_till,
+            completed.updating,
+            expected_version,
+            completed_at,
+            sorted(deleted_now),
+        )
+
     async def get_epoch_transition(self, scope: str, name: str) -> Versioned[EpochTransitionRecord | None]:
         with translated():
             row = await self._pool.fetchrow(_SQL["get_epoch_transition"], scope, name)

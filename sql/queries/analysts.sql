@@ -32,9 +32,10 @@ ORDER BY 1;
 SELECT quote_ident(tableowner) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'streams';
 
 -- name: forbidden_privileges
--- Everything role $1 could do beyond reading the views of schema $2, one line each: privileges
--- on anything outside the catalogs, CREATE anywhere, TEMPORARY, the guarded catalog functions
--- ($3), memberships other than the group ($4), and any view of $2 it could not read.
+-- Everything role $1 could do beyond reading the views of schema $2 and the tables of schema $5
+-- (the pipeline's marts), one line each: privileges on anything outside the catalogs, CREATE
+-- anywhere, TEMPORARY, the guarded catalog functions ($3), memberships other than the group
+-- ($4), and any view of $2 it could not read.
 WITH me AS (SELECT $1::text AS role)
 SELECT format('%s on database %s', p, current_database()) AS leak
 FROM me, unnest(ARRAY['CREATE', 'TEMPORARY']) p
@@ -49,7 +50,7 @@ FROM me, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
      unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'REFERENCES']) p
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%'
-  AND NOT (n.nspname = $2 AND p = 'SELECT')
+  AND NOT (n.nspname IN ($2, $5) AND p = 'SELECT')
   AND has_any_column_privilege(me.role, c.oid, p)
 UNION ALL
 SELECT format('%s on %s', p, c.oid::regclass)

@@ -132,6 +132,29 @@ FROM streams s
 WHERE t.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND t.version = $9
 RETURNING t.version;
 
+-- name: complete_truncation
+-- The truncation record written complete ($3-$8 as in set_truncation, at version $9) and the
+-- truncation's history row in one statement: completed at $10, deleting $11. The bytes it
+-- removed are the running total's growth since the stream's previous history row.
+WITH done AS (
+    UPDATE stream_truncations t SET stream_cut = $3, span = $4, deleted_segments = $5, to_delete = $6,
+        size_till = $7, updating = $8, version = t.version + 1
+    FROM streams s
+    WHERE t.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND t.version = $9
+    RETURNING t.stream_id, t.stream_cut, t.size_till, t.version
+), logged AS (
+    INSERT INTO truncation_history (stream_id, completed_at, stream_cut, truncated_bytes,
+        total_truncated_bytes, deleted_segments)
+    SELECT d.stream_id, $10, d.stream_cut,
+           d.size_till - COALESCE((
+               SELECT h.total_truncated_bytes FROM truncation_history h
+               WHERE h.stream_id = d.stream_id ORDER BY h.id DESC LIMIT 1
+           ), 0),
+           d.size_till, $11::bigint[]
+    FROM done d
+)
+SELECT version FROM done;
+
 -- name: get_epoch_transition
 SELECT x.active_epoch, x.time, x.segments_to_seal, x.new_segment_ids, x.new_key_starts,
        x.new_key_ends, x.version

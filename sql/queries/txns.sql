@@ -60,7 +60,8 @@ moved AS (
     SET status = $5::text, version = t.version + 1,
         writer_id = COALESCE($7, t.writer_id),
         commit_time = COALESCE($8, t.commit_time),
-        commit_order = CASE WHEN $5::text = 'COMMITTING' THEN nextval('txn_commit_order') ELSE t.commit_order END
+        commit_order = CASE WHEN $5::text = 'COMMITTING' THEN nextval('txn_commit_order') ELSE t.commit_order END,
+        requested_at = $11::bigint
     FROM target
     WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4 AND t.version = $6
       AND t.status = 'OPEN'
@@ -79,11 +80,21 @@ gone AS (
     DELETE FROM transactions t USING target
     WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4 AND t.version = $5
       AND t.status = 'ABORTING'
-    RETURNING t.stream_id, t.txn_high, t.txn_low
+    RETURNING t.stream_id, t.txn_high, t.txn_low, t.epoch, t.creation_time, t.lease_ms, t.lease_expiry,
+              t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.requested_at
 ), done AS (
     INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
     SELECT stream_id, txn_high, txn_low, 'ABORTED', $6 FROM gone
     ON CONFLICT DO NOTHING
+    RETURNING stream_id, txn_high, txn_low
+), kept AS (
+    -- What analysts need of the active record (reporting.transactions), kept beside the
+    -- completed record; skipped with it when the completed record exists already.
+    INSERT INTO completed_txn_details (stream_id, txn_high, txn_low, epoch, creation_time, lease_ms,
+        lease_expiry, max_exec_expiry, writer_id, commit_time, commit_order, requested_at)
+    SELECT g.stream_id, g.txn_high, g.txn_low, g.epoch, g.creation_time, g.lease_ms, g.lease_expiry,
+           g.max_exec_expiry, g.writer_id, g.commit_time, g.commit_order, g.requested_at
+    FROM gone g JOIN done d USING (stream_id, txn_high, txn_low)
 )
 SELECT count(*) FROM gone;
 
@@ -163,11 +174,21 @@ emptied AS (
         unnest($4::bigint[], $5::bigint[]) AS b(high, low)
     WHERE t.stream_id = target.id AND t.txn_high = b.high AND t.txn_low = b.low
       AND t.status = 'COMMITTING'
-    RETURNING t.stream_id, t.txn_high, t.txn_low
+    RETURNING t.stream_id, t.txn_high, t.txn_low, t.epoch, t.creation_time, t.lease_ms, t.lease_expiry,
+              t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.requested_at
 ), done AS (
     INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
     SELECT stream_id, txn_high, txn_low, 'COMMITTED', $6 FROM gone
     ON CONFLICT DO NOTHING
+    RETURNING stream_id, txn_high, txn_low
+), kept AS (
+    -- What analysts need of the active record (reporting.transactions), kept beside the
+    -- completed record; skipped with it when the completed record exists already.
+    INSERT INTO completed_txn_details (stream_id, txn_high, txn_low, epoch, creation_time, lease_ms,
+        lease_expiry, max_exec_expiry, writer_id, commit_time, commit_order, requested_at)
+    SELECT g.stream_id, g.txn_high, g.txn_low, g.epoch, g.creation_time, g.lease_ms, g.lease_expiry,
+           g.max_exec_expiry, g.writer_id, g.commit_time, g.commit_order, g.requested_at
+    FROM gone g JOIN done d USING (stream_id, txn_high, txn_low)
 ), state AS (
     UPDATE stream_states s SET state = 'ACTIVE', version = s.version + 1
     FROM target, emptied

@@ -1,8 +1,8 @@
 -- Truncation and retention: the current truncation of each stream, the recorded retention cuts,
 -- and the subscribers whose cuts bound consumption-based retention.
 
--- The controller keeps one truncation record per stream (the latest); earlier truncation cuts
--- are not kept, their effect is: truncated_bytes and deleted_segments only grow.
+-- The controller keeps one truncation record per stream (the latest): truncated_bytes and
+-- deleted_segments only grow. Each completed truncation is in reporting.truncation_history.
 CREATE VIEW reporting.truncations AS
 SELECT s.id AS stream_id,
        s.scope,
@@ -21,6 +21,22 @@ SELECT s.id AS stream_id,
        CASE WHEN t.updating THEN t.to_delete ELSE '{}'::bigint[] END AS deleting_segments
 FROM stream_truncations t
 JOIN streams s ON s.id = t.stream_id;
+
+-- One row per completed truncation, in completion order per stream. Rows for truncations that
+-- completed before migration 0012 are summed up in one row per stream dated at the migration.
+CREATE VIEW reporting.truncation_history AS
+SELECT h.stream_id,
+       s.scope,
+       s.name AS stream,
+       h.id AS truncation_id,
+       h.completed_at AS completion_time,
+       h.stream_cut,
+       h.truncated_bytes,
+       h.total_truncated_bytes,
+       h.deleted_segments,
+       cardinality(h.deleted_segments) AS deleted_count
+FROM truncation_history h
+JOIN streams s ON s.id = h.stream_id;
 
 CREATE VIEW reporting.retention_set AS
 SELECT s.id AS stream_id,

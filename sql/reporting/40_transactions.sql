@@ -3,11 +3,10 @@
 
 -- A completed record carries only its outcome and time: the rest comes from the details kept
 -- when its active record was deleted (completed_txn_details, migration 0011), absent for
--- transactions completed before that migration. The request time of an active transaction is
--- its queued commit or abort request's, exactly what the details keep at completion: the queue
--- (a few rows per busy stream) is grouped once and joined by hash, never scanned per row.
+-- transactions completed before that migration. The request time is written by the move to
+-- COMMITTING or ABORTING (migration 0012), and kept in the details at completion.
 CREATE VIEW reporting.transactions AS
-SELECT s.id AS stream_id,
+SELECT t.stream_id,
        s.scope,
        s.name AS stream,
        (lpad(to_hex(t.txn_high), 16, '0') || lpad(to_hex(t.txn_low), 16, '0'))::uuid AS txn_id,
@@ -23,25 +22,16 @@ SELECT s.id AS stream_id,
        t.writer_id,
        t.commit_time AS writer_time,
        t.commit_order,
-       rq.requested_at,
+       t.requested_at,
        NULL::bigint AS completion_time,
-       rq.requested_at - t.creation_time AS open_duration_ms,
+       t.requested_at - t.creation_time AS open_duration_ms,
        NULL::bigint AS commit_latency_ms,
        NULL::bigint AS abort_latency_ms,
-       CASE WHEN t.status = 'ABORTING' THEN rq.requested_at >= t.lease_expiry END AS timed_out
+       CASE WHEN t.status = 'ABORTING' THEN t.requested_at >= t.lease_expiry END AS timed_out
 FROM transactions t
 JOIN streams s ON s.id = t.stream_id
-LEFT JOIN (
-    SELECT r.scope, r.stream, r.processor, r.payload ->> 'txn_high' AS high, r.payload ->> 'txn_low' AS low,
-           min(r.created_at) AS requested_at
-    FROM requests r
-    WHERE r.processor IN ('commits', 'aborts')
-    GROUP BY 1, 2, 3, 4, 5
-) rq ON rq.scope = s.scope AND rq.stream = s.name
-    AND rq.processor = CASE t.status WHEN 'COMMITTING' THEN 'commits' WHEN 'ABORTING' THEN 'aborts' END
-    AND rq.high = t.txn_high::text AND rq.low = t.txn_low::text
 UNION ALL
-SELECT s.id AS stream_id,
+SELECT c.stream_id,
        s.scope,
        s.name AS stream,
        (lpad(to_hex(c.txn_high), 16, '0') || lpad(to_hex(c.txn_low), 16, '0'))::uuid AS txn_id,

@@ -223,6 +223,17 @@ async def test_a_function_added_later_is_not_executable_by_analysts(db_url: str,
     assert await admin_leaks(db_url, analyst) == []
 
 
+async def test_reading_the_marts_is_allowed_and_writing_them_is_a_leak(db_url: str, analyst: str) -> None:
+    # What the PySpark pipeline grants the group on the schema it writes (spark/state.py).
+    await admin(db_url, "CREATE SCHEMA reporting_marts")
+    await admin(db_url, "CREATE TABLE reporting_marts.daily (day date, n bigint)")
+    await admin(db_url, f"GRANT USAGE ON SCHEMA reporting_marts TO {ANALYST_GROUP}")
+    await admin(db_url, f"GRANT SELECT ON reporting_marts.daily TO {ANALYST_GROUP}")
+    assert await admin_leaks(db_url, analyst) == []
+    await admin(db_url, f"GRANT INSERT ON reporting_marts.daily TO {ANALYST_GROUP}")
+    assert await admin_leaks(db_url, analyst) == ["INSERT on reporting_marts.daily"]
+
+
 async def test_rerunning_updates_the_analyst(db_url: str, analyst: str) -> None:
     limits = AnalystLimits(statement_timeout_ms=90_000, connection_limit=7)
     assert await create_analyst(db_url, analyst, "another long password", limits) is AnalystOutcome.UPDATED

@@ -94,6 +94,7 @@ class History:
     cut2: dict[int, int] = field(default_factory=dict)
     scale_times: list[tuple[int, int]] = field(default_factory=list)  # bounds around each epoch write
     retention_cuts: list[tuple[int, int]] = field(default_factory=list)  # (recording time, size)
+    truncation_times: list[tuple[int, int]] = field(default_factory=list)  # bounds around each truncation
     subscriber_id: uuid.UUID = field(default_factory=uuid.uuid4)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -174,8 +175,10 @@ class Builder:
         await eventually(completed, f"transaction {facts.txn} {outcome}")
 
     async def truncate(self, cut: dict[int, int]) -> None:
+        before = now_ms()
         outcome = await self.s.lifecycle.truncation.truncate_stream(SC, MAIN, cut)
         assert outcome.value == "SUCCESS", outcome
+        self.h.truncation_times.append((before, now_ms()))
 
 
 async def build_history(s: Services, history: History) -> None:
@@ -592,6 +595,41 @@ async def test_truncations(history: History) -> None:
     )
 
 
+async def test_truncation_history(history: History) -> None:
+    h = history
+    rows = await view(h, "SELECT * FROM truncation_history WHERE scope = $1 ORDER BY truncation_id", SC)
+    assert [r["stream"] for r in rows] == [MAIN, MAIN], "one row per completed truncation"
+    first, second = rows
+    assert [r["stream_cut"] for r in rows] == [
+        {str(k): v for k, v in cut.items()} for cut in (h.cut1, h.cut2)
+    ]
+    for row, (before, after) in zip(rows, h.truncation_times, strict=True):
+        assert before <= row["completion_time"] <= after
+    # The first cut: 20 bytes of segment 0 and all of the sealed segment 1 (70 bytes).
+    assert (first["truncated_bytes"], first["total_truncated_bytes"]) == (90, 90)
+    assert (second["truncated_bytes"], second["total_truncated_bytes"]) == (184 - 90, 184)
+    assert first["deleted_segments"] == [1] and first["deleted_count"] == 1
+    assert set(second["deleted_segments"]).isdisjoint(first["deleted_segments"])
+    assert second["deleted_count"] == len(second["deleted_segments"]) > 0
+    (current,) = await view(h, "SELECT * FROM truncations WHERE stream = $1", MAIN)
+    assert sorted(first["deleted_segments"] + second["deleted_segments"]) == current["deleted_segments"]
+    assert sum(r["truncated_bytes"] for r in rows) == current["truncated_bytes"]
+
+
+async def test_truncation_history_matches_the_base_table(history: History) -> None:
+    by_view = await view(
+        history,
+        "SELECT stream_id, truncation_id, completion_time, truncated_bytes, deleted_segments "
+        "FROM truncation_history ORDER BY truncation_id",
+    )
+    by_table = await base(
+        history,
+        "SELECT stream_id, id AS truncation_id, completed_at AS completion_time, truncated_bytes, "
+        "deleted_segments FROM truncation_history ORDER BY id",
+    )
+    assert [dict(r) for r in by_view] == [dict(r) for r in by_table] and by_table
+
+
 async def test_retention_set(history: History) -> None:
     h = history
     rows = await view(h, "SELECT * FROM retention_set WHERE stream = $1 ORDER BY recording_time", MAIN)
@@ -843,6 +881,11 @@ PARTITIONED_READS = [
     ),
     ("SELECT * FROM reporting.retention_set WHERE stream_id BETWEEN 1 AND 2", RANGE),
     ("SELECT * FROM reporting.truncations WHERE stream_id BETWEEN 1 AND 2", RANGE),
+    ("SELECT * FROM reporting.truncation_history WHERE stream_id BETWEEN 1 AND 2", RANGE),
+    (
+        "SELECT * FROM reporting.truncation_history WHERE completion_time > 1000",
+        r"Index Scan (on|using) truncation_history_by_time",
+    ),
     ("SELECT * FROM reporting.watermarks WHERE stream_id BETWEEN 1 AND 2", RANGE),
     ("SELECT * FROM reporting.writer_marks WHERE stream_id BETWEEN 1 AND 2", RANGE),
 ]

@@ -48,8 +48,13 @@ class TruncateStreamHandler:
         async def step() -> None:
             current = await streams.get_truncation(scope, name)
             if current.value.updating:
-                await streams.set_truncation(
-                    scope, name, completed_truncation(current.value), current.version
+                await streams.complete_truncation(
+                    scope,
+                    name,
+                    completed_truncation(current.value),
+                    current.value.to_delete,
+                    self._deps.clock.now_ms(),
+                    current.version,
                 )
 
         await retry_conflicts(step, f"truncation record of {scope}/{name}")
