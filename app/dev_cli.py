@@ -51,7 +51,8 @@ def add_dev_parser(
         "seed",
         help="write a realistic stream history straight into the tables (COPY)",
         description="Writes streams with long histories (splits, merges, rolling transactions, sealed "
-        "sizes, retention cuts and truncation, transactions) straight into the tables, as the real "
+        "sizes, retention cuts and truncations with their history, transactions with the details "
+        "analysts read: request times, writers, commit order) straight into the tables, as the real "
         "workflows would have left them. Deterministic for a given --seed and names. Each group of "
         "whole streams is one transaction, so an interrupted run leaves complete streams only; "
         "--resume then skips those. The database is migrated to the latest schema first.",

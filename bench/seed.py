@@ -5,8 +5,9 @@ throwaway embedded PostgreSQL with its normal (durable) settings.
         [--ten-million]
 
 Each size is seeded into a fresh database of one cluster with the default mix (splits,
-merges, rolling transactions, retention cuts and truncations, transactions, mark streams,
-segment-store rows) and ANALYZE at the end, then the database is dropped. The projected time
+merges, rolling transactions, retention cuts and truncations with their history, transactions
+with their completion details, mark streams, segment-store rows) and ANALYZE at the end, then
+the database is dropped. The projected time
 for 10,000,000 epochs assumes the rate of the largest size. --ten-million also runs the real
 thing at the end (about 5 GB of disk while it lasts).
 

@@ -1,14 +1,17 @@
 """Synthetic stream histories for `pgcontroller dev seed`: epochs from splits, merges and
-rolling transactions, sealed sizes, retention cuts, truncation and transactions, as table rows.
+rolling transactions, sealed sizes, retention cuts, truncations with their history, and
+transactions with the details kept at completion, as table rows.
 
 Pure and deterministic: a stream's rows depend only on the spec, the seed and its name, so any
 stream can be regenerated alone. Every record is what the real workflows write
-(scale_rules.new_epoch_record, txns.rolling_epochs, streamcuts.next_truncation), computed on
-plain tuples because this runs millions of times.
+(scale_rules.new_epoch_record, txns.rolling_epochs, streamcuts.next_truncation and
+completed_truncation, the completing statements of sql/queries/txns.sql), computed on plain
+tuples because this runs millions of times.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +42,19 @@ _PROBE_OPEN = 1  # an open transaction is created (detail: its index)
 _ROLLED = (1, 1, 1, 2, 3)  # transactions a roll commits, drawn evenly
 _LEASES_MS = (10_000, 30_000, 60_000, 120_000, 300_000, 600_000)
 _RETENTION_MINIMA_MS = (3_600_000, 6 * 3_600_000, 24 * 3_600_000)
+# Times the workflows take (log-normal: median ms, sigma), and the share of slow ones (1-20 s)
+# on top: a commit from its request to completion, an abort likewise, a rolling commit's
+# request before its roll, a truncation from its retention cycle to completion.
+_COMMIT_LATENCY = (math.log(60.0), 0.9)
+_ABORT_LATENCY = (math.log(25.0), 0.8)
+_ROLL_WAIT = (math.log(30.0), 1.0)
+_TRUNCATION_LATENCY = (math.log(150.0), 1.0)
+_SLOW_SHARE = 0.02
+_WRITER_SHARE = 0.9  # commits naming their writer (the others: clients that send no writer id)
+_WRITER_TIME_SHARE = 0.5  # of those, commits given an event time (commit(timestamp))
+# A committed transaction's commit_order before the store assigns it: the store takes values
+# of the global sequence, in request-time order per stream, as the moves to COMMITTING would.
+COMMIT_ORDER_PENDING = 0
 
 Row = tuple[Any, ...]
 
@@ -182,7 +198,8 @@ class StreamIds:
 class Rows:
     """Rows waiting to be written, one list per table, in the column order the store declares
     (app/store/seed.py COLUMNS). Transaction ids are ordinals into the counter values the store
-    reserves for this batch (`txn_ids` of them), so the global counter stays the only source."""
+    reserves for this batch (`txn_ids` of them), so the global counter stays the only source;
+    likewise a commit's commit_order is COMMIT_ORDER_PENDING until the store numbers it."""
 
     streams: list[Row] = field(default_factory=list)
     stream_configs: list[Row] = field(default_factory=list)
@@ -195,7 +212,9 @@ class Rows:
     segments: list[Row] = field(default_factory=list)
     sealed_size_shards: list[Row] = field(default_factory=list)
     retention_set: list[Row] = field(default_factory=list)
+    truncation_history: list[Row] = field(default_factory=list)
     completed_txns: list[Row] = field(default_factory=list)
+    completed_txn_details: list[Row] = field(default_factory=list)
     transactions: list[Row] = field(default_factory=list)
     embedded_segments: list[Row] = field(default_factory=list)
     # An open transaction's segments (§3.2): (txn ordinal, txn high bits, parent segment name,
@@ -216,7 +235,9 @@ class Rows:
         "segments",
         "sealed_size_shards",
         "retention_set",
+        "truncation_history",
         "completed_txns",
+        "completed_txn_details",
         "transactions",
         "embedded_segments",
         "txn_segments",
@@ -255,6 +276,8 @@ class _RetentionPlan:
     times: tuple[int, ...]  # record k (1-based) at times[k - 1]
     truncated_at: int  # record index of the last truncation, 0 = never truncated
     keep_from: int  # first record index still in the set
+    lag: int  # the cycle truncating at record k is the one taking record k + lag
+    step: int  # time between cycles
 
     @staticmethod
     def of(first: int, frequency: int, minimum: int, end: int) -> _RetentionPlan:
@@ -263,7 +286,12 @@ class _RetentionPlan:
         times = tuple(first + k * step for k in range(count))
         lag = -(-minimum // step)  # records from the truncation point to the newest
         truncated = max(0, count - lag)
-        return _RetentionPlan(times, truncated, truncated + 1)
+        return _RetentionPlan(times, truncated, truncated + 1, lag, step)
+
+    def truncation_cycle(self, k: int) -> int:
+        """When the cycle truncating at record k ran: record k was the newest at least the
+        minimum old then, each cycle truncating one record further than the one before."""
+        return self.times[k + self.lag - 1]
 
 
 class StreamHistory:
@@ -273,12 +301,17 @@ class StreamHistory:
     The active epoch is held as parallel lists (ids, key starts, key ends, creation times,
     write rates) sorted by key start. A scale builds new lists and never mutates old ones, so
     an epoch row takes them as they are and the previous epoch stays readable for a roll.
+
+    Two random streams: `_rng` draws the history (epochs, sizes, transactions and their
+    completion times), `_aux` what only the reporting side sees (request times, writers, the
+    truncations' completion times), so the history stays the same when those are refined.
     """
 
     def __init__(self, spec: SeedSpec, slot: StreamSlot, ids: StreamIds, rows: Rows) -> None:
         self._spec, self._slot, self._rows = spec, slot, rows
         rng = random.Random(f"{spec.seed}/{slot.scope}/{slot.name}")
         self._rng = rng
+        self._aux = random.Random(f"{spec.seed}/{slot.scope}/{slot.name}/details")
         self._sid = ids.stream_id
         start, end = spec.start_ms, spec.end_ms
         # Streams appear during the first tenth of the span, then live to its end.
@@ -306,6 +339,7 @@ class StreamHistory:
         self._next_number = ids.first_number + len(ranges)
         self._epoch = self._ref = 0
         self._ct = ct  # creation time of the newest epoch (the active one, or A+2 of a roll)
+        self._prev_ct = ct  # creation time of the epoch the active one replaced
         self._splits = self._merges = 0
         self._last_was_scale = False
         # The epoch the active one replaced (ids, key starts, key ends): a roll copies it.
@@ -326,6 +360,7 @@ class StreamHistory:
         self._leases = [x for x in _LEASES_MS if limits.min_lease_ms <= x <= limits.max_lease_ms]
         if not self._leases:
             self._leases = [limits.min_lease_ms]
+        self._writers = 1 + self._aux.randrange(4)
         tmix = spec.txn_mix
         open_count = round(spec.txns_per_stream * tmix.open / (tmix.committed + tmix.aborted + tmix.open))
         self._txn_rate = (spec.txns_per_stream - open_count) / max(1, end - ct)
@@ -343,17 +378,21 @@ class StreamHistory:
                 probes.append((rng.randrange(low, end), _PROBE_OPEN, len(self._open_leases)))
                 self._open_leases.append(lease)
         self._retention: _RetentionPlan | None = None
-        self._between: set[int] | None = None  # segments since the previous truncation cut
-        # The last truncation: its cut, span epoch, segments to delete and size till the cut.
-        self._truncation: tuple[dict[int, int], int, list[int], int] | None = None
+        # Segments from the previous truncation cut on (from epoch 0 before the first), while
+        # truncations are to come: what the next one deletes is among them.
+        self._between: set[int] | None = None
+        # The last truncation: its cut and span epoch; what all of them deleted and the size
+        # truncated so far (the completed record, streamcuts.completed_truncation).
+        self._truncation: tuple[dict[int, int], int] | None = None
+        self._deleted: list[int] = []
+        self._size_till = 0
         if self.retention_min:
             freq = spec.retention_frequency_ms
             plan = _RetentionPlan.of(ct + 1 + rng.randrange(freq), freq, self.retention_min, end)
             self._retention = plan
-            for k in range(max(1, plan.truncated_at - 1), len(plan.times) + 1):
+            for k in range(1, len(plan.times) + 1):
                 probes.append((plan.times[k - 1], _PROBE_RECORD, k))
-            if plan.truncated_at == 1:
-                # Truncated once: everything from epoch 0 up to the cut lies between the cuts.
+            if plan.truncated_at > 0:
                 self._between = set(self._ids)
         probes.sort()
         self._probes = probes
@@ -446,7 +485,7 @@ class StreamHistory:
             sealed = [ids[i], ids[i + 1]] if ids[i] < ids[i + 1] else [ids[i + 1], ids[i]]
             for j in (i, i + 1):
                 self._seal(ids[j], ks[j], ke[j], cts[j], epoch, int(rates[j] * (time - cts[j])))
-        self._prev, self._prev_ref = (ids, ks, ke), self._ref
+        self._prev, self._prev_ref, self._prev_ct = (ids, ks, ke), self._ref, self._ct
         self._epoch, self._ref, self._ct = epoch, epoch, time
         self._created(new_ids, epoch)
         self._emit_epoch(sealed, new_ids)
@@ -462,7 +501,7 @@ class StreamHistory:
         self._pass(time + 1)
         a, txn_epoch = self._epoch, self._prev_ref
         for _ in range(txn_count):
-            self._completed(txn_epoch, "COMMITTED", time + 1 + rng.randrange(50))
+            self._rolled_commit(txn_epoch, time, time + 1 + rng.randrange(50))
         for j in range(len(ids)):
             self._seal(ids[j], ks[j], ke[j], cts[j], a + 1, int(rates[j] * (time - cts[j])))
         # E has the numbers and ranges of the previous active epoch (a duplicate keeps them).
@@ -514,18 +553,73 @@ class StreamHistory:
             if rng.random() < self._p_commit and created + 1 < high:
                 # Committed in place: before the next epoch, within the lease (no ping needed).
                 done = created + 1 + rng.randrange(min(lease - 1, high - 1 - created))
-                self._completed(self._ref, "COMMITTED", done)
+                requested = max(created + 1, done - self._took(_COMMIT_LATENCY))
+                self._completed(self._ref, "COMMITTED", done, created, lease, requested)
                 self._committed += 1
             else:
-                timeout = created + lease + self._spec.txn_limits.timeout_grace_ms + rng.randrange(400)
+                grace = self._spec.txn_limits.timeout_grace_ms
+                timeout = created + lease + grace + rng.randrange(400)
                 if rng.random() < 0.5 and timeout <= end:
-                    done = timeout
+                    # Timed out: the sweeper asked for the abort once the lease and grace ran out.
+                    done, earliest = timeout, created + lease + grace
                 else:
                     done = created + 1 + rng.randrange(max(1, min(lease - 1, end - created)))
-                self._completed(self._ref, "ABORTED", done)
+                    earliest = created + 1
+                requested = max(earliest, done - self._took(_ABORT_LATENCY))
+                self._completed(self._ref, "ABORTED", done, created, lease, requested)
 
-    def _completed(self, epoch: int, status: str, time: int) -> None:
-        self._rows.completed_txns.append((self._sid, epoch << 32, self._rows.next_txn(), status, time))
+    def _rolled_commit(self, txn_epoch: int, roll: int, done: int) -> None:
+        """A commit of a transaction of the epoch the active one replaced, asked for after the
+        scale (so the commit processor found its epoch gone and rolled at `roll`); created
+        while that epoch was active, within one lease of the scale, pinged if the wait for the
+        commit outlasted its lease."""
+        aux, scaled = self._aux, self._ct
+        lease = aux.choice(self._leases)
+        created = scaled - 1 - aux.randrange(min(lease, scaled - self._prev_ct))
+        # Within its maximum execution time, however short the leases (then it is the roll that
+        # waited, as happens when the commit processor is behind).
+        latest = created + self._spec.txn_limits.max_execution_time(lease) - 1
+        requested = max(scaled, min(roll - self._took(_ROLL_WAIT), latest))
+        pinged = None
+        if requested - created >= lease:
+            pinged = requested - aux.randrange(min(lease, requested - created + 1))
+        self._completed(txn_epoch, "COMMITTED", done, created, lease, requested, pinged)
+
+    def _took(self, latency: tuple[float, float]) -> int:
+        """How long a workflow step took, in ms: log-normal, with a share of slow ones."""
+        aux = self._aux
+        if aux.random() < _SLOW_SHARE:
+            return aux.randrange(1_000, 20_000)
+        return int(aux.lognormvariate(*latency))
+
+    def _completed(
+        self,
+        epoch: int,
+        status: str,
+        time: int,
+        created: int,
+        lease: int,
+        requested: int,
+        pinged: int | None = None,
+    ) -> None:
+        """A completed record and the details its completion kept of the active record (the
+        completing statements of sql/queries/txns.sql): requested at `requested`, last pinged
+        at `pinged` (None: never)."""
+        sid, high, txn = self._sid, epoch << 32, self._rows.next_txn()
+        self._rows.completed_txns.append((sid, high, txn, status, time))
+        max_exec = created + self._spec.txn_limits.max_execution_time(lease)
+        expiry = min((created if pinged is None else pinged) + lease, max_exec)
+        writer = writer_time = order = None
+        if status == "COMMITTED":
+            order = COMMIT_ORDER_PENDING
+            aux = self._aux
+            if aux.random() < _WRITER_SHARE:
+                writer = f"writer-{aux.randrange(self._writers)}"
+                if aux.random() < _WRITER_TIME_SHARE:
+                    writer_time = max(0, requested - aux.randrange(2_000))
+        self._rows.completed_txn_details.append(
+            (sid, high, txn, epoch, created, lease, expiry, max_exec, writer, writer_time, order, requested)
+        )
 
     def _open_txn(self, lease: int, created: int) -> None:
         """An OPEN transaction on the active epoch's reference (§3.1), pinged so that its lease
@@ -562,13 +656,15 @@ class StreamHistory:
                 None,
                 None,
                 None,
+                None,
                 pings,
             )
         )
 
     def _record(self, k: int, time: int) -> None:
         """Retention record k: the tail cut at `time` (the active segments' write offsets) and
-        the bytes from the epoch-0 head up to it."""
+        the bytes from the epoch-0 head up to it. A record truncated at later is purged then,
+        and its truncation is in the history."""
         plan = self._retention
         assert plan is not None
         cut = {
@@ -578,14 +674,23 @@ class StreamHistory:
         size = self._cum_sealed + sum(cut.values())
         if k >= plan.keep_from:
             self._rows.retention_set.append((self._sid, time, size, cut_json(cut)))
-        if k == plan.truncated_at - 1:
-            self._between = set(cut)
-        if k == plan.truncated_at:
-            # streamcuts.next_truncation: what lies between the previous cut and this one, minus this cut.
-            to_delete = sorted((self._between or set()) - cut.keys())
-            # The span (§2.10): the newest epoch among the cut's ids holds every one of them.
-            self._truncation = (cut, max(sid >> 32 for sid in cut), to_delete, size)
-            self._between = None
+            return
+        # streamcuts.next_truncation: what lies between the previous cut and this one, minus
+        # this cut (nothing between them was deleted before).
+        between = self._between
+        assert between is not None
+        deleted = sorted(between - cut.keys())
+        self._between = set(cut) if k < plan.truncated_at else None
+        # Completed by the cycle that truncated at this record, within that cycle.
+        cycle = plan.truncation_cycle(k)
+        completed = min(cycle + self._took(_TRUNCATION_LATENCY), cycle + plan.step - 1, self.end_time)
+        self._rows.truncation_history.append(
+            (self._sid, completed, cut_json(cut), size - self._size_till, size, deleted)
+        )
+        self._deleted.extend(deleted)
+        self._size_till = size
+        # The span (§2.10): the newest epoch among the cut's ids holds every one of them.
+        self._truncation = (cut, max(sid >> 32 for sid in cut))
 
     # --- segments and sizes --------------------------------------------------------------------
 
@@ -672,10 +777,11 @@ class StreamHistory:
         rows.stream_states.append((sid, "ACTIVE", 1 + 2 * moves))
         rows.stream_current_epochs.append((sid, self._epoch, self._scales + self._rolls))
         if self._truncation is not None:
-            cut, span_epoch, to_delete, size = self._truncation
+            cut, span_epoch = self._truncation
             span = dict.fromkeys(cut, span_epoch)
+            deleted = sorted(self._deleted)
             rows.stream_truncations.append(
-                (sid, cut_json(cut), cut_json(span), [], to_delete, size, False, 2 * truncations)
+                (sid, cut_json(cut), cut_json(span), deleted, [], self._size_till, False, 2 * truncations)
             )
         else:
             rows.stream_truncations.append((sid, "{}", "{}", [], [], 0, False, 0))

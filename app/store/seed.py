@@ -5,6 +5,7 @@ A crash or an error rolls back only the group in flight, so the database holds c
 or none of a stream, and `resume` can skip what was committed. Nothing is disabled: constraints,
 indexes and triggers all stay. COPY fires row triggers, so the streams.name_hash trigger sets
 the value computed here (the same Java hash); no trigger fires on insert into the other tables.
+Transaction ids and commit orders come from the database's own sequences, reserved per batch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncpg
 
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
 from app.domain.history_gen import (
+    COMMIT_ORDER_PENDING,
     Rows,
     SeedSpec,
     StreamHistory,
@@ -109,7 +111,29 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "sealed_size_shards": ("stream_id", "shard", "sizes", "version"),
     "retention_set": ("stream_id", "recording_time", "recording_size", "stream_cut"),
+    "truncation_history": (
+        "stream_id",
+        "completed_at",
+        "stream_cut",
+        "truncated_bytes",
+        "total_truncated_bytes",
+        "deleted_segments",
+    ),
     "completed_txns": ("stream_id", "txn_high", "txn_low", "status", "completion_time"),
+    "completed_txn_details": (
+        "stream_id",
+        "txn_high",
+        "txn_low",
+        "epoch",
+        "creation_time",
+        "lease_ms",
+        "lease_expiry",
+        "max_exec_expiry",
+        "writer_id",
+        "commit_time",
+        "commit_order",
+        "requested_at",
+    ),
     "transactions": (
         "stream_id",
         "txn_high",
@@ -124,6 +148,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "writer_id",
         "commit_time",
         "commit_order",
+        "requested_at",
         "version",
     ),
     "embedded_segments": (
@@ -140,7 +165,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "version",
     ),
 }
-_TXN_TABLES = ("completed_txns", "transactions")  # their third column is an ordinal until flushed
+# Their third column is a transaction ordinal until flushed.
+_TXN_TABLES = ("completed_txns", "completed_txn_details", "transactions")
+_COMMIT_ORDER = COLUMNS["completed_txn_details"].index("commit_order")
+_REQUESTED_AT = COLUMNS["completed_txn_details"].index("requested_at")
 _COPIED = tuple(t for t in Rows.TABLES if t in COLUMNS)
 DEFAULT_BATCH_EPOCHS = 50_000
 
@@ -208,19 +236,30 @@ class PgHistorySeeder:
     async def reserve_stream_ids(self, count: int) -> list[int]:
         return [r["id"] for r in await self._conn.fetch(_SQL["reserve_stream_ids"], count)]
 
-    async def reserve_txn_counters(self, count: int) -> list[int]:
-        return [r["counter"] for r in await self._conn.fetch(_SQL["reserve_txn_counters"], count)]
+    async def reserve_txn_numbers(self, counters: int, commit_orders: int) -> tuple[list[int], list[int]]:
+        """Transaction counter values and commit-order values, in one round trip."""
+        row = await self._conn.fetchrow(_SQL["reserve_txn_numbers"], counters, commit_orders)
+        return list(row["counters"]), sorted(row["commit_orders"])
 
     async def analyze_tables(self) -> None:
         await self._conn.execute(_SQL["analyze_tables"])
 
     async def copy_rows(self, rows: Rows, written: dict[str, int]) -> None:
-        """COPYs every buffered table (streams first: the others reference it)."""
+        """COPYs every buffered table (streams first: the others reference it; completed
+        transactions before their details)."""
         if rows.txn_ids:
-            counters = await self.reserve_txn_counters(rows.txn_ids)
+            details = rows.completed_txn_details
+            commits = [i for i, r in enumerate(details) if r[_COMMIT_ORDER] == COMMIT_ORDER_PENDING]
+            counters, orders = await self.reserve_txn_numbers(rows.txn_ids, len(commits))
             for table in _TXN_TABLES:
                 buffered = rows.table(table)
                 buffered[:] = [(r[0], r[1], counters[r[2]], *r[3:]) for r in buffered]
+            # A commit's order is taken when it is asked for: per stream, request-time order
+            # (a batch holds a stream's commits requested after those of its earlier batches).
+            commits.sort(key=lambda i: (details[i][0], details[i][_REQUESTED_AT], details[i][2]))
+            for i, order in zip(commits, orders, strict=True):
+                row = details[i]
+                details[i] = (*row[:_COMMIT_ORDER], order, *row[_COMMIT_ORDER + 1 :])
             rows.embedded_segments.extend(
                 (
                     transaction_segment_name(parent, high, counters[txn]),

@@ -27,10 +27,14 @@ ON CONFLICT (name) DO NOTHING;
 -- Ids from the column's own sequence, so streams created later through the API never collide.
 SELECT nextval(pg_get_serial_sequence('streams', 'id')) AS id FROM generate_series(1, $1::int);
 
--- name: reserve_txn_counters
--- Transaction ids come from the one global counter (reference §3.1), as createTransaction takes them.
-SELECT nextval('txn_counter') AS counter FROM generate_series(1, $1::int);
+-- name: reserve_txn_numbers
+-- Transaction ids come from the one global counter (reference §3.1), as createTransaction takes
+-- them; commit orders from the sequence the moves to COMMITTING take them from, so that commits
+-- made later by a running controller come after the seeded ones.
+SELECT ARRAY(SELECT nextval('txn_counter') FROM generate_series(1, $1::int)) AS counters,
+       ARRAY(SELECT nextval('txn_commit_order') FROM generate_series(1, $2::int)) AS commit_orders;
 
 -- name: analyze_tables
 -- A long-lived database would have been analysed by now; benchmarks need the planner to know.
-ANALYZE streams, epochs, segments, sealed_size_shards, retention_set, completed_txns, transactions;
+ANALYZE streams, epochs, segments, sealed_size_shards, retention_set, truncation_history, completed_txns,
+    completed_txn_details, transactions;

@@ -57,6 +57,7 @@ from app.domain.scale_rules import (
 )
 from app.domain.streamcuts import (
     EpochWindow,
+    completed_truncation,
     is_stream_cut_valid,
     next_truncation,
     stream_cut_span,
@@ -106,6 +107,32 @@ async def pool_for(url: str) -> AsyncIterator[Any]:
 # --- a stream as read back ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class HistoryRow:
+    """A row of truncation_history."""
+
+    completed_at: int
+    stream_cut: dict[int, int]
+    truncated_bytes: int
+    total_truncated_bytes: int
+    deleted_segments: list[int]
+
+
+@dataclass(frozen=True)
+class Details:
+    """A row of completed_txn_details."""
+
+    epoch: int
+    creation_time: int
+    lease_ms: int
+    lease_expiry: int
+    max_exec_expiry: int
+    writer_id: str | None
+    writer_time: int | None
+    commit_order: int | None
+    requested_at: int | None
+
+
 @dataclass
 class Loaded:
     scope: str
@@ -123,6 +150,8 @@ class Loaded:
     retention: list[StreamCutRecord]
     completed: list[tuple[TxnId, str, int]]
     active: list[TxnRecord]
+    truncations: list[HistoryRow]  # in completion order
+    details: dict[TxnId, Details]
 
     @property
     def sizes(self) -> dict[int, int]:
@@ -178,6 +207,32 @@ async def load(pool: Any, scope: str, name: str) -> Loaded:
         (TxnId(r["txn_high"], r["txn_low"]), r["status"], r["completion_time"])
         for r in await pool.fetch("SELECT * FROM completed_txns WHERE stream_id = $1", stream_id)
     ]
+    truncations = [
+        HistoryRow(
+            r["completed_at"],
+            {int(k): v for k, v in r["stream_cut"].items()},
+            r["truncated_bytes"],
+            r["total_truncated_bytes"],
+            list(r["deleted_segments"]),
+        )
+        for r in await pool.fetch(
+            "SELECT * FROM truncation_history WHERE stream_id = $1 ORDER BY id", stream_id
+        )
+    ]
+    details = {
+        TxnId(r["txn_high"], r["txn_low"]): Details(
+            r["epoch"],
+            r["creation_time"],
+            r["lease_ms"],
+            r["lease_expiry"],
+            r["max_exec_expiry"],
+            r["writer_id"],
+            r["commit_time"],
+            r["commit_order"],
+            r["requested_at"],
+        )
+        for r in await pool.fetch("SELECT * FROM completed_txn_details WHERE stream_id = $1", stream_id)
+    }
     return Loaded(
         scope=scope,
         name=name,
@@ -194,6 +249,8 @@ async def load(pool: Any, scope: str, name: str) -> Loaded:
         retention=list(context.records),
         completed=completed,
         active=[v.value for v in await txns.list_active(scope, name)],
+        truncations=truncations,
+        details=details,
     )
 
 
@@ -277,14 +334,15 @@ def check_segments_and_sizes(s: Loaded) -> None:
 
 def check_retention(s: Loaded) -> None:
     """Recorded cuts are valid tail cuts, in time order, each at or after the one before and
-    after the truncation point, with sizes as the domain measures them; the truncation record is
-    what truncating at its cut after an earlier whole-epoch cut produces (§4.1)."""
+    after the truncation point, with sizes as the domain measures them; the truncation point is
+    the cut one cycle before the oldest record kept (§4.3). The truncation record itself is
+    checked against the history (check_truncation_history)."""
     window = EpochWindow.of(s.records)
     ordering = CutOrdering(window)
     sizes = s.sizes
     policy = s.config.retention
     if policy is None:
-        assert s.retention == [] and s.truncation == TruncationRecord()
+        assert s.retention == [] and s.truncation == TruncationRecord() and s.truncations == []
         return
     assert policy.retention_type is RetentionType.TIME and policy.retention_param > 0
     times = [r.recording_time for r in s.retention]
@@ -299,37 +357,60 @@ def check_retention(s: Loaded) -> None:
             assert ordering.equal_or_after(record.stream_cut, previous.stream_cut)
     truncation = s.truncation
     if not truncation.stream_cut:
-        assert s.head == {seg.id: 0 for seg in s.records[0].segments}
+        assert s.head == {seg.id: 0 for seg in s.records[0].segments} and s.truncations == []
         return
     cut = truncation.stream_cut
-    assert s.head == cut and not truncation.updating and not truncation.deleted_segments
-    assert is_stream_cut_valid(cut, window)
-    span = stream_cut_span(cut, window)
-    assert truncation.span == {seg.id: epoch for seg, epoch in span.items()}
-    assert truncation.size_till == ordering.size_till(cut, sizes)
+    assert s.head == cut
     assert all(ordering.equal_or_after(r.stream_cut, cut) for r in s.retention)
     if s.retention:  # what is kept is younger than the minimum: the truncation took all it could
         assert s.retention[-1].recording_time - s.retention[0].recording_time < policy.retention_param
     # Cycles run every frequency + 1 ms (a record needs strictly more than the frequency); the
-    # oldest kept record is one cycle after the truncation cut, the previous cut one before it.
+    # oldest kept record is one cycle after the truncation cut.
     step = SPEC.retention_frequency_ms + 1
-    at = s.retention[0].recording_time - step
-    assert cut.keys() == {seg.id for seg in s.active_at(at).segments}
-    if at - step < s.creation_time:
-        previous = TruncationRecord()  # the first truncation: measured from epoch 0
-    else:
-        # Offsets do not matter for what lies between: a whole epoch at offset 0 stands for it.
-        earlier = {seg.id: 0 for seg in s.active_at(at - step).segments}
-        earlier_span = {seg.id: epoch for seg, epoch in stream_cut_span(earlier, window).items()}
-        previous = TruncationRecord(stream_cut=earlier, span=earlier_span)
-    expected = next_truncation(previous, cut, span, window, sizes)
-    assert expected.to_delete == truncation.to_delete
-    assert all(s.segments[sid][1] is not None for sid in truncation.to_delete)
+    assert cut.keys() == {seg.id for seg in s.active_at(s.retention[0].recording_time - step).segments}
+
+
+def check_truncation_history(s: Loaded, end: int) -> None:
+    """The history replays through the domain's truncation rules from an untruncated stream:
+    each row is what next_truncation makes of the completed record before it at the row's cut
+    (the bytes it removed, the running total, the segments it deleted), completed a retention
+    minimum or more after the newest epoch of its cut began; the stored record is the last one
+    completed (streamcuts.completed_truncation). So the deleted sets are disjoint, their union
+    is the record's, and the removed bytes add up to its size."""
+    window = EpochWindow.of(s.records)
+    ordering = CutOrdering(window)
+    sizes = s.sizes
+    record = TruncationRecord()
+    deleted: set[int] = set()
+    previous_time = s.creation_time
+    for row in s.truncations:
+        cut = row.stream_cut
+        assert is_stream_cut_valid(cut, window)
+        if record.stream_cut:
+            assert ordering.equal_or_after(cut, record.stream_cut) and cut != record.stream_cut
+        running = next_truncation(record, cut, stream_cut_span(cut, window), window, sizes)
+        assert row.deleted_segments == sorted(running.to_delete)
+        assert row.total_truncated_bytes == running.size_till == ordering.size_till(cut, sizes)
+        assert row.truncated_bytes == running.size_till - record.size_till >= 0
+        assert deleted.isdisjoint(row.deleted_segments)
+        deleted.update(row.deleted_segments)
+        assert all(s.segments[sid][1] is not None for sid in row.deleted_segments)  # sealed ones only
+        assert s.config.retention is not None
+        newest = s.records[max(epoch_of(sid) for sid in cut)]
+        assert newest.creation_time + s.config.retention.retention_param <= row.completed_at
+        assert previous_time < row.completed_at <= end
+        previous_time = row.completed_at
+        record = completed_truncation(running)
+    assert s.truncation == record
+    assert record.deleted_segments == deleted and record.size_till == sum(
+        r.truncated_bytes for r in s.truncations
+    )
 
 
 def check_transactions(s: Loaded, end: int) -> int:
     """Ids per §3.1 on reference epochs; a commit lands in place while its epoch is the active
-    reference, or is the roll that copied its epoch; open ones are within their lease rules.
+    reference, or is the roll that copied its epoch; open ones are within their lease rules;
+    every completed one has the details its completion keeps (check_txn_details).
     Returns how many commits rolled."""
     records = s.records
     rolls = {records[e].creation_time: records[e] for e in s.roll_pairs()}
@@ -349,8 +430,12 @@ def check_transactions(s: Loaded, end: int) -> int:
                 assert i >= 0 and done - roll_times[i] <= 50, (txn, done)
                 assert rolls[roll_times[i]].reference_epoch == txn.epoch
                 rolled += 1
+            else:
+                details = s.details[txn]
+                assert details.lease_expiry == details.creation_time + details.lease_ms, "never pinged"
         else:
             assert status == "ABORTED"
+    check_txn_details(s)
     limits = DEFAULT_TXN_LIMITS
     for record in s.active:
         assert record.status is TxnStatus.OPEN and record.txn.epoch == record.epoch
@@ -360,6 +445,41 @@ def check_transactions(s: Loaded, end: int) -> int:
         assert record.max_exec_expiry == record.creation_time + limits.max_execution_time(record.lease_ms)
         assert record.commit_time is None and record.commit_order is None and record.writer_id is None
     return rolled
+
+
+def check_txn_details(s: Loaded) -> None:
+    """What the completing statements keep of the active record: created while an epoch
+    referring to the transaction's was active, asked to complete after creation and before
+    completion; the lease last set by the creation or a ping before the request. A commit was
+    asked for while the lease ran and has a commit order growing with request time; an abort
+    was asked for either within the lease (by the client) or after lease and grace had run
+    out (by the timeout sweeper)."""
+    limits = DEFAULT_TXN_LIMITS
+    assert set(s.details) == {txn for txn, _, _ in s.completed}
+    commits: list[tuple[int, int]] = []
+    for txn, status, done in s.completed:
+        d = s.details[txn]
+        assert d.epoch == txn.epoch
+        assert s.active_at(d.creation_time).reference_epoch == txn.epoch
+        assert d.requested_at is not None
+        assert s.creation_time <= d.creation_time < d.requested_at <= done
+        assert limits.min_lease_ms <= d.lease_ms <= limits.max_lease_ms
+        assert d.max_exec_expiry == d.creation_time + limits.max_execution_time(d.lease_ms)
+        assert d.creation_time <= d.lease_expiry - d.lease_ms <= d.requested_at
+        assert d.lease_expiry <= d.max_exec_expiry
+        if status == "COMMITTED":
+            assert d.requested_at < d.lease_expiry and d.commit_order is not None
+            assert d.writer_time is None or (d.writer_id is not None and d.writer_time <= d.requested_at)
+            commits.append((d.requested_at, d.commit_order))
+        else:
+            assert d.commit_order is None and d.writer_id is None and d.writer_time is None
+            assert d.lease_expiry == d.creation_time + d.lease_ms
+            assert (
+                d.requested_at < d.lease_expiry or d.requested_at >= d.lease_expiry + limits.timeout_grace_ms
+            )
+    commits.sort()
+    assert all(a[1] < b[1] for a, b in itertools.pairwise(commits) if a[0] < b[0])
+    assert len({order for _, order in commits}) == len(commits)
 
 
 async def check_database_wide(pool: Any, spec: SeedSpec) -> None:
@@ -418,6 +538,67 @@ async def check_database_wide(pool: Any, spec: SeedSpec) -> None:
             ), name
 
 
+async def check_reporting_views(pool: Any) -> None:
+    """What analysts read agrees with itself: per stream, the truncation history's removed bytes
+    add up (running total, and the truncation record's figure), its deleted sets are disjoint
+    and make up the record's (and the segments view's deleted_by_truncation); every completed
+    transaction has its details, so open durations and commit or abort latencies are there and
+    not negative, and they look like a real controller's (tens of ms, a tail of seconds)."""
+    truncations = {r["stream_id"]: r for r in await pool.fetch("SELECT * FROM reporting.truncations")}
+    history: dict[int, list[Any]] = {}
+    for r in await pool.fetch("SELECT * FROM reporting.truncation_history ORDER BY stream_id, truncation_id"):
+        history.setdefault(r["stream_id"], []).append(r)
+    assert set(history) <= set(truncations)
+    for stream_id, t in truncations.items():
+        rows = history.get(stream_id, [])
+        assert not t["in_progress"] and t["deleting_segments"] == []
+        assert t["truncated"] == bool(rows)
+        assert sum(r["truncated_bytes"] for r in rows) == t["truncated_bytes"]
+        total, seen = 0, set[int]()
+        for r in rows:
+            total += r["truncated_bytes"]
+            assert r["total_truncated_bytes"] == total and r["truncated_bytes"] >= 0
+            assert r["deleted_segments"] == sorted(r["deleted_segments"])
+            assert r["deleted_count"] == len(r["deleted_segments"])
+            assert seen.isdisjoint(r["deleted_segments"])
+            seen.update(r["deleted_segments"])
+        assert seen == set(t["deleted_segments"])
+        assert [r["completion_time"] for r in rows] == sorted(r["completion_time"] for r in rows)
+        if rows:
+            assert rows[-1]["stream_cut"] == t["stream_cut"]
+    deleted = await pool.fetch(
+        "SELECT stream_id, segment_id FROM reporting.segments WHERE deleted_by_truncation"
+    )
+    assert {(r["stream_id"], r["segment_id"]) for r in deleted} == {
+        (stream_id, seg) for stream_id, rows in history.items() for r in rows for seg in r["deleted_segments"]
+    }
+    assert any(len(rows) > 1 for rows in history.values()), "the spec should truncate a stream repeatedly"
+
+    txns = await pool.fetch("SELECT * FROM reporting.transactions")
+    completed = [r for r in txns if r["outcome"] is not None]
+    assert len(completed) == await pool.fetchval("SELECT count(*) FROM completed_txns") > 0
+    commit_latencies, abort_latencies, timed_out = [], [], set()
+    for r in completed:
+        assert r["epoch"] == r["txn_high"] >> 32 and r["creation_time"] is not None
+        assert r["open_duration_ms"] > 0
+        if r["outcome"] == "COMMITTED":
+            assert r["abort_latency_ms"] is None and r["timed_out"] is None and r["commit_order"] is not None
+            assert r["commit_latency_ms"] >= 0
+            commit_latencies.append(r["commit_latency_ms"])
+        else:
+            assert r["commit_latency_ms"] is None and r["commit_order"] is None
+            assert r["abort_latency_ms"] >= 0
+            abort_latencies.append(r["abort_latency_ms"])
+            timed_out.add(r["timed_out"])
+    for r in txns:
+        if r["outcome"] is None:  # the seeder leaves no commit or abort in flight
+            assert r["status"] == "OPEN" and r["requested_at"] is None and r["open_duration_ms"] is None
+    assert timed_out == {True, False}
+    for latencies in (commit_latencies, abort_latencies):
+        latencies.sort()
+        assert 10 <= latencies[len(latencies) // 2] <= 300 and latencies[-1] >= 1_000
+
+
 async def test_a_seeded_history_keeps_every_invariant(db_url: str) -> None:
     summary = await seed_history(db_url, SPEC)
     assert (summary.streams, summary.skipped, summary.epochs) == (4, 0, 4 * 1_200)
@@ -432,12 +613,14 @@ async def test_a_seeded_history_keeps_every_invariant(db_url: str) -> None:
             check_epochs(s)
             check_segments_and_sizes(s)
             check_retention(s)
+            check_truncation_history(s, SPEC.end_ms)
             rolled = check_transactions(s, SPEC.end_ms)
             # Each roll commits 1-3 transactions of its own; the others are the asked number.
             assert len(s.roll_pairs()) <= rolled <= 3 * len(s.roll_pairs())
             others = len(s.completed) + len(s.active) - rolled
             assert 0.9 * SPEC.txns_per_stream <= others <= 1.1 * SPEC.txns_per_stream
         await check_database_wide(pool, SPEC)
+        await check_reporting_views(pool)
     # The spec exercises every kind of record somewhere.
     assert all(s.roll_pairs() for s in loaded)
     assert any(s.truncation.stream_cut for s in loaded) and any(s.config.retention is None for s in loaded)
@@ -460,13 +643,14 @@ async def test_retention_from_the_first_truncation_on(db_url: str) -> None:
         check_epochs(s)
         check_segments_and_sizes(s)
         check_retention(s)
+        check_truncation_history(s, spec.end_ms)
         check_transactions(s, spec.end_ms)
     truncated = [s for s in loaded if s.truncation.stream_cut]
     assert truncated and len(truncated) < len(loaded)
     # Each truncated once: the oldest kept record is less than two cycles after creation.
     step = SPEC.retention_frequency_ms + 1
     assert all(s.retention[0].recording_time - 2 * step < s.creation_time for s in truncated)
-    assert all(s.truncation.to_delete for s in truncated)
+    assert all(len(s.truncations) == 1 and s.truncation.deleted_segments for s in truncated)
 
 
 # --- pure generation ---------------------------------------------------------------------------------
@@ -482,6 +666,9 @@ def generate(spec: SeedSpec, step: int) -> Rows:
             part, base = rows.take(), collected.txn_ids
             # Ordinals count per batch; number them on as the store's counter reservation would.
             part.completed_txns = [(r[0], r[1], base + r[2], *r[3:]) for r in part.completed_txns]
+            part.completed_txn_details = [
+                (r[0], r[1], base + r[2], *r[3:]) for r in part.completed_txn_details
+            ]
             part.transactions = [(r[0], r[1], base + r[2], *r[3:]) for r in part.transactions]
             part.txn_segments = [(base + r[0], *r[1:]) for r in part.txn_segments]
             for table in Rows.TABLES:
@@ -588,10 +775,10 @@ async def test_a_running_controller_serves_seeded_streams(db_url: str) -> None:
             outcomes = {(t.txnId.highBits, t.txnId.lowBits): t.status for t in completed.response}
             stored = {(txn.high, txn.low): status for txn, status, _ in s.completed}
             assert all(pb.TxnResponse.Status.Name(v) == stored[k] for k, v in outcomes.items())
-            for record in s.active:
+            for active in s.active:
                 state = await stub.checkTransactionState(
                     pb.TxnRequest(
-                        streamInfo=info, txnId=pb.TxnId(highBits=record.txn.high, lowBits=record.txn.low)
+                        streamInfo=info, txnId=pb.TxnId(highBits=active.txn.high, lowBits=active.txn.low)
                     )
                 )
                 assert state.state == pb.TxnState.OPEN
@@ -637,6 +824,10 @@ async def test_real_workflows_carry_on_from_a_seeded_history(db_url: str) -> Non
             rolled = await load(pool, slot.scope, slot.name)
         assert len(rolled.records) == len(before.records) + 2
         assert rolled.records[-2].reference_epoch == txn.epoch
+        # The commit took its order from the sequence the seeded commits were numbered from.
+        seeded = [d.commit_order for d in before.details.values() if d.commit_order is not None]
+        order = rolled.details[txn].commit_order
+        assert seeded and order is not None and order > max(seeded)
         check_epochs(rolled)
         check_segments_and_sizes(rolled)
 
