@@ -56,7 +56,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ROLE",
-        help="give ROLE read access to schema reporting_marts (repeatable; e.g. pgc_analysts, see README)",
+        help="give ROLE read access to schema reporting_marts too (repeatable; the analysts' group "
+        "pgc_analysts always has it)",
     )
     parser.add_argument("--full", action="store_true", help="recompute every day instead of only what is new")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -10,6 +10,9 @@ from pathlib import Path
 # Debian's libpostgresql-jdbc-java puts the driver here (the Makefile installs it when missing).
 DEFAULT_JDBC_JAR = "/usr/share/java/postgresql.jar"
 MARTS_SCHEMA = "reporting_marts"
+# The group role of analysts (migration 0011; app.store.analysts.ANALYST_GROUP, which a test
+# holds equal): spark never imports the controller, its only interface is the database.
+ANALYST_GROUP = "pgc_analysts"
 
 
 def default_jdbc_jar() -> str:
@@ -52,8 +55,7 @@ class PipelineConfig:
     # Where the Parquet lake lives: any URI Spark can write (hdfs://, s3a://, an absolute path
     # on storage every executor sees). Default: <out>/lake, right for local mode.
     lake_uri: str | None = None
-    # Roles given SELECT on the marts (e.g. pgc_analysts). None by default: `db create-analyst`
-    # counts any read beyond the `reporting` views as a leak.
+    # Roles given SELECT on the marts besides ANALYST_GROUP, which always is when it exists.
     grant_to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

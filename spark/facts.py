@@ -9,6 +9,8 @@ replaces it exactly (the incremental rule relies on this).
 
 from __future__ import annotations
 
+import hashlib
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,7 +33,9 @@ STREAM_DAILY: tuple[tuple[str, T.DataType, str], ...] = (
     ("epoch_end", T.LongType(), "highest epoch created that day (null: none)"),
     ("segment_count_end", T.LongType(), "segments of that epoch (null: no epoch that day)"),
     ("bytes_sealed", T.LongType(), "sealed sizes of the segments sealed that day, bytes"),
-    ("bytes_truncated", T.LongType(), "growth of the truncated bytes first observed for that day, bytes"),
+    ("bytes_truncated", T.LongType(), "bytes removed by the truncations completed that day"),
+    ("truncations", T.LongType(), "truncations completed that day"),
+    ("segments_deleted", T.LongType(), "segments those truncations deleted"),
     ("txn_committed", T.LongType(), "transactions committed that day"),
     ("txn_aborted", T.LongType(), "transactions aborted that day"),
     ("commit_latency_p50_ms", T.DoubleType(), "median commit latency of that day's commits, ms"),
@@ -50,6 +54,8 @@ COUNTS = (
     "segments_sealed",
     "bytes_sealed",
     "bytes_truncated",
+    "truncations",
+    "segments_deleted",
     "txn_committed",
     "txn_aborted",
 )
@@ -63,6 +69,20 @@ DAILY: tuple[tuple[str, T.DataType, str], ...] = (
     ("commit_latency_p99_ms", T.DoubleType(), "99th percentile over every commit of the day, ms"),
     ("commit_latency_max_ms", T.LongType(), "longest commit of the day, ms"),
 )
+
+
+def _facts_version() -> str:
+    columns = ",".join(f"{name} {kind.simpleString()}" for name, kind, _ in (*STREAM_DAILY, *DAILY))
+    return f"{_REVISION}:{hashlib.sha256(columns.encode()).hexdigest()[:12]}"
+
+
+# Which definitions computed a lake's and the marts' facts (recorded with every run): the
+# columns, and a revision to bump when a figure changes meaning without a column changing.
+# A lake whose last run had another version is recomputed whole: mixing days computed by two
+# definitions would make sums over days meaningless.
+# Revision 2: truncations read from reporting.truncation_history (1 observed them between runs).
+_REVISION = 2
+FACTS_VERSION = _facts_version()
 
 
 def utc_day(millis: Column) -> Column:
@@ -114,9 +134,16 @@ def sealed_facts(segments: DataFrame) -> DataFrame:
     )
 
 
-def truncation_facts(truncations: DataFrame) -> DataFrame:
-    return truncations.groupBy("stream_id", "date").agg(
-        _sum_long(F.col("bytes_delta")).alias("bytes_truncated")
+def truncation_facts(history: DataFrame) -> DataFrame:
+    return (
+        history.withColumn("date", utc_day(F.col("time_ms")))
+        .groupBy("stream_id", "date")
+        .agg(
+            _sum_long(F.col("truncated_bytes")).alias("bytes_truncated"),
+            F.count(F.lit(1)).cast("long").alias("truncations"),
+            _sum_long(F.col("deleted_count")).alias("segments_deleted"),
+            *_stats("trunc", "time_ms"),
+        )
     )
 
 
@@ -146,35 +173,43 @@ def txn_facts(transactions: DataFrame) -> DataFrame:
     )
 
 
-STATS = ("_rows", "_last_ms")
-_SOURCES = ("scale", "sealed", "txn")
+# The event source behind each statistics suffix (spark.sources names), in reading order.
+ROW_SOURCES = {
+    "scale": "scale_events",
+    "sealed": "segments",
+    "txn": "transactions",
+    "trunc": "truncation_history",
+}
 _KEYS = ["stream_id", "date"]
 
 
-def event_facts(scale_events: DataFrame, segments: DataFrame, transactions: DataFrame) -> DataFrame:
-    """Per (stream, day) with events: the event figures of STREAM_DAILY, then STATS (rows read
-    for it and its newest event time), so a run learns its high-water mark without a pass of
-    its own."""
+def event_facts(
+    scale_events: DataFrame, segments: DataFrame, transactions: DataFrame, truncations: DataFrame
+) -> DataFrame:
+    """Per (stream, day) with events: the figures of STREAM_DAILY but the stream's names, then
+    per source `_rows_<suffix>` (rows read for it, ROW_SOURCES) and `_last_ms` (the newest event
+    time), so a run learns its high-water mark and what it read without a pass of its own.
+
+    `truncations`: rows of the truncation history (stream_id, time_ms, truncated_bytes,
+    deleted_count)."""
     joined = (
         scale_facts(scale_events)
         .join(sealed_facts(segments), _KEYS, "full_outer")
         .join(txn_facts(transactions), _KEYS, "full_outer")
+        .join(truncation_facts(truncations), _KEYS, "full_outer")
     )
-    counts = [c for c in COUNTS if c in joined.columns]
-    return joined.fillna(0, subset=[*counts, *(f"_rows_{s}" for s in _SOURCES)]).select(
+    rows = [f"_rows_{s}" for s in ROW_SOURCES]
+    return joined.fillna(0, subset=[*COUNTS, *rows]).select(
         *[c for c in joined.columns if not c.startswith("_")],
-        sum((F.col(f"_rows_{s}") for s in _SOURCES), F.lit(0)).cast("long").alias("_rows"),
-        F.greatest(*(F.col(f"_last_{s}") for s in _SOURCES)).alias("_last_ms"),
+        *rows,
+        F.greatest(*(F.col(f"_last_{s}") for s in ROW_SOURCES)).alias("_last_ms"),
     )
 
 
-def stream_daily(events: DataFrame, truncations: DataFrame, streams: DataFrame) -> DataFrame:
-    """One row per (stream, day) with activity, exactly the columns of STREAM_DAILY.
-
-    `truncations`: stream_id, date, bytes_delta (growth already dated, spark.truncations)."""
-    joined = events.join(truncation_facts(truncations), _KEYS, "full_outer").fillna(0, subset=list(COUNTS))
+def stream_daily(events: DataFrame, streams: DataFrame) -> DataFrame:
+    """One row per (stream, day) with activity, exactly the columns of STREAM_DAILY."""
     names = F.broadcast(streams.select("stream_id", "scope", "stream"))
-    return _conform(joined.join(names, "stream_id", "left"), STREAM_DAILY)
+    return _conform(events.join(names, "stream_id", "left"), STREAM_DAILY)
 
 
 def daily(transactions: DataFrame, per_stream: DataFrame) -> DataFrame:

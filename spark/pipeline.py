@@ -5,7 +5,11 @@ Incremental rule: a run reads every event with time >= the start of the UTC day 
 (previous high-water mark - late margin), recomputes all facts of those days and replaces
 them (lake partitions, mart rows). A run with nothing newer than the high-water mark reads no
 events and only records itself. Replacing whole days is what makes a rerun after a crash, a
-late event or an overlapping window count nothing twice.
+late event or an overlapping window count nothing twice. Every event source (scale events,
+sealed segments, completed transactions, completed truncations) follows this one rule.
+
+A lake whose last run computed its facts by other definitions (spark.facts.FACTS_VERSION), or
+marts of an older shape, get a full run, which replaces the outdated tables as it commits.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark import facts, lake, marts, report, sources, truncations
+from spark import facts, lake, marts, report, sources
 from spark.config import PipelineConfig
 from spark.jdbc import IdRange, JdbcTarget, jdbc_target, partition_count, query_rows, read_window
 from spark.progress import Progress
@@ -37,6 +41,8 @@ class RunResult:
     high_water_ms: int
     recomputed_from: date | None
     rows_read: int
+    # rows read per event source (spark.sources names); their sum is rows_read
+    rows_by_source: dict[str, int]
     facts_written: int
     seconds: float
     lake: str
@@ -93,17 +99,17 @@ class Probe:
 
 def _probe(spark: SparkSession, target: JdbcTarget, high_water_ms: int | None) -> Probe:
     """The stream-id range, and whether any event is newer than the high-water mark: indexed
-    look-ups, no pass over the views. A segment is sealed by a new epoch, so new scale events
-    and completed transactions are all there is to look for."""
+    look-ups, no pass over the views (sources.PROBED_SOURCES)."""
     hw = -1 if high_water_ms is None else int(high_water_ms)
-    s, t = sources.SCALE_EVENTS, sources.TRANSACTIONS
+    newer = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {s.view} WHERE {s.time_column} > {hw})" for s in sources.PROBED_SOURCES
+    )
     ((low, high, new),) = query_rows(
         spark,
         target,
         f"""SELECT (SELECT min(stream_id) FROM {sources.STREAMS.view})::bigint AS low,
                    (SELECT max(stream_id) FROM {sources.STREAMS.view})::bigint AS high,
-                   EXISTS (SELECT 1 FROM {s.view} WHERE {s.time_column} > {hw})
-                   OR EXISTS (SELECT 1 FROM {t.view} WHERE {t.time_column} > {hw}) AS new_events""",
+                   ({newer}) AS new_events""",
     )
     return Probe(IdRange(low, high), bool(new))
 
@@ -121,8 +127,9 @@ def run(config: PipelineConfig, spark: SparkSession | None = None) -> RunResult:
     started = time.monotonic()
     started_at = datetime.now(UTC)
     with Progress(config.progress) as progress, Control(config.db_url) as control:
-        control.ensure_schema(marts.TABLE_DDL, config.grant_to)
+        control.ensure_schema(marts.TABLE_DDL)
         control.acquire_run_lock()
+        control.grant_to_readers(config.grant_to)
         staging = marts.prepare(control)
         try:
             # A session this run did not start (the caller's, or one already active) stays up.
@@ -156,58 +163,61 @@ def _run(
     lake_uri = config.lake
     last = control.last_run(lake_uri)
     chain = control.latest_run_id()
-    full = config.full or last is None or not lake.has_table(spark, lake_uri, lake.STREAM_DAILY)
+    outdated = marts.outdated(control)
+    full = (
+        config.full
+        or bool(outdated)
+        or last is None
+        or last.facts_version != facts.FACTS_VERSION
+        or not lake.has_table(spark, lake_uri, lake.STREAM_DAILY)
+    )
     since = 0 if full else read_since(last.high_water_ms if last else None, config.late_margin_ms)
     progress.step(
         f"{'full' if full else 'incremental'} run into {lake_uri} (master {config.master}); "
         f"previous run of this lake: {last.run_id if last else 'none'}"
+        + (f"; replacing outdated {', '.join(outdated)}" if outdated else "")
     )
     previous_hw = last.high_water_ms if last else None
     probe = _probe(spark, target, previous_hw)
-    observed = truncations.new_observations(spark, target).persist(StorageLevel.MEMORY_AND_DISK)
-    grown = observed.count()
 
     rows_read = facts_written = 0
+    rows_by_source = dict.fromkeys(facts.ROW_SOURCES.values(), 0)
     high_water = previous_hw or 0
     first_day: date | None = None
-    if full or probe.new_events or grown:
+    if full or probe.new_events:
         first_day = date.min if full else utc_date(since)
         frames = {
             s.name: _read_source(spark, target, config, s, since, probe.ids, progress)
             for s in sources.EVENT_SOURCES
         }
         txns = frames["transactions"].persist(StorageLevel.MEMORY_AND_DISK)
-        events = facts.event_facts(frames["scale_events"], frames["segments"], txns).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
-        stats = events.agg(F.count(F.lit(1)), F.sum("_rows"), F.max("_last_ms")).collect()[0]
-        rows_read = int(stats[1] or 0)
-        high_water = max(high_water, int(stats[2] or 0))
-        # Truncation growth is dated on the day of the new high-water mark, known only now.
-        grown_on = observed.withColumn("date", F.lit(utc_date(high_water)))
-        truncated = truncations.observed_since(spark, target, first_day).unionByName(
-            grown_on.select("stream_id", "date", "bytes_delta")
-        )
-        per_stream = facts.stream_daily(events, truncated, _read_streams(spark, target)).persist(
+        events = facts.event_facts(
+            frames["scale_events"], frames["segments"], txns, frames["truncation_history"]
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        row_columns = [f"_rows_{suffix}" for suffix in facts.ROW_SOURCES]
+        stats = events.agg(*(F.sum(c) for c in row_columns), F.max("_last_ms")).collect()[0]
+        rows_by_source = {name: int(stats[i] or 0) for i, name in enumerate(facts.ROW_SOURCES.values())}
+        rows_read = sum(rows_by_source.values())
+        high_water = max(high_water, int(stats[len(row_columns)] or 0))
+        per_stream = facts.stream_daily(events, _read_streams(spark, target)).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         facts_written = per_stream.count()
         per_day = facts.daily(txns, per_stream).persist(StorageLevel.MEMORY_AND_DISK)
         progress.step(
-            f"read {rows_read:,} rows into {facts_written:,} stream-day facts; "
-            f"{grown:,} stream(s) truncated further"
+            f"read {rows_read:,} rows into {facts_written:,} stream-day facts ("
+            + ", ".join(f"{n} {r:,}" for n, r in rows_by_source.items())
+            + ")"
         )
         lake.write(spark, per_stream, lake_uri, lake.STREAM_DAILY, first_day, full)
         lake.write(spark, per_day, lake_uri, lake.DAILY, first_day, full)
         progress.step(f"wrote the lake's days from {'the first' if full else first_day}")
         marts.write_stage(per_stream, target, staging.stream_daily)
         marts.write_stage(per_day, target, staging.daily)
-        marts.write_stage(grown_on, target, staging.truncations)
         for frame in (events, per_stream, per_day, txns):
             frame.unpersist()
     else:
         progress.step(f"nothing new since the high-water mark {previous_hw}: no events read")
-    observed.unpersist()
 
     record = marts.RunRecord(
         lake=lake_uri,
@@ -219,8 +229,9 @@ def _run(
         recomputed_from=first_day,
         rows_read=rows_read,
         facts_written=facts_written,
+        facts_version=facts.FACTS_VERSION,
     )
-    run_id = marts.commit(control, staging, record, chain)
+    run_id = marts.commit(control, staging, record, chain, replace_tables=bool(outdated))
     progress.step(
         f"committed run {run_id} to {marts.STREAM_DAILY_TABLE} and friends (high-water mark {high_water})"
     )
@@ -237,6 +248,7 @@ def _run(
         high_water_ms=high_water,
         recomputed_from=first_day,
         rows_read=rows_read,
+        rows_by_source=rows_by_source,
         facts_written=facts_written,
         seconds=seconds,
         lake=lake_uri,

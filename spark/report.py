@@ -32,6 +32,8 @@ _TOTALS = (
     "rolling_epochs",
     "bytes_sealed",
     "bytes_truncated",
+    "truncations",
+    "segments_deleted",
     "txn_committed",
     "txn_aborted",
 )

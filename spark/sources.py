@@ -68,10 +68,23 @@ TRANSACTIONS = Source(
     time_column="completion_time",
 )
 
-EVENT_SOURCES = (SCALE_EVENTS, SEGMENTS, TRANSACTIONS)
-
-# The controller keeps only each stream's latest truncation (cumulative bytes, no time), so
-# truncations are observed: a run compares it with the last observation (spark.truncations).
-TRUNCATIONS = Source(
-    "truncations", "reporting.truncations", {"stream_id": "stream_id", "truncated_bytes": "truncated_bytes"}
+# One row per completed truncation, never changed: the bytes and segments that truncation
+# removed are dated by its completion. Rows of truncations completed before the controller kept
+# this history are one per stream, dated at that upgrade (sql/reporting/README.md).
+TRUNCATION_HISTORY = Source(
+    "truncation_history",
+    "reporting.truncation_history",
+    {
+        "stream_id": "stream_id",
+        "time_ms": "completion_time",
+        "truncated_bytes": "truncated_bytes",
+        "deleted_count": "deleted_count",
+    },
+    time_column="completion_time",
 )
+
+EVENT_SOURCES = (SCALE_EVENTS, SEGMENTS, TRANSACTIONS, TRUNCATION_HISTORY)
+
+# Whether anything is newer than a high-water mark is asked of these (indexed time columns);
+# a segment is sealed by a new epoch, so `segments` has nothing they would not show.
+PROBED_SOURCES = (SCALE_EVENTS, TRANSACTIONS, TRUNCATION_HISTORY)

@@ -36,8 +36,14 @@ WITH se AS (
                FILTER (WHERE outcome = 'COMMITTED') AS commit_latency_p99_ms,
            max(commit_latency_ms) FILTER (WHERE outcome = 'COMMITTED') AS commit_latency_max_ms
     FROM reporting.transactions WHERE completion_time IS NOT NULL GROUP BY 1, 2
+), th AS (
+    SELECT stream_id, {DAY.format(col="completion_time")} AS date,
+           sum(truncated_bytes) AS bytes_truncated, count(*) AS truncations,
+           sum(deleted_count) AS segments_deleted
+    FROM reporting.truncation_history GROUP BY 1, 2
 ), keys AS (
     SELECT stream_id, date FROM se UNION SELECT stream_id, date FROM sg UNION SELECT stream_id, date FROM tx
+    UNION SELECT stream_id, date FROM th
 )
 SELECT k.date, k.stream_id, s.scope, s.stream,
        COALESCE(se.epochs_created, 0) AS epochs_created, COALESCE(se.scales, 0) AS scales,
@@ -47,12 +53,15 @@ SELECT k.date, k.stream_id, s.scope, s.stream,
        COALESCE(se.segments_sealed, 0) AS segments_sealed,
        se.epoch_end, se.segment_count_end,
        COALESCE(sg.bytes_sealed, 0) AS bytes_sealed,
+       COALESCE(th.bytes_truncated, 0) AS bytes_truncated, COALESCE(th.truncations, 0) AS truncations,
+       COALESCE(th.segments_deleted, 0) AS segments_deleted,
        COALESCE(tx.txn_committed, 0) AS txn_committed, COALESCE(tx.txn_aborted, 0) AS txn_aborted,
        tx.commit_latency_p50_ms, tx.commit_latency_p90_ms, tx.commit_latency_p99_ms, tx.commit_latency_max_ms
 FROM keys k
 LEFT JOIN se USING (stream_id, date)
 LEFT JOIN sg USING (stream_id, date)
 LEFT JOIN tx USING (stream_id, date)
+LEFT JOIN th USING (stream_id, date)
 LEFT JOIN reporting.streams s USING (stream_id)
 """
 
@@ -69,7 +78,7 @@ Key = tuple[date, int]
 
 
 async def stream_day_facts(conn: Any) -> dict[Key, dict[str, Any]]:
-    """(date, stream_id) -> every STREAM_DAILY column except bytes_truncated (observed, not derivable)."""
+    """(date, stream_id) -> every STREAM_DAILY column."""
     return {(r["date"], r["stream_id"]): dict(r) for r in await conn.fetch(_PER_STREAM)}
 
 
@@ -77,11 +86,13 @@ async def daily_latency(conn: Any) -> dict[date, dict[str, Any]]:
     return {r["date"]: dict(r) for r in await conn.fetch(_DAILY_LATENCY)}
 
 
-async def truncated_bytes(conn: Any) -> dict[int, int]:
+async def truncation_days(conn: Any) -> dict[int, int]:
+    """stream_id -> the UTC days on which its truncations completed (history only)."""
     rows = await conn.fetch(
-        "SELECT stream_id, truncated_bytes FROM reporting.truncations WHERE truncated_bytes > 0"
+        f"""SELECT stream_id, count(DISTINCT {DAY.format(col="completion_time")}) AS days
+            FROM reporting.truncation_history GROUP BY 1"""
     )
-    return {r["stream_id"]: r["truncated_bytes"] for r in rows}
+    return {r["stream_id"]: r["days"] for r in rows}
 
 
 async def newest_event_ms(conn: Any) -> int:
@@ -89,21 +100,7 @@ async def newest_event_ms(conn: Any) -> int:
         await conn.fetchval(
             """SELECT greatest((SELECT max(event_time) FROM reporting.scale_events),
                                (SELECT max(sealed_time) FROM reporting.segments),
-                               (SELECT max(completion_time) FROM reporting.transactions))"""
+                               (SELECT max(completion_time) FROM reporting.transactions),
+                               (SELECT max(completion_time) FROM reporting.truncation_history))"""
         )
     )
-
-
-async def fill_txn_details(conn: Any) -> int:
-    """Gives the seeded completed transactions (written by COPY, so without the details the
-    controller keeps at completion) a request time 1-4999 ms before completion: commit latency."""
-    status = await conn.execute(
-        """INSERT INTO completed_txn_details (stream_id, txn_high, txn_low, epoch, creation_time, lease_ms,
-               lease_expiry, max_exec_expiry, writer_id, commit_time, commit_order, requested_at)
-           SELECT c.stream_id, c.txn_high, c.txn_low, (c.txn_high >> 32)::int,
-                  c.completion_time - 10000, 30000, c.completion_time + 20000, c.completion_time + 600000,
-                  NULL, NULL, NULL, c.completion_time - 1 - (c.txn_low * 7919) % 4999
-           FROM completed_txns c
-           ON CONFLICT DO NOTHING"""
-    )
-    return int(status.split()[-1])

@@ -1,6 +1,8 @@
 """The pipeline on seeded histories: every fact equals PostgreSQL's own figure over the
-`reporting` views, a rerun after new activity recomputes only the new days (and exactly
-them), and the charts and the summary page are there and show something."""
+`reporting` views (truncations included, from their history), a rerun after new activity
+(new truncations too) recomputes only the new days (and exactly them), marts of an older
+pipeline are replaced by a full run, and the charts and the summary page are there and show
+something."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from matplotlib import image as mpimg
 from pyspark.sql import SparkSession
 
 from app.domain.history_gen import SeedSpec
+from app.domain.ids import qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnStatus
+from app.services.stream_updates import UpdateOutcome
 from app.store.seed import seed_history
 from spark.facts import DAILY, STREAM_DAILY
 from spark.pipeline import DAY_MS, day_start_ms, read_since, utc_date
@@ -37,7 +41,8 @@ FIRST = SeedSpec(
     seed=11,
     start_ms=NOW_DAY - 20 * DAY_MS,
     span_ms=8 * DAY_MS + 3_600_000,
-    retention_fraction=0.5,
+    # Three of the four streams have retention (truncated on eight or nine days each), one not.
+    retention_fraction=0.75,
     mark_streams=False,
 )
 LATER = SeedSpec(
@@ -63,9 +68,8 @@ async def conn(db_url: str) -> AsyncIterator[asyncpg.Connection]:
         await c.close()
 
 
-async def seed(db_url: str, conn: asyncpg.Connection, spec: SeedSpec) -> None:
+async def seed(db_url: str, spec: SeedSpec) -> None:
     await seed_history(db_url, spec, analyze=False)
-    assert await expected.fill_txn_details(conn) > 0
 
 
 def normalized(row: dict[str, Any]) -> dict[str, Any]:
@@ -93,30 +97,27 @@ def by_stream_day(rows: list[dict[str, Any]]) -> dict[expected.Key, dict[str, An
     return {(r["date"], r["stream_id"]): r for r in rows}
 
 
-async def check_all_facts(
-    spark: SparkSession, conn: asyncpg.Connection, lake: str, hw_days: set[date]
-) -> None:
-    """Lake and marts hold exactly the facts SQL computes over the views.
-
-    Truncated bytes are observed, not derived: per stream they add up to the view's figure,
-    and they are dated on the high-water day of the run that saw them (`hw_days`).
-    """
+async def check_all_facts(spark: SparkSession, conn: asyncpg.Connection, lake: str) -> None:
+    """Lake and marts hold exactly the facts SQL computes over the views."""
     want = {k: normalized(v) for k, v in (await expected.stream_day_facts(conn)).items()}
-    truncated = await expected.truncated_bytes(conn)
     lake_facts = by_stream_day(lake_rows(spark, lake, "stream_daily"))
     mart_facts = by_stream_day(await mart_rows(conn, "stream_daily_facts"))
-    truncation_only = {k for k, v in lake_facts.items() if k not in want}
-    assert all(lake_facts[k]["bytes_truncated"] > 0 and k[0] in hw_days for k in truncation_only)
-    assert set(lake_facts) == set(want) | truncation_only
+    assert set(lake_facts) == set(want)
     assert mart_facts == lake_facts
     for key, row in want.items():
+        assert set(lake_facts[key]) == set(row), key
         assert_same(lake_facts[key], row, key)
+    # Per stream, the days' truncated bytes add up to the stream's running total.
     per_stream: dict[int, int] = {}
-    for (day, stream_id), row in lake_facts.items():
-        if row["bytes_truncated"]:
-            assert day in hw_days
-            per_stream[stream_id] = per_stream.get(stream_id, 0) + row["bytes_truncated"]
-    assert per_stream == truncated and truncated
+    for (_, stream_id), row in lake_facts.items():
+        per_stream[stream_id] = per_stream.get(stream_id, 0) + row["bytes_truncated"]
+    totals = await conn.fetch(
+        """SELECT DISTINCT ON (stream_id) stream_id, total_truncated_bytes FROM reporting.truncation_history
+           ORDER BY stream_id, truncation_id DESC"""
+    )
+    assert {s: b for s, b in per_stream.items() if b} == {
+        r["stream_id"]: r["total_truncated_bytes"] for r in totals if r["total_truncated_bytes"]
+    }
 
     # Totals per day: sums of the stream facts, latency over every commit of the day.
     latency = await expected.daily_latency(conn)
@@ -138,37 +139,74 @@ async def check_all_facts(
     for stream_id, total in totals.items():
         mine = [r for (_, s), r in lake_facts.items() if s == stream_id]
         assert total["active_days"] == len(mine)
-        for name in ("epochs_created", "bytes_sealed", "bytes_truncated", "txn_committed", "txn_aborted"):
+        for name in (
+            "epochs_created",
+            "bytes_sealed",
+            "bytes_truncated",
+            "truncations",
+            "segments_deleted",
+            "txn_committed",
+            "txn_aborted",
+        ):
             assert total[name] == sum(r[name] for r in mine), (stream_id, name)
 
 
 async def test_every_fact_equals_sql_over_the_views(
     db_url: str, conn: asyncpg.Connection, spark_session: SparkSession, tmp_path: Path
 ) -> None:
-    await seed(db_url, conn, FIRST)
+    await seed(db_url, FIRST)
     result = await run_pipeline(spark_session, pipeline_config(db_url, tmp_path))
 
     newest = await expected.newest_event_ms(conn)
     assert result.full_run and result.recomputed_from == date.min
     assert result.high_water_ms == newest
     assert result.facts_written == len(lake_rows(spark_session, result.lake, "stream_daily")) > 0
-    await check_all_facts(spark_session, conn, result.lake, {utc_date(newest)})
+    await check_all_facts(spark_session, conn, result.lake)
     # Every kind of activity is in the history, so no comparison above was vacuous.
     facts = lake_rows(spark_session, result.lake, "stream_daily")
-    for name in ("splits", "merges", "rolling_epochs", "bytes_sealed", "txn_committed", "txn_aborted"):
+    for name in (
+        "splits",
+        "merges",
+        "rolling_epochs",
+        "bytes_sealed",
+        "bytes_truncated",
+        "truncations",
+        "segments_deleted",
+        "txn_committed",
+        "txn_aborted",
+    ):
         assert sum(r[name] for r in facts) > 0, name
     assert any(r["commit_latency_p99_ms"] for r in facts)
+    # Truncations spread over days: most truncated streams were truncated on several of them,
+    # so dating by completion (not by the run) is what the equality above checked.
+    days = await expected.truncation_days(conn)
+    assert len(days) == 3 and all(n >= 8 for n in days.values()), days
+    assert len({r["date"] for r in facts if r["truncations"]}) >= 4
+    assert result.rows_by_source["truncation_history"] == await conn.fetchval(
+        "SELECT count(*) FROM reporting.truncation_history"
+    )
+
+
+# What live_activity's truncation deletes: the segments its two scales sealed.
+LIVE_TRUNCATED = (0, (1 << 32) | 2)
 
 
 async def live_activity(db_url: str, scope: str = "live") -> int:
-    """A real stream scaled twice and four transactions (three commits, one abort) through the
-    controller's own services and workers; returns the time the activity started."""
+    """A real stream scaled twice, truncated once past what the scales sealed, and four
+    transactions (three commits, one abort), through the controller's own services and
+    workers; returns the time the activity started."""
     began = int(time.time() * 1000)
     async with running_controller(db_url) as s:
         await s.scopes.create_scope(scope)
         await s.streams.create_stream(scope, "s", StreamConfig(ScalingPolicy.fixed(2)))
+        await write(s, scope, 0, 1)
         await scale(s, scope, 0, [0], [(0.0, 0.25), (0.25, 0.5)])
+        await write(s, scope, (1 << 32) | 2, (1 << 32) | 3)
         await scale(s, scope, 1, [(1 << 32) | 2], [(0.0, 0.125), (0.125, 0.25)])
+        await write(s, scope, (2 << 32) | 4, (2 << 32) | 5)
+        # The active segments of epoch 2, 100 bytes into each: [0, .125) [.125, .25) [.25, .5) [.5, 1).
+        cut = {(2 << 32) | 4: 100, (2 << 32) | 5: 100, (1 << 32) | 3: 100, 1: 100}
+        assert await s.lifecycle.truncation.truncate_stream(scope, "s", cut) == UpdateOutcome.SUCCESS
         txns = [(await s.transactions.create(scope, "s", 10_000)).txn for _ in range(4)]
         for txn in txns[:3]:
             await s.transactions.commit(scope, "s", txn)
@@ -182,6 +220,11 @@ async def live_activity(db_url: str, scope: str = "live") -> int:
                 assert time.monotonic() < deadline, "transaction did not complete"
                 await asyncio.sleep(0.05)
     return began
+
+
+async def write(s: Services, scope: str, *segments: int) -> None:
+    for segment in segments:
+        await s.segment_store.append(qualified_segment_name(scope, "s", segment), 1_000)
 
 
 async def scale(
@@ -208,29 +251,36 @@ async def test_a_rerun_recomputes_exactly_the_new_days(
     db_url: str, conn: asyncpg.Connection, spark_session: SparkSession, tmp_path: Path
 ) -> None:
     config = pipeline_config(db_url, tmp_path)
-    await seed(db_url, conn, FIRST)
+    await seed(db_url, FIRST)
     first = await run_pipeline(spark_session, config)
     before = by_stream_day(lake_rows(spark_session, first.lake, "stream_daily"))
 
-    await seed(db_url, conn, LATER)
+    await seed(db_url, LATER)
     await live_activity(db_url)
     since = read_since(first.high_water_ms, config.late_margin_ms)
     untouched = files_of_days(first.lake, utc_date(since))
     assert untouched
-    window_rows = await conn.fetchval(
-        """SELECT (SELECT count(*) FROM reporting.scale_events WHERE event_time >= $1)
-                + (SELECT count(*) FROM reporting.segments WHERE sealed_time >= $1)
-                + (SELECT count(*) FROM reporting.transactions WHERE completion_time >= $1)""",
+    window = await conn.fetchrow(
+        """SELECT (SELECT count(*) FROM reporting.scale_events WHERE event_time >= $1) AS scale_events,
+                  (SELECT count(*) FROM reporting.segments WHERE sealed_time >= $1) AS segments,
+                  (SELECT count(*) FROM reporting.transactions WHERE completion_time >= $1) AS transactions,
+                  (SELECT count(*) FROM reporting.truncation_history WHERE completion_time >= $1)
+                      AS truncation_history""",
         since,
     )
+    new_truncations = await conn.fetchval(
+        "SELECT count(*) FROM reporting.truncation_history WHERE completion_time > $1", first.high_water_ms
+    )
+    assert new_truncations > 1  # the seeded streams' and the live one
 
     second = await run_pipeline(spark_session, config)
     newest = await expected.newest_event_ms(conn)
     assert not second.full_run
     assert (second.read_since_ms, second.recomputed_from) == (since, utc_date(since))
-    assert second.rows_read == window_rows < first.rows_read + window_rows
+    assert second.rows_by_source == dict(window)
+    assert second.rows_read == sum(window.values()) < first.rows_read + sum(window.values())
     assert second.high_water_ms == newest
-    await check_all_facts(spark_session, conn, second.lake, {utc_date(first.high_water_ms), utc_date(newest)})
+    await check_all_facts(spark_session, conn, second.lake)
 
     after = by_stream_day(lake_rows(spark_session, second.lake, "stream_daily"))
     old_days = {k: v for k, v in before.items() if k[0] < second.recomputed_from}
@@ -243,6 +293,23 @@ async def test_a_rerun_recomputes_exactly_the_new_days(
     assert sum(r["scales"] for r in live) == 2
     assert (sum(r["txn_committed"] for r in live), sum(r["txn_aborted"] for r in live)) == (3, 1)
     assert any(r["commit_latency_max_ms"] is not None for r in live)
+    assert (sum(r["truncations"] for r in live), sum(r["segments_deleted"] for r in live)) == (
+        1,
+        len(LIVE_TRUNCATED),
+    )
+    # The two sealed segments whole (1,000 bytes each) and 100 bytes of each of the four in the cut.
+    assert (
+        sum(r["bytes_truncated"] for r in live)
+        == 2_400
+        == await conn.fetchval(
+            "SELECT truncated_bytes FROM reporting.truncations WHERE stream_id = $1", live_id
+        )
+    )
+    # The days before the window kept the truncations the first run counted; the new ones
+    # were added on their own days, and nothing was counted twice.
+    assert sum(r["truncations"] for r in after.values()) == await conn.fetchval(
+        "SELECT count(*) FROM reporting.truncation_history"
+    )
 
     # Nothing new: nothing read, nothing rewritten, the run is still recorded.
     third = await run_pipeline(spark_session, config)
@@ -272,7 +339,7 @@ def check_pictures(charts: tuple[str, ...], summary: str) -> str:
 async def test_charts_and_summary_exist_and_show_the_streams(
     db_url: str, conn: asyncpg.Connection, spark_session: SparkSession, tmp_path: Path
 ) -> None:
-    await seed(db_url, conn, FIRST)
+    await seed(db_url, FIRST)
     result = await run_pipeline(spark_session, pipeline_config(db_url, tmp_path))
 
     names = {Path(p).name for p in result.charts}
@@ -285,3 +352,45 @@ async def test_charts_and_summary_exist_and_show_the_streams(
     streams = await conn.fetch("SELECT scope, stream FROM reporting.streams")
     assert all(f"{r['scope']}/{r['stream']}" in page for r in streams)
     assert f"{result.rows_read:,}" in page
+
+
+async def test_marts_and_a_lake_of_an_older_pipeline_are_replaced_by_a_full_run(
+    db_url: str, conn: asyncpg.Connection, spark_session: SparkSession, tmp_path: Path
+) -> None:
+    config = pipeline_config(db_url, tmp_path)
+    await seed(db_url, FIRST)
+    first = await run_pipeline(spark_session, config)
+    # What the pipeline before truncation_history left: fact tables without the truncation
+    # counts, its observations table, and runs that recorded no facts version.
+    for table in ("stream_daily_facts", "daily_facts", "stream_totals"):
+        await conn.execute(
+            f"ALTER TABLE reporting_marts.{table} DROP COLUMN truncations, DROP COLUMN segments_deleted"
+        )
+    await conn.execute(
+        """UPDATE reporting_marts.stream_daily_facts SET bytes_truncated = bytes_truncated + 1;
+           CREATE TABLE reporting_marts.truncation_observations (
+               run_id bigint NOT NULL REFERENCES reporting_marts.pipeline_runs (run_id),
+               stream_id bigint NOT NULL, date date NOT NULL, truncated_bytes bigint NOT NULL,
+               bytes_delta bigint NOT NULL, PRIMARY KEY (stream_id, run_id));
+           UPDATE reporting_marts.pipeline_runs SET facts_version = NULL"""
+    )
+
+    again = await run_pipeline(spark_session, config)
+    assert again.full_run and again.recomputed_from == date.min
+    assert again.rows_read == first.rows_read
+    assert not await conn.fetchval(
+        "SELECT to_regclass('reporting_marts.truncation_observations') IS NOT NULL"
+    )
+    await check_all_facts(spark_session, conn, again.lake)
+    # The replaced tables are the analysts' to read again at once.
+    for table in ("stream_daily_facts", "daily_facts", "stream_totals"):
+        assert await conn.fetchval(
+            "SELECT has_table_privilege('pgc_analysts', $1, 'SELECT')", f"reporting_marts.{table}"
+        )
+
+    # A lake whose last run used other definitions is recomputed whole, even with current marts.
+    await conn.execute("UPDATE reporting_marts.pipeline_runs SET facts_version = 'old'")
+    third = await run_pipeline(spark_session, config)
+    assert third.full_run and third.rows_read == first.rows_read
+    fourth = await run_pipeline(spark_session, config)
+    assert not fourth.full_run and fourth.rows_read == 0

@@ -1,7 +1,7 @@
 """Who may run the pipeline and what it answers when it cannot: a role owning only the marts
-schema runs it on a database hardened for analysts, analysts read the marts it granted them
-and write nothing, other roles, a concurrent run, a missing driver or database are refused
-with one clear line."""
+schema runs it on a database hardened for analysts, analysts read the marts without being
+named and write nothing, `--grant-to` roles read them too, other roles, a concurrent run, a
+missing driver or database are refused with one clear line."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from app.cli import main
 from app.domain.history_gen import SeedSpec
 from app.store.analysts import AnalystLimits, create_analyst
 from app.store.seed import seed_history
+from spark.config import ANALYST_GROUP
 from spark.marts import TABLE_DDL
 from spark.state import Control, MartsForbidden
 from tests.spark.conftest import pipeline_config, run_pipeline
@@ -72,9 +73,42 @@ async def test_a_role_owning_only_the_marts_schema_runs_it_and_analysts_only_rea
             "SELECT has_database_privilege($1, current_database(), 'TEMP')", runner
         )
 
-        config = pipeline_config(as_role(seeded, runner), tmp_path, grant_to=("pgc_analysts",))
+        # No --grant-to for the analysts: their group reads the marts by default.
+        config = pipeline_config(as_role(seeded, runner), tmp_path, grant_to=(stranger,))
         result = await run_pipeline(spark_session, config)
         assert result.facts_written > 0
+
+        tables = [
+            r["tablename"]
+            for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'reporting_marts'")
+        ]
+        assert {"stream_daily_facts", "daily_facts", "stream_totals", "pipeline_runs"} <= set(tables)
+        assert not [t for t in tables if t.startswith("_stage_")]
+        for role in (ANALYST_GROUP, stranger):
+            assert await conn.fetchval("SELECT has_schema_privilege($1, 'reporting_marts', 'USAGE')", role)
+            assert not await conn.fetchval(
+                "SELECT has_schema_privilege($1, 'reporting_marts', 'CREATE')", role
+            )
+            for table in tables:
+                name = f"reporting_marts.{table}"
+                assert await conn.fetchval("SELECT has_table_privilege($1, $2, 'SELECT')", role, name)
+                for write in ("INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"):
+                    assert not await conn.fetchval(
+                        "SELECT has_table_privilege($1, $2, $3)", role, name, write
+                    ), (role, table, write)
+        # `db create-analyst`'s leak check accepts what the pipeline granted.
+        late = f"late_{suffix}"
+        roles.append(late)
+        await create_analyst(seeded, late, "another-long-secret", AnalystLimits(30_000, 5))
+        # What default privileges promise: a table the pipeline's role adds later is readable too.
+        runner_conn = await asyncpg.connect(as_role(seeded, runner))
+        try:
+            await runner_conn.execute("CREATE TABLE reporting_marts.added_later (x int)")
+        finally:
+            await runner_conn.close()
+        assert await conn.fetchval(
+            "SELECT has_table_privilege($1, 'reporting_marts.added_later', 'SELECT')", ANALYST_GROUP
+        )
 
         reader = await asyncpg.connect(as_role(seeded, analyst))
         try:
@@ -84,13 +118,21 @@ async def test_a_role_owning_only_the_marts_schema_runs_it_and_analysts_only_rea
             await reader.execute("SET default_transaction_read_only = off")
             for statement in (
                 "DELETE FROM reporting_marts.stream_daily_facts",
+                "UPDATE reporting_marts.stream_totals SET active_days = 0",
                 "CREATE TABLE reporting_marts.mine (x int)",
                 "INSERT INTO reporting_marts.pipeline_runs SELECT * FROM reporting_marts.pipeline_runs",
+                "TRUNCATE reporting_marts.daily_facts",
+                "SELECT * FROM reporting_marts.pipeline_lock FOR UPDATE",
             ):
                 with pytest.raises(asyncpg.InsufficientPrivilegeError):
                     await reader.execute(statement)
         finally:
             await reader.close()
+        other = await asyncpg.connect(as_role(seeded, stranger))
+        try:
+            assert await other.fetchval("SELECT count(*) FROM reporting_marts.stream_daily_facts") == rows
+        finally:
+            await other.close()
     finally:
         await conn.close()
 

@@ -1,6 +1,7 @@
 """The pipeline's pure parts: URL translation, the incremental window, read partitioning,
-master parsing, the day boundary and percentiles of the fact transforms, and the rule that
-`spark` never imports the controller."""
+master parsing, the day boundary and percentiles of the fact transforms, truncations dated
+by their completion, and the rule that `spark` never imports the controller (and the one
+name it shares with it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark import facts
+from app.store.analysts import ANALYST_GROUP
+from spark import facts, sources
+from spark.config import ANALYST_GROUP as PIPELINE_ANALYST_GROUP
 from spark.config import local_cores
 from spark.jdbc import IdRange, jdbc_target, partition_count
 from spark.pipeline import DAY_MS, read_since
@@ -70,6 +73,56 @@ def test_spark_never_imports_the_controller() -> None:
                 else []
             )
             assert not [n for n in names if n.split(".")[0] in ("app", "workers", "tests")], path
+
+
+def test_the_analysts_group_is_the_controllers() -> None:
+    # spark cannot import it (above), so it repeats the name; this keeps the two equal.
+    assert PIPELINE_ANALYST_GROUP == ANALYST_GROUP
+
+
+def test_every_event_source_is_read_and_counted() -> None:
+    assert set(facts.ROW_SOURCES.values()) == {s.name for s in sources.EVENT_SOURCES}
+    assert all(s.time_column for s in sources.EVENT_SOURCES)
+    assert [s.name for s in sources.PROBED_SOURCES] == [
+        s.name for s in sources.EVENT_SOURCES if s is not sources.SEGMENTS
+    ]
+
+
+def test_truncations_are_dated_by_their_completion(spark_session: SparkSession) -> None:
+    day = 20_000 * DAY_MS
+    history = spark_session.createDataFrame(
+        [(1, day - 1, 500, 2), (1, day, 70, 0), (1, day + DAY_MS - 1, 30, 3), (2, day + 5, 9, 1)],
+        "stream_id long, time_ms long, truncated_bytes long, deleted_count long",
+    )
+    empty = spark_session.createDataFrame([], "stream_id long, time_ms long")
+    scale = empty.selectExpr(
+        "stream_id",
+        "time_ms",
+        *(f"CAST(NULL AS {t}) AS {c}" for c, t in (("epoch", "long"), ("kind", "string"))),
+        *(
+            f"CAST(NULL AS long) AS {c}"
+            for c in ("splits", "merges", "sealed_count", "created_count", "segment_count")
+        ),
+    )
+    segments = spark_session.createDataFrame([], "stream_id long, sealed_ms long, sealed_size long")
+    txns = spark_session.createDataFrame([], "stream_id long, time_ms long, outcome string, latency_ms long")
+    rows = {
+        (r["stream_id"], r["date"]): r for r in facts.event_facts(scale, segments, txns, history).collect()
+    }
+    today = date(1970, 1, 1) + timedelta(days=20_000)
+    before = today - timedelta(days=1)
+    assert set(rows) == {(1, before), (1, today), (2, today)}
+    figures = (
+        "bytes_truncated",
+        "truncations",
+        "segments_deleted",
+        "_rows_trunc",
+        "epochs_created",
+        "_rows_scale",
+    )
+    assert tuple(rows[1, before][f] for f in figures) == (500, 1, 2, 1, 0, 0)
+    assert tuple(rows[1, today][f] for f in figures) == (100, 2, 3, 2, 0, 0)
+    assert rows[1, today]["_last_ms"] == day + DAY_MS - 1 and rows[2, today]["epoch_end"] is None
 
 
 def test_days_are_utc_calendar_days_and_percentiles_interpolate(spark_session: SparkSession) -> None:
