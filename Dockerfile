@@ -1,5 +1,9 @@
 # pgcontroller service image. Expects an external PostgreSQL in PGCONTROLLER_DB_URL.
+# `--build-arg PIPELINE=true` adds what `pgcontroller pipeline run` needs: Java 17, Debian's
+# PostgreSQL JDBC driver and PySpark (about 700 MB more).
 FROM python:3.11-slim
+
+ARG PIPELINE=false
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -12,7 +16,18 @@ COPY app ./app
 COPY workers ./workers
 COPY migrations ./migrations
 COPY sql ./sql
-RUN pip install --no-cache-dir -e . \
+# The CLI parses the pipeline's arguments even in a service-only image (PySpark loads only
+# when the pipeline runs), so the package is always there.
+COPY spark ./spark
+RUN if [ "$PIPELINE" = "true" ]; then \
+        mkdir -p /usr/share/man/man1 \
+        && apt-get update \
+        && apt-get install -y --no-install-recommends openjdk-17-jre-headless libpostgresql-jdbc-java \
+        && rm -rf /var/lib/apt/lists/* \
+        && pip install --no-cache-dir -e ".[spark]"; \
+    else \
+        pip install --no-cache-dir -e .; \
+    fi \
     && useradd --system --home-dir /opt/pgcontroller pgcontroller
 
 USER pgcontroller
