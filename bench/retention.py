@@ -38,6 +38,7 @@ from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
 from app.store.streams import PgStreamStore
 from bench._common import throwaway_database
+from tests.support.clock import ManualClock
 from workers.retention import RetentionPass, RetentionWorker
 
 SCOPE = "bench"
@@ -82,14 +83,6 @@ INSERT INTO bucket_owners (service, bucket, owner, generation)
 SELECT 'retention', b, 'bench', 1 FROM generate_series(0, $1::int - 1) AS b
 ON CONFLICT (service, bucket) DO UPDATE SET owner = 'bench', generation = 1
 """
-
-
-class BenchClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
 
 
 async def setup(pool: object, streams: int, segments: int, now: int) -> None:
@@ -139,7 +132,7 @@ async def main() -> None:
     async with throwaway_database() as url:
         pool = await create_pool(url, max_size=args.pool)
         try:
-            clock = BenchClock(SystemClock().now_ms())
+            clock = ManualClock(SystemClock().now_ms())
             began = time.perf_counter()
             await setup(pool, args.streams, args.segments, clock.now)
             await pool.execute(_CLAIMS, args.buckets)

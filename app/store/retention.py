@@ -20,7 +20,7 @@ from app.ports import RetentionContext, RetentionMember, RetentionWrite
 from app.store import queries
 from app.store.errors import conflict_or_missing, translated
 from app.store.requests import insert_request
-from app.store.rows import cut_from_json, cut_to_json
+from app.store.rows import cut_from_json, cut_to_json, truncation_columns
 
 _SQL = queries.load("retention")
 
@@ -131,12 +131,7 @@ class PgRetentionStore:
                     scope,
                     name,
                     *_fence_args(fence),
-                    cut_to_json(record.stream_cut),
-                    cut_to_json(record.span),
-                    sorted(record.deleted_segments),
-                    sorted(record.to_delete),
-                    record.size_till,
-                    record.updating,
+                    *truncation_columns(record),
                     expected_version,
                 )
                 if not row["stream_exists"]:

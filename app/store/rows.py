@@ -14,6 +14,7 @@ from app.domain.records import (
     ScalingPolicy,
     SegmentRecord,
     StreamConfig,
+    TruncationRecord,
 )
 
 
@@ -84,3 +85,16 @@ def cut_to_json(cut: Mapping[int, int]) -> dict[str, int]:
 
 def cut_from_json(doc: Mapping[str, int]) -> dict[int, int]:
     return {int(k): int(v) for k, v in doc.items()}
+
+
+def truncation_columns(record: TruncationRecord) -> tuple[Any, ...]:
+    """Column values in the order of set_truncation's parameters (also complete_truncation's
+    and start_truncation's): cut, span, deleted, to delete, size till the cut, updating."""
+    return (
+        cut_to_json(record.stream_cut),
+        cut_to_json(record.span),
+        sorted(record.deleted_segments),
+        sorted(record.to_delete),
+        record.size_till,
+        record.updating,
+    )

@@ -34,6 +34,7 @@ from app.store.rows import (
     cut_to_json,
     epoch_columns,
     epoch_from_row,
+    truncation_columns,
 )
 
 _SQL = queries.load("streams")
@@ -385,12 +386,7 @@ class PgStreamStore:
             "truncation record",
             scope,
             name,
-            cut_to_json(record.stream_cut),
-            cut_to_json(record.span),
-            sorted(record.deleted_segments),
-            sorted(record.to_delete),
-            record.size_till,
-            record.updating,
+            *truncation_columns(record),
             expected_version,
             request=request,
         )
@@ -413,12 +409,7 @@ class PgStreamStore:
             "truncation record",
             scope,
             name,
-            cut_to_json(completed.stream_cut),
-            cut_to_json(completed.span),
-            sorted(completed.deleted_segments),
-            sorted(completed.to_delete),
-            completed.size_till,
-            completed.updating,
+            *truncation_columns(completed),
             expected_version,
             completed_at,
             sorted(deleted_now),

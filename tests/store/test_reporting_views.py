@@ -40,6 +40,7 @@ from app.services.retention import RetentionService
 from app.services.scaling import CheckScaleOutcome
 from app.store.analysts import AnalystLimits, create_analyst
 from app.store.retention import PgRetentionStore
+from tests.support.clock import ManualClock
 from tests.support.db import clone_database, drop_database, with_database
 from tests.support.services import Services, running_controller
 
@@ -60,14 +61,6 @@ RETENTION_MIN = 10**12
 
 def sid(number: int, epoch: int) -> int:
     return segment_id(number, epoch)
-
-
-class FakeClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
 
 
 @dataclass
@@ -231,7 +224,7 @@ async def build_history(s: Services, history: History) -> None:
         "WHERE service = 'retention' AND bucket = 0 AND owner IS NOT NULL"
     )
     fence = Fence(BucketService.RETENTION, 0, generation)
-    clock = FakeClock(now_ms())
+    clock = ManualClock(now_ms())
     retention = RetentionService(
         s.stream_store, PgRetentionStore(s.pool), s.segment_store, clock, frequency_ms=FREQUENCY
     )

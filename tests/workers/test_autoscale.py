@@ -32,6 +32,7 @@ from app.services.scaling import CheckScaleOutcome
 from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
+from tests.support.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
@@ -43,17 +44,6 @@ SC, ST = "auto", "s"
 MINUTE = 60_000
 WAIT_S = 20.0
 EVERY_BUCKET = frozenset(range(MAX_BUCKETS))
-
-
-class FakeClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @dataclass
@@ -427,7 +417,7 @@ async def test_a_redelivered_report_does_nothing_more(h: Harness) -> None:
 
 
 async def feed(
-    sim: TrafficSimulator, clock: FakeClock, name: str, minutes: float, per_s: int, step_s: int = 6
+    sim: TrafficSimulator, clock: ManualClock, name: str, minutes: float, per_s: int, step_s: int = 6
 ) -> list[ScaleDirection]:
     """Steady traffic on one segment, a report pass after every step; the directions sent."""
     sent: list[ScaleDirection] = []
@@ -439,7 +429,7 @@ async def feed(
 
 
 async def test_simulated_traffic_drives_a_real_split(h: Harness) -> None:
-    clock = FakeClock(h.s.clock.now_ms())
+    clock = ManualClock(h.s.clock.now_ms())
     sim = TrafficSimulator(h.intake, clock)
     h.segment_store = TrafficRecordingSegmentStore(h.s.segment_store, sim)
     await make_stream(h, by_events(1, scale_factor=4, target=10))
@@ -466,7 +456,7 @@ async def test_simulator_reports_only_rate_based_segments_and_honours_mute_and_i
     h: Harness,
 ) -> None:
     await make_stream(h, by_events(1))
-    clock = FakeClock(h.s.clock.now_ms())
+    clock = ManualClock(h.s.clock.now_ms())
     sim = TrafficSimulator(h.intake, clock)
     name = qualified_segment_name(SC, ST, 0)
 
@@ -500,7 +490,7 @@ async def test_simulator_reports_only_rate_based_segments_and_honours_mute_and_i
 
 async def test_simulator_keeps_going_when_a_report_is_refused(h: Harness) -> None:
     await make_stream(h, by_events(1))
-    clock = FakeClock(h.s.clock.now_ms())
+    clock = ManualClock(h.s.clock.now_ms())
     sim = TrafficSimulator(h.intake, clock)
     ghost = qualified_segment_name(SC, "ghost", 0)  # a stream the controller does not know
     real = qualified_segment_name(SC, ST, 0)
@@ -523,7 +513,7 @@ async def test_simulator_keeps_going_when_a_report_is_refused(h: Harness) -> Non
 
 
 async def test_appends_through_the_wrapped_store_count_as_traffic(h: Harness) -> None:
-    clock = FakeClock(h.s.clock.now_ms())
+    clock = ManualClock(h.s.clock.now_ms())
     sim = TrafficSimulator(h.intake, clock)
     wrapped = TrafficRecordingSegmentStore(h.s.segment_store, sim)
     name = qualified_segment_name(SC, ST, 0)

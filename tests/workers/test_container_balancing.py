@@ -22,6 +22,7 @@ from app.ports import SegmentStoreHost
 from app.services.containers import ContainerMapService, RebalanceAction
 from app.store.containers import PgContainerMapStore
 from app.store.pool import create_pool
+from tests.support.clock import ManualClock
 from workers.containers import ContainerBalancerDuty, PassOutcome
 
 A = SegmentStoreHost("ss-a", 12345)
@@ -29,17 +30,6 @@ B = SegmentStoreHost("ss-b", 12345)
 C = SegmentStoreHost("ss-c", 12345)
 STATIC = (SegmentStoreHost("localhost", 12345),)
 DELAY_MS = 10_000
-
-
-class FakeClock:
-    def __init__(self, now_ms: int = 1_000_000) -> None:
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @pytest.fixture
@@ -52,21 +42,21 @@ async def pool(db_url: str) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
-def make_service(pool: Any, clock: FakeClock, count: int = 4) -> ContainerMapService:
+def make_service(pool: Any, clock: ManualClock, count: int = 4) -> ContainerMapService:
     return ContainerMapService(PgContainerMapStore(pool), clock, count, STATIC)
 
 
 @pytest.fixture
-def service(pool: Any, clock: FakeClock) -> ContainerMapService:
+def service(pool: Any, clock: ManualClock) -> ContainerMapService:
     return make_service(pool, clock)
 
 
 @pytest.fixture
-def duty(service: ContainerMapService, clock: FakeClock) -> ContainerBalancerDuty:
+def duty(service: ContainerMapService, clock: ManualClock) -> ContainerBalancerDuty:
     return ContainerBalancerDuty(service, clock, rebalance_delay_s=DELAY_MS / 1000)
 
 
@@ -84,7 +74,7 @@ async def owners(service: ContainerMapService) -> dict[int, SegmentStoreHost]:
     return (await service.assignment()).owners
 
 
-async def settle(duty: ContainerBalancerDuty, clock: FakeClock) -> PassOutcome:
+async def settle(duty: ContainerBalancerDuty, clock: ManualClock) -> PassOutcome:
     """A pass that sees the current host set, then one after the delay."""
     assert (await duty.run_once()).outcome in (PassOutcome.WAITING, PassOutcome.KEPT)
     clock.advance(DELAY_MS)
@@ -99,7 +89,7 @@ def spread(assignment: dict[int, SegmentStoreHost], hosts: list[SegmentStoreHost
 # --- registration --------------------------------------------------------------------------------
 
 
-async def test_register_reports_new_then_existing(service: ContainerMapService, clock: FakeClock) -> None:
+async def test_register_reports_new_then_existing(service: ContainerMapService, clock: ManualClock) -> None:
     registered, created = await service.register_host("ss-a", 12345)
     assert created and registered.address == A and registered.registered_at == clock.now
     clock.advance(5)
@@ -140,7 +130,7 @@ async def test_deregistering_an_unknown_host_is_not_found(service: ContainerMapS
         await service.deregister_host("ss-a", 12345)
 
 
-def test_construction_needs_containers_and_static_hosts(pool: Any, clock: FakeClock) -> None:
+def test_construction_needs_containers_and_static_hosts(pool: Any, clock: ManualClock) -> None:
     with pytest.raises(InvalidInput):
         ContainerMapService(PgContainerMapStore(pool), clock, 0, STATIC)
     with pytest.raises(InvalidInput):
@@ -152,7 +142,7 @@ def test_construction_needs_containers_and_static_hosts(pool: Any, clock: FakeCl
 # --- the effective map ---------------------------------------------------------------------------
 
 
-async def test_a_fresh_cluster_answers_from_the_static_hosts(pool: Any, clock: FakeClock) -> None:
+async def test_a_fresh_cluster_answers_from_the_static_hosts(pool: Any, clock: ManualClock) -> None:
     two = (SegmentStoreHost("s1", 1), SegmentStoreHost("s2", 2))
     service = ContainerMapService(PgContainerMapStore(pool), clock, 5, two)
     assignment = await service.assignment()
@@ -164,7 +154,7 @@ async def test_a_fresh_cluster_answers_from_the_static_hosts(pool: Any, clock: F
 
 
 async def test_the_rebalance_waits_the_delay_from_the_last_change_seen(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A, B)
     first = await duty.run_once()
@@ -187,7 +177,7 @@ async def test_the_rebalance_waits_the_delay_from_the_last_change_seen(
 
 
 async def test_a_zero_delay_rebalances_on_the_first_pass(
-    service: ContainerMapService, clock: FakeClock
+    service: ContainerMapService, clock: ManualClock
 ) -> None:
     await register(service, A)
     duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=0)
@@ -196,7 +186,7 @@ async def test_a_zero_delay_rebalances_on_the_first_pass(
 
 
 async def test_a_new_leadership_term_waits_again(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A)
     assert await settle(duty, clock) == PassOutcome.REBALANCED
@@ -208,7 +198,7 @@ async def test_a_new_leadership_term_waits_again(
 
 
 async def test_two_hosts_split_four_containers_two_and_two_then_the_map_is_kept(
-    pool: Any, service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    pool: Any, service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, B, A)
     assert await settle(duty, clock) == PassOutcome.REBALANCED
@@ -222,7 +212,7 @@ async def test_two_hosts_split_four_containers_two_and_two_then_the_map_is_kept(
 
 
 async def test_a_third_host_joins_with_the_fewest_moves(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A, B)
     await settle(duty, clock)
@@ -241,7 +231,7 @@ async def test_a_third_host_joins_with_the_fewest_moves(
     assert moved == list(result.moved) and len(moved) == 1 and after[moved[0]] == C
 
 
-async def test_a_leaving_hosts_containers_go_to_the_least_loaded(pool: Any, clock: FakeClock) -> None:
+async def test_a_leaving_hosts_containers_go_to_the_least_loaded(pool: Any, clock: ManualClock) -> None:
     service = make_service(pool, clock, count=6)
     duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=DELAY_MS / 1000)
     d = SegmentStoreHost("ss-d", 12345)
@@ -266,7 +256,7 @@ async def test_a_leaving_hosts_containers_go_to_the_least_loaded(pool: Any, cloc
 
 
 async def test_a_single_remaining_host_takes_every_container(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A, B, C)
     await settle(duty, clock)
@@ -276,7 +266,7 @@ async def test_a_single_remaining_host_takes_every_container(
 
 
 async def test_when_every_host_leaves_the_static_hosts_answer_again(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A, B)
     await settle(duty, clock)
@@ -293,7 +283,7 @@ async def test_when_every_host_leaves_the_static_hosts_answer_again(
 
 
 async def test_more_hosts_than_containers_is_stable(
-    service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     hosts = [SegmentStoreHost(f"ss-{i}", 1) for i in range(6)]
     await register(service, *hosts)
@@ -303,7 +293,7 @@ async def test_more_hosts_than_containers_is_stable(
     assert (await duty.run_once()).outcome == PassOutcome.KEPT
 
 
-async def test_a_map_written_for_another_container_count_is_replaced(pool: Any, clock: FakeClock) -> None:
+async def test_a_map_written_for_another_container_count_is_replaced(pool: Any, clock: ManualClock) -> None:
     await make_service(pool, clock, count=6).rebalance([A, B])
     service = make_service(pool, clock, count=4)
     result = await service.rebalance([A, B])
@@ -315,7 +305,7 @@ async def test_a_map_written_for_another_container_count_is_replaced(pool: Any, 
 
 
 async def test_a_concurrent_map_write_costs_one_pass(
-    pool: Any, service: ContainerMapService, duty: ContainerBalancerDuty, clock: FakeClock
+    pool: Any, service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
     await register(service, A, B)
     await settle(duty, clock)
@@ -348,7 +338,7 @@ async def test_a_concurrent_map_write_costs_one_pass(
 
 
 async def test_a_lost_database_costs_passes_not_the_duty(
-    db_url: str, pg_admin_url: str, clock: FakeClock
+    db_url: str, pg_admin_url: str, clock: ManualClock
 ) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=1)
     service = make_service(pool, clock)
@@ -372,7 +362,7 @@ async def test_a_lost_database_costs_passes_not_the_duty(
         await pool.close()
 
 
-async def test_run_loops_until_cancelled(service: ContainerMapService, clock: FakeClock) -> None:
+async def test_run_loops_until_cancelled(service: ContainerMapService, clock: ManualClock) -> None:
     duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=0, tick_s=0.02)
     task = asyncio.create_task(duty.run())
     try:

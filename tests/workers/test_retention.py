@@ -39,6 +39,7 @@ from app.services.retention import (
     TruncationStart,
 )
 from app.store.retention import PgRetentionStore
+from tests.support.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
@@ -54,21 +55,10 @@ RG = uuid.UUID("11111111-2222-3333-4444-555555555555")
 REQUEST_BUCKETS = list(range(16))
 
 
-class FakeClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
 @dataclass
 class Rig:
     s: Services
-    clock: FakeClock
+    clock: ManualClock
     store: PgRetentionStore
     service: RetentionService
     subscribers: SubscriberService
@@ -120,7 +110,7 @@ async def claim(s: Services, bucket: int = 0) -> Fence:
 
 
 def make_rig(s: Services, fence: Fence, frequency_ms: int = F) -> Rig:
-    clock = FakeClock(SystemClock().now_ms())
+    clock = ManualClock(SystemClock().now_ms())
     store = PgRetentionStore(s.pool)
     service = RetentionService(s.stream_store, store, s.segment_store, clock, frequency_ms=frequency_ms)
     return Rig(s, clock, store, service, SubscriberService(s.stream_store, store, clock), fence)

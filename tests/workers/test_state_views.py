@@ -28,20 +28,11 @@ from app.store.containers import PgContainerMapStore
 from app.store.notifications import PgListener
 from app.store.pool import create_pool
 from app.store.state_views import PgStateViewStore
+from tests.support.clock import ManualClock
 from workers.state_views import StateViewAggregator
 
 S, R = "SERVING", "db"
 H1, H2, H3 = "10.0.0.1:12345", "10.0.0.2:12345", "10.0.0.3:12345"
-
-
-class TestClock:
-    __test__ = False
-
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
 
 
 @dataclass
@@ -49,7 +40,7 @@ class World:
     pool: Any
     store: PgStateViewStore
     service: StateViewService
-    clock: TestClock
+    clock: ManualClock
     leader: dict[str, Any]  # what the aggregator believes: {"leads": bool, "term": int | None}
 
     def aggregator(self, *, batch: int = DEFAULT_BATCH, poll_s: float = 0.5) -> StateViewAggregator:
@@ -80,7 +71,7 @@ async def world(db_url: str) -> AsyncIterator[World]:
     pool = await create_pool(db_url, min_size=1, max_size=8)
     try:
         store = PgStateViewStore(pool)
-        clock = TestClock()
+        clock = ManualClock()
         w = World(pool, store, StateViewService(store, clock, poll_s=0.1), clock, {"leads": True, "term": 1})
         await w.set_term(1)
         yield w
@@ -351,7 +342,7 @@ async def test_the_loop_survives_a_lost_database(db_url: str) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=2)
     store = PgStateViewStore(pool)
     aggregator = StateViewAggregator(
-        ViewAggregation(store, TestClock()), lambda: True, lambda: 1, poll_s=0.05
+        ViewAggregation(store, ManualClock()), lambda: True, lambda: 1, poll_s=0.05
     )
     await pool.close()
     with pytest.raises(StoreUnavailable):

@@ -25,6 +25,7 @@ from app.ports import StoredWatermark, WatermarkMember
 from app.segmentstore.embedded import transaction_segment_name
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
+from tests.support.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.handlers import commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
@@ -38,20 +39,10 @@ ALL_REQUEST_BUCKETS = list(range(DEFAULT_COUNTS.requests))
 S3, S4 = segment_id(3, 1), segment_id(4, 1)
 
 
-class TestClock:
-    __test__ = False
-
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-
 @dataclass
 class World:
     s: Services
-    clock: TestClock
+    clock: ManualClock
     store: PgWatermarkStore
     service: WatermarkService
     generations: dict[int, int] = field(default_factory=dict)  # what the worker believes it holds
@@ -97,7 +88,7 @@ async def w(db_url: str) -> AsyncIterator[World]:
             "ON CONFLICT (service, bucket) DO UPDATE SET owner = 'test', generation = 1",
             COUNT,
         )
-        clock = TestClock()
+        clock = ManualClock()
         store = PgWatermarkStore(s.pool)
         yield World(s, clock, store, WatermarkService(store, clock), {b: 1 for b in range(COUNT)})
 
@@ -385,7 +376,7 @@ async def test_one_streams_round(w: World) -> None:
 class FlakyService(WatermarkService):
     """The database goes away for one pass."""
 
-    def __init__(self, store: PgWatermarkStore, clock: TestClock) -> None:
+    def __init__(self, store: PgWatermarkStore, clock: ManualClock) -> None:
         super().__init__(store, clock)
         self.failures = 1
 
