@@ -22,13 +22,10 @@ from app.domain.containers import java_string_hash
 from app.domain.errors import InvalidInput
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_valid_scope_or_stream_name, mark_stream_name
-from app.domain.records import RetentionType, ScaleType
+from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, RetentionType, ScaleType
 from app.domain.scaling import uniform_key_ranges
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 
-# Mirrors app.services.truncation / workers.handlers.common (tests hold them equal): sealed
-# sizes are sharded by the creation epoch of the segment, 1000 epochs a shard.
-SEALED_SIZE_SHARD_EPOCHS = 1000
 LONG_MAX = 2**63 - 1  # a retention policy given only its minimum has Long.MAX_VALUE as maximum
 _LOW_32 = 0xFFFFFFFF
 

@@ -29,6 +29,7 @@ from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
 from app.domain.ids import epoch_of, number_of, qualified_segment_name
 from app.domain.names import mark_stream_name
 from app.domain.records import (
+    SEALED_SIZE_SHARD_EPOCHS,
     EpochRecord,
     RetentionType,
     SegmentRecord,
@@ -56,7 +57,6 @@ from app.domain.txns import DEFAULT_TXN_LIMITS, TxnId, TxnRecord, TxnStatus, com
 from app.segmentstore.embedded import transaction_segment_name
 from app.services import truncation as truncation_service
 from app.store.history_gen import (
-    SEALED_SIZE_SHARD_EPOCHS,
     Rows,
     ScaleMix,
     SeedSpec,
