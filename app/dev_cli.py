@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 
 from app.domain.errors import DomainError
-from app.domain.history_gen import ScaleMix, SeedSpec, TxnMix
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres
+from app.store.history_gen import ScaleMix, SeedSpec, TxnMix
 
 _PROGRESS_EVERY_S = 2.0
 

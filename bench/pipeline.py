@@ -44,7 +44,7 @@ import asyncpg
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.domain.history_gen import SeedSpec
+from app.store.history_gen import SeedSpec
 from app.store.seed import seed_history
 from bench._common import throwaway_database
 from spark.config import PipelineConfig, default_jdbc_jar

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 
-from app.domain.history_gen import SeedSpec
+from app.store.history_gen import SeedSpec
 from app.store.seed import SeedSummary, seed_history
 from bench._common import throwaway_database
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from app.domain.errors import InvalidInput
 from app.domain.ids import segment_id
@@ -168,6 +168,13 @@ class TruncationRecord:
     to_delete: frozenset[int] = frozenset()
     size_till: int = 0
     updating: bool = False
+
+
+# Sealed segments' final sizes (what size_till adds up) are stored in shards: a segment's size is
+# in shard `creation epoch // SEALED_SIZE_SHARD_EPOCHS` of its stream, so no row grows without
+# bound. Stored rows were sharded with this value, so every writer and reader (the workflows,
+# truncation, retention, the seeder) takes it from here; changing it needs a data migration.
+SEALED_SIZE_SHARD_EPOCHS: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)

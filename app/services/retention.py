@@ -21,7 +21,13 @@ from app.domain.cluster import Fence
 from app.domain.errors import InvalidInput, NotFound, WriteConflict
 from app.domain.ids import qualified_segment_name
 from app.domain.names import require_present
-from app.domain.records import SegmentRecord, StreamState, TruncationRecord, Versioned
+from app.domain.records import (
+    SEALED_SIZE_SHARD_EPOCHS,
+    SegmentRecord,
+    StreamState,
+    TruncationRecord,
+    Versioned,
+)
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.retention import (
     CutOrdering,
@@ -54,7 +60,6 @@ from app.ports import (
     SegmentStore,
     StreamStore,
 )
-from app.services.truncation import SEALED_SIZE_SHARD_EPOCHS
 
 log = logging.getLogger("pgcontroller.retention")
 

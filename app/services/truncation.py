@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from app.domain.errors import InvalidInput, NotFound, WriteConflict
 from app.domain.names import require_present
-from app.domain.records import StreamState
+from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.streamcuts import (
     CutVerdict,
@@ -19,8 +19,6 @@ from app.domain.streamcuts import (
 from app.ports import Clock, StreamStore
 from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
 from app.services.stream_updates import UpdateOutcome
-
-SEALED_SIZE_SHARD_EPOCHS = 1000
 
 
 class Truncation:

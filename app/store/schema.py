@@ -176,7 +176,8 @@ segments = Table(
     PrimaryKeyConstraint("stream_id", "segment_id", name="segments_pkey"),
 )
 
-# Sealed sizes sharded by creation epoch (1000 epochs a shard) so no row grows without bound.
+# Sealed sizes sharded by creation epoch (app.domain.records.SEALED_SIZE_SHARD_EPOCHS epochs a shard)
+# so no row grows without bound.
 sealed_size_shards = Table(
     "sealed_size_shards",
     metadata,

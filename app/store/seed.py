@@ -1,4 +1,4 @@
-"""Writes generated histories (`pgcontroller dev seed`, app/domain/history_gen.py) straight into
+"""Writes generated histories (`pgcontroller dev seed`, app/store/history_gen.py) straight into
 the tables with COPY, a group of whole streams per transaction.
 
 A crash or an error rolls back only the group in flight, so the database holds complete streams
@@ -23,7 +23,12 @@ from typing import Any
 import asyncpg
 
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
-from app.domain.history_gen import (
+from app.domain.names import mark_stream_name
+from app.domain.records import ScopeState
+from app.segmentstore.embedded import transaction_segment_name
+from app.store import queries
+from app.store.errors import translated
+from app.store.history_gen import (
     COMMIT_ORDER_PENDING,
     Rows,
     SeedSpec,
@@ -33,11 +38,6 @@ from app.domain.history_gen import (
     scope_names,
     stream_slots,
 )
-from app.domain.names import mark_stream_name
-from app.domain.records import ScopeState
-from app.segmentstore.embedded import transaction_segment_name
-from app.store import queries
-from app.store.errors import translated
 from app.store.migrate import ensure_schema
 from app.store.pool import asyncpg_dsn
 

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.cli import main
-from app.domain.history_gen import SeedSpec
 from app.store.analysts import AnalystLimits, create_analyst
+from app.store.history_gen import SeedSpec
 from app.store.seed import seed_history
 from spark.config import ANALYST_GROUP
 from spark.marts import TABLE_DDL

@@ -1,4 +1,4 @@
-"""`pgcontroller dev seed` (app/store/seed.py over app/domain/history_gen.py): a seeded history,
+"""`pgcontroller dev seed` (app/store/seed.py over app/store/history_gen.py): a seeded history,
 read back through the real stores and services, keeps every invariant the workflows keep and
 replays through the domain's own scale, rolling-transaction and truncation rules; a running
 controller serves it and its workflows carry on from it; a failed run leaves whole streams only.
@@ -26,20 +26,10 @@ import workers.handlers.common as workflow_common
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.containers import java_string_hash
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
-from app.domain.history_gen import (
-    SEALED_SIZE_SHARD_EPOCHS,
-    Rows,
-    ScaleMix,
-    SeedSpec,
-    StreamHistory,
-    StreamIds,
-    StreamSlot,
-    TxnMix,
-    stream_slots,
-)
 from app.domain.ids import epoch_of, number_of, qualified_segment_name
 from app.domain.names import mark_stream_name
 from app.domain.records import (
+    SEALED_SIZE_SHARD_EPOCHS,
     EpochRecord,
     RetentionType,
     SegmentRecord,
@@ -66,6 +56,16 @@ from app.domain.streamcuts import (
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnId, TxnRecord, TxnStatus, commits_in_place, rolling_epochs
 from app.segmentstore.embedded import transaction_segment_name
 from app.services import truncation as truncation_service
+from app.store.history_gen import (
+    Rows,
+    ScaleMix,
+    SeedSpec,
+    StreamHistory,
+    StreamIds,
+    StreamSlot,
+    TxnMix,
+    stream_slots,
+)
 from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
 from app.store.schema import metadata

@@ -1,4 +1,4 @@
-"""Contract of the SegmentStore port (app/ports.py), run against every adapter.
+"""Contract of the SegmentStore port (app/ports/segment_store.py), run against every adapter.
 
 Only the embedded adapter exists today. A new adapter joins by adding a builder to ADAPTERS:
 it returns the port implementation plus a `write` hook that appends bytes to a segment the

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.domain.history_gen import (
+from app.domain.txns import TxnLimits
+from app.store.history_gen import (
     COMMIT_ORDER_PENDING,
     Rows,
     ScaleMix,
@@ -23,7 +24,6 @@ from app.domain.history_gen import (
     TxnMix,
     stream_slots,
 )
-from app.domain.txns import TxnLimits
 
 HOUR = 3_600_000
 BASE = SeedSpec(

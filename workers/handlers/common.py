@@ -15,13 +15,12 @@ from typing import TypeVar
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.ids import epoch_of, qualified_segment_name
 from app.domain.names import mark_stream_name
-from app.domain.records import StreamState
+from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, StreamState
 from app.domain.states import check_transition
 from app.ports import Clock, ScopeStore, SegmentStore, StreamStore, TxnStore
 
 log = logging.getLogger("pgcontroller.workflows")
 
-SEALED_SIZE_SHARD_EPOCHS = 1000
 _CONFLICT_ATTEMPTS = 20
 T = TypeVar("T")
 

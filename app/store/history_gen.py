@@ -6,7 +6,8 @@ Pure and deterministic: a stream's rows depend only on the spec, the seed and it
 stream can be regenerated alone. Every record is what the real workflows write
 (scale_rules.new_epoch_record, txns.rolling_epochs, streamcuts.next_truncation and
 completed_truncation, the completing statements of sql/queries/txns.sql), computed on plain
-tuples because this runs millions of times.
+tuples because this runs millions of times. It lives in the store package beside seed.py, which
+copies its rows, because the rows are in the tables' column order (seed.COLUMNS).
 """
 
 from __future__ import annotations
@@ -21,13 +22,10 @@ from app.domain.containers import java_string_hash
 from app.domain.errors import InvalidInput
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_valid_scope_or_stream_name, mark_stream_name
-from app.domain.records import RetentionType, ScaleType
+from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, RetentionType, ScaleType
 from app.domain.scaling import uniform_key_ranges
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 
-# Mirrors app.services.truncation / workers.handlers.common (tests hold them equal): sealed
-# sizes are sharded by the creation epoch of the segment, 1000 epochs a shard.
-SEALED_SIZE_SHARD_EPOCHS = 1000
 LONG_MAX = 2**63 - 1  # a retention policy given only its minimum has Long.MAX_VALUE as maximum
 _LOW_32 = 0xFFFFFFFF
 
@@ -62,8 +60,9 @@ Row = tuple[Any, ...]
 @dataclass(frozen=True, slots=True)
 class ScaleMix:
     """Relative weights of the events that make epochs. A rolling transaction (two duplicate
-    epochs, §3.6) can only follow a scale, so its realised share is somewhat lower; each roll
-    commits transactions of its own (1-3), on top of the stream's `txns_per_stream`."""
+    epochs, app/domain/txns.py rolling_epochs) can only follow a scale, so its realised share is
+    somewhat lower; each roll commits transactions of its own (1-3), on top of the stream's
+    `txns_per_stream`."""
 
     split: float = 50.0
     merge: float = 45.0
@@ -186,7 +185,7 @@ def stream_slots(spec: SeedSpec, *, limit: int | None = None) -> Iterator[Stream
 @dataclass(frozen=True, slots=True)
 class StreamIds:
     """Database ids reserved for one slot, and the first segment numbers (a re-created name
-    numbers its segments after those of the deleted stream, §2.2)."""
+    numbers its segments after those of the deleted stream, whose highest number is kept)."""
 
     stream_id: int
     mark_stream_id: int | None = None
@@ -217,8 +216,9 @@ class Rows:
     completed_txn_details: list[Row] = field(default_factory=list)
     transactions: list[Row] = field(default_factory=list)
     embedded_segments: list[Row] = field(default_factory=list)
-    # An open transaction's segments (§3.2): (txn ordinal, txn high bits, parent segment name,
-    # length, created at); the name needs the transaction id, so the store completes these rows.
+    # An open transaction's segments (one per segment of its epoch): (txn ordinal, txn high bits,
+    # parent segment name, length, created at); the name needs the transaction id, so the store
+    # completes these rows.
     txn_segments: list[Row] = field(default_factory=list)
     txn_ids: int = 0
     user_epochs: int = 0  # epoch rows of user streams (mark streams' epoch 0 not counted)
@@ -269,9 +269,9 @@ def cut_json(cut: dict[int, int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _RetentionPlan:
-    """Where the retention cycles of a TIME policy leave the stream at the end (§4.3): records
-    every frequency + 1 ms (a record needs strictly more than the frequency), truncation at
-    the newest record at least `minimum` old, purging it and everything older."""
+    """Where the retention cycles of a TIME policy (app/services/retention.py) leave the stream
+    at the end: records every frequency + 1 ms (a record needs strictly more than the frequency),
+    truncation at the newest record at least `minimum` old, purging it and everything older."""
 
     times: tuple[int, ...]  # record k (1-based) at times[k - 1]
     truncated_at: int  # record index of the last truncation, 0 = never truncated
@@ -346,7 +346,7 @@ class StreamHistory:
         self._prev: tuple[list[int], list[float], list[float]] = ([], [], [])
         self._prev_ref = 0
         self._scales = self._rolls = self._committed = 0
-        self._cum_sealed = 0  # bytes of every sealed segment so far (size till, §2.12)
+        self._cum_sealed = 0  # bytes of every sealed segment so far (what size_till counts)
         self._shards: dict[int, dict[int, int]] = {}  # sealed sizes per shard, until the shard is final
         self._shard_live: dict[int, int] = {0: len(ranges)}  # unsealed segments per shard
 
@@ -441,7 +441,7 @@ class StreamHistory:
         time = max(when, self._ct + 1)
         self._pass(time)
         epoch = self._epoch + 1
-        first = self._next_number  # one above the highest number, which the active epoch holds (§2.3)
+        first = self._next_number  # above every number so far: numbers only grow, never reused
         base = epoch << 32
         pieces = 2 if self.scale_factor == 2 else 2 + int(rng.random() < 0.5)
         if count + pieces - 1 > self._spec.max_segments:
@@ -493,9 +493,9 @@ class StreamHistory:
         self._scales += 1
 
     def _roll(self, time: int, txn_count: int) -> None:
-        """§3.6 (txns.rolling_epochs) at `time`, committing `txn_count` transactions of the txn
-        epoch E, the previous active epoch's reference: A+1 copies E and holds the commits, A+2
-        copies A and becomes active."""
+        """A rolling commit (app/domain/txns.py rolling_epochs) at `time`, committing `txn_count`
+        transactions of the txn epoch E, the previous active epoch's reference: A+1 copies E and
+        holds the commits, A+2 copies A and becomes active."""
         rng = self._rng
         ids, ks, ke, cts, rates = self._ids, self._ks, self._ke, self._cts, self._rates
         self._pass(time + 1)
@@ -622,8 +622,9 @@ class StreamHistory:
         )
 
     def _open_txn(self, lease: int, created: int) -> None:
-        """An OPEN transaction on the active epoch's reference (§3.1), pinged so that its lease
-        runs past the end and within its maximum execution time (§3.8)."""
+        """An OPEN transaction on the active epoch's reference (where createTransaction puts it), pinged
+        so that its lease runs past the end and within its maximum execution time (a ping never
+        extends a lease beyond it)."""
         end = self.end_time
         max_exec = created + self._spec.txn_limits.max_execution_time(lease)
         ping = self._rng.randint(max(created, end - lease + 1), min(end, max_exec - lease))
@@ -689,7 +690,7 @@ class StreamHistory:
         )
         self._deleted.extend(deleted)
         self._size_till = size
-        # The span (§2.10): the newest epoch among the cut's ids holds every one of them.
+        # The span (app/domain/streamcuts.py): the newest epoch among the cut's ids holds every one of them.
         self._truncation = (cut, max(sid >> 32 for sid in cut))
 
     # --- segments and sizes --------------------------------------------------------------------
@@ -809,8 +810,8 @@ class StreamHistory:
         self._done = True
 
     def _emit_mark_stream(self, mark_id: int, first_number: int) -> None:
-        """The watermark stream every createStream makes beside the stream (§2.2): fixed, one
-        segment, ACTIVE, never tag-indexed."""
+        """The watermark stream every createStream makes beside the stream
+        (names.mark_stream_name): fixed, one segment, ACTIVE, never tag-indexed."""
         rows, scope, ct = self._rows, self._slot.scope, self.creation_time
         mark = mark_stream_name(self._slot.name)
         segment = first_number

@@ -1,0 +1,67 @@
+"""The ports the core needs: what services and workers ask of storage, the segment store, locks
+and time, one module per concern. Services and workers import only these Protocols; the
+composition root wires concrete adapters in. Every name is re-exported here."""
+
+from app.ports.autoscale import AutoScaleStore, ScaleReportSink
+from app.ports.clock import Clock
+from app.ports.cluster import ClusterStore, ClusterView, ControllerEndpoint
+from app.ports.containers import ContainerMapStore, RegisteredHost, SegmentStoreHost, SegmentStoreLocator
+from app.ports.kvtables import KvtCreation, KvtStore
+from app.ports.locks import AdvisoryLocks
+from app.ports.readergroups import ReaderGroupCreation, ReaderGroupStore
+from app.ports.requests import RequestQueue
+from app.ports.retention import RetentionContext, RetentionMember, RetentionStore, RetentionWrite
+from app.ports.scopes import ScopeStore
+from app.ports.segment_store import SegmentInfo, SegmentStore
+from app.ports.state_views import StateViewStore
+from app.ports.streams import StreamCreation, StreamStore
+from app.ports.txns import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup, TxnStore
+from app.ports.watermarks import (
+    MarkChange,
+    StoredWatermark,
+    TxnWriterMarks,
+    WatermarkAppend,
+    WatermarkMember,
+    WatermarkStore,
+)
+
+__all__ = [
+    "AdvisoryLocks",
+    "AutoScaleStore",
+    "Clock",
+    "ClusterStore",
+    "ClusterView",
+    "CommitBatch",
+    "CommittingRecord",
+    "ContainerMapStore",
+    "ControllerEndpoint",
+    "CreatedTxn",
+    "ExpiredTxn",
+    "KvtCreation",
+    "KvtStore",
+    "MarkChange",
+    "ReaderGroupCreation",
+    "ReaderGroupStore",
+    "RegisteredHost",
+    "RequestQueue",
+    "RetentionContext",
+    "RetentionMember",
+    "RetentionStore",
+    "RetentionWrite",
+    "ScaleReportSink",
+    "ScopeStore",
+    "SegmentInfo",
+    "SegmentStore",
+    "SegmentStoreHost",
+    "SegmentStoreLocator",
+    "StateViewStore",
+    "StoredWatermark",
+    "StreamCreation",
+    "StreamStore",
+    "TxnLookup",
+    "TxnStore",
+    "TxnWriterMarks",
+    "WatermarkAppend",
+    "WatermarkMember",
+    "WatermarkStore",
+]

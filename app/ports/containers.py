@@ -1,0 +1,67 @@
+"""The segment-store hosts and the container map: which registered host owns each segment
+container (the leader alone rewrites the map, whole, under version checks), and where a
+segment's container lives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.domain.records import Versioned
+
+
+class SegmentStoreLocator(Protocol):
+    """Where a segment's container lives: answers getURI without touching storage."""
+
+    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SegmentStoreHost:
+    """A segment store's endpoint; the identity of a host in the container map."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        # Brackets keep an IPv6 literal's colons apart from the port's.
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredHost:
+    address: SegmentStoreHost
+    registered_at: int
+    version: int
+
+
+class ContainerMapStore(Protocol):
+    """Registered segment stores and the container -> host map the leader maintains."""
+
+    async def register_host(self, host: SegmentStoreHost, now_ms: int) -> bool:
+        """Idempotent; True when the host was not registered before."""
+        ...
+
+    async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
+        """Raises NotFound."""
+        ...
+
+    async def deregister_host(self, host: SegmentStoreHost, expected_version: int) -> None:
+        """Conditional on the version; NotFound when the host is not registered."""
+        ...
+
+    async def list_hosts(self) -> list[RegisteredHost]:
+        """Every registered host, in (host, port) order."""
+        ...
+
+    async def read_container_map(self) -> dict[int, Versioned[SegmentStoreHost]]:
+        """Every stored container row with its version; empty before the first assignment."""
+        ...
+
+    async def replace_container_map(
+        self, assignment: dict[int, SegmentStoreHost], expected: dict[int, int]
+    ) -> None:
+        """Makes the stored map equal `assignment` in one transaction, provided every row still
+        has the version in `expected` (container -> version as read) and no row exists beyond
+        those; otherwise nothing is written and WriteConflict is raised."""
+        ...

@@ -1,0 +1,28 @@
+"""The advisory-lock port: session locks held on one dedicated connection, the basis of bucket
+ownership and leadership; losing the session loses every lock at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+
+class AdvisoryLocks(Protocol):
+    """Session-level locks on one dedicated connection: losing it loses every lock at once."""
+
+    async def try_lock(self, namespace: int, key: int) -> bool: ...
+
+    async def unlock(self, namespace: int, key: int) -> None: ...
+
+    async def check_alive(self) -> None:
+        """Raises StoreUnavailable when the session (and with it every lock) is gone."""
+        ...
+
+    async def reset(self) -> None:
+        """Drops the session; the next call opens a new one holding no locks."""
+        ...
+
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        """`callback()` the moment the session's connection is seen to close, so owners can
+        stop work at once instead of at their next check."""
+        ...
