@@ -49,8 +49,7 @@ class Setting:
     old_envs: tuple[str, ...]
     shown_default: str | None  # text for a default that is computed or better said in words
     scope: Scope
-    default: Any
-    factory: Callable[[], Any] | None
+    default: Any  # None for a default computed per process (then `shown_default` says what it is)
 
     @property
     def flag(self) -> str:
@@ -156,7 +155,6 @@ def setting(
         "shown_default": shown_default,
         "scope": scope,
         "default": default,
-        "factory": factory,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={_KEY: meta})
