@@ -12,12 +12,12 @@ import getpass
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from app.domain.errors import DomainError, InvalidInput
 from app.embedded_pg import EmbeddedPostgres
+from app.settings import add_setting
 
 PASSWORD_ENV = "PGCONTROLLER_ANALYST_PASSWORD"
 DEFAULT_STATEMENT_TIMEOUT = "5min"
@@ -47,8 +47,6 @@ class _RefusePassword(argparse.Action):
 
 def add_create_analyst_parser(
     db_commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    data_dir_arg: Callable[[argparse.ArgumentParser], None],
-    db_url_arg: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     parser = db_commands.add_parser(
         "create-analyst",
@@ -60,8 +58,8 @@ def add_create_analyst_parser(
         "limits again. The password is read from --password-file, else "
         f"{PASSWORD_ENV}, else a prompt; --generate-password makes one and prints it on stdout.",
     )
-    data_dir_arg(parser)
-    db_url_arg(parser)
+    add_setting(parser, "data_dir")
+    add_setting(parser, "db_url")
     parser.add_argument("name", help="the analyst's role name: a-z, 0-9 and _, at most 63 characters")
     parser.add_argument(
         "--statement-timeout",

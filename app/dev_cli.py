@@ -16,6 +16,7 @@ from collections.abc import Callable
 from app.domain.errors import DomainError
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres
+from app.settings import add_setting
 from app.store.history_gen import ScaleMix, SeedSpec, TxnMix
 
 _PROGRESS_EVERY_S = 2.0
@@ -42,8 +43,6 @@ def _weights(kind: type[ScaleMix] | type[TxnMix]) -> Callable[[str], ScaleMix | 
 
 def add_dev_parser(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    data_dir_arg: Callable[[argparse.ArgumentParser], None],
-    db_url_arg: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     dev = commands.add_parser("dev", help="tools for development and benchmarks")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
@@ -57,8 +56,8 @@ def add_dev_parser(
         "whole streams is one transaction, so an interrupted run leaves complete streams only; "
         "--resume then skips those. The database is migrated to the latest schema first.",
     )
-    db_url_arg(seed)
-    data_dir_arg(seed)
+    add_setting(seed, "db_url")
+    add_setting(seed, "data_dir")
     seed.add_argument("--streams", type=int, required=True, help="user streams to write")
     count = seed.add_mutually_exclusive_group()
     count.add_argument(

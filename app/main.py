@@ -530,7 +530,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
+async def serve(settings: Settings) -> int:
     started_at = time.monotonic()
     clock = SystemClock()
     health = HealthService(clock)
@@ -571,6 +571,9 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
             member_id=settings.instance_id[:MAX_MEMBER_ID],
             request_concurrency=settings.request_concurrency,
             completion_timeout_s=settings.completion_timeout_s,
+            seal_busy_first_s=settings.seal_busy_first_s,
+            poll_s=settings.request_poll_s,
+            cluster_interval_s=settings.cluster_interval_s,
             txn_limits=settings.txn_limits,
             member_ttl_ms=int(settings.member_ttl_s * 1000),
             rebalance_delay_ms=int(settings.rebalance_delay_s * 1000),
@@ -599,8 +602,8 @@ async def serve(settings: Settings, *, ready_file: str | None = None) -> int:
             "embedded" if settings.db_url is None else "external",
             time.monotonic() - started_at,
         )
-        if ready_file:
-            _write_ready_file(ready_file, running)
+        if settings.ready_file:
+            _write_ready_file(str(settings.ready_file), running)
         try:
             async with asyncio.TaskGroup() as loops:
                 background = [

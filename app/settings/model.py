@@ -1,0 +1,282 @@
+"""`Settings`: every setting of `pgcontroller serve`, each declared once with its default, unit
+(in its name: `_ms`, `_s`, `_hours`, or a count), help and check.
+
+Invariant: a `Settings` that exists passed every declared check, so no component re-validates
+start-up values. Defaults are Pravega's (gRPC 9090, REST 9091, 4 containers, a segment store on
+localhost:12345) except that we bind to loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.domain.cluster import DEFAULT_COUNTS, MAX_BUCKETS, BucketCounts
+from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
+from app.segmentstore.hosts import HostAddress
+from app.settings.declaration import (
+    SettingError,
+    at_least,
+    declared,
+    hosts,
+    not_empty,
+    not_negative,
+    port,
+    positive,
+    setting,
+    text,
+    within,
+)
+
+MS_PER_HOUR = 3_600_000
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+def _log_level(value: str) -> str | None:
+    return None if value.upper() in logging.getLevelNamesMapping() else f"must be one of {', '.join(_LEVELS)}"
+
+
+def _some_hosts(value: tuple[HostAddress, ...]) -> str | None:
+    return None if value else "must name at least one HOST:PORT"
+
+
+_buckets = within(1, MAX_BUCKETS)
+_FIXED_BUCKETS = (
+    "; applied by the first process while the cluster holds no stream, fixed afterwards "
+    "(a process asking for other counts then refuses to start)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    # Where the state lives (also flags of the `db` and `dev` commands).
+    db_url: str | None = setting(
+        None,
+        parse=text,
+        metavar="URL",
+        help="PostgreSQL to use; without it an embedded PostgreSQL is started (and stopped on exit)",
+    )
+    # `setting` returns a dataclasses.field, which RUF009 cannot tell from a shared default.
+    data_dir: Path = setting(Path(".pgcontroller"), metavar="DIR", help="embedded database and state")  # noqa: RUF009
+
+    # Listeners and identity.
+    grpc_host: str = setting("127.0.0.1", metavar="HOST", help="gRPC listener address")
+    grpc_port: int = setting(9090, metavar="PORT", check=port, help="gRPC listener port (0: any free port)")
+    rest_host: str = setting("127.0.0.1", metavar="HOST", help="REST listener address")
+    rest_port: int = setting(9091, metavar="PORT", check=port, help="REST listener port (0: any free port)")
+    advertise_host: str | None = setting(
+        None,
+        parse=text,
+        metavar="HOST",
+        shown_default="the gRPC bind host",
+        help="host other controllers and clients reach this one at (getControllerServerList); "
+        "this machine's name when the gRPC listener binds all interfaces",
+    )
+    instance_id: str = setting(
+        factory=default_instance_id,
+        metavar="ID",
+        check=not_empty,
+        shown_default="`<hostname>-<8 hex>`",
+        help="this process's member id in the cluster; must be unique among running controllers",
+    )
+    ready_file: Path | None = setting(  # noqa: RUF009
+        None, parse=Path, metavar="PATH", help="written (JSON: ports, pid) once both servers listen"
+    )
+    log_level: str = setting(
+        "INFO",
+        metavar="LEVEL",
+        check=_log_level,
+        scope="global",
+        help="logging threshold; given before the command (`pgcontroller --log-level DEBUG serve`)",
+    )
+
+    # Segment containers and stores.
+    container_count: int = setting(4, check=positive, help="segment containers; fixed for the cluster's life")
+    segment_store_hosts: tuple[HostAddress, ...] = setting(
+        (HostAddress("127.0.0.1", 12345),),
+        parse=hosts,
+        metavar="H:P,...",
+        check=_some_hosts,
+        help="hosts getURI answers with while no segment store has registered "
+        "(`POST /v1/cluster/segment-stores`); host i of n owns containers i, i+n, ...",
+    )
+
+    # Buckets and membership.
+    request_buckets: int = setting(
+        DEFAULT_COUNTS.requests, check=_buckets, help="request bucket count" + _FIXED_BUCKETS
+    )
+    retention_buckets: int = setting(
+        DEFAULT_COUNTS.retention, check=_buckets, help="retention bucket count" + _FIXED_BUCKETS
+    )
+    watermark_buckets: int = setting(
+        DEFAULT_COUNTS.watermarks, check=_buckets, help="watermark bucket count" + _FIXED_BUCKETS
+    )
+    member_ttl_s: float = setting(
+        5.0,
+        check=positive,
+        old_flags=("--member-ttl",),
+        help="a controller without a heartbeat for this long is removed "
+        "(one whose lock session closed is removed at once)",
+    )
+    rebalance_delay_s: float = setting(
+        2.0,
+        check=not_negative,
+        old_flags=("--rebalance-delay",),
+        help="membership must be stable this long before buckets move between live controllers "
+        "(a dead one's buckets move at once)",
+    )
+    container_rebalance_delay_s: float = setting(
+        10.0,
+        check=not_negative,
+        old_flags=("--container-rebalance-delay",),
+        help="the segment-store host set must be stable this long before the leader moves containers "
+        "(Pravega's rebalance.interval.seconds.min)",
+    )
+    cluster_interval_s: float = setting(
+        0.5,
+        check=positive,
+        help="period of the cluster round: heartbeat, leadership and bucket claims "
+        "(a cluster notification starts one at once)",
+    )
+
+    # Requests and the workflows they run.
+    request_concurrency: int = setting(
+        64,
+        check=positive,
+        help="streams whose requests run at once (each stream's requests always run one at a time, in order)",
+    )
+    request_poll_s: float = setting(
+        1.0, check=positive, help="how often dispatchers read the request queue besides being woken by NOTIFY"
+    )
+    completion_timeout_s: float = setting(
+        120.0,
+        check=positive,
+        old_flags=("--completion-timeout",),
+        old_envs=("PGCONTROLLER_COMPLETION_TIMEOUT",),
+        help="update, truncate, seal and delete wait this long for their workflow before "
+        "DEADLINE_EXCEEDED (the workflow carries on; Pravega's bound)",
+    )
+    seal_busy_first_s: float = setting(
+        0.1,
+        check=positive,
+        help="first wait before sealing retries a stream that is busy (scaling, updating, ...); "
+        "each retry waits twice as long",
+    )
+
+    # Transactions.
+    txn_min_lease_ms: int = setting(
+        DEFAULT_TXN_LIMITS.min_lease_ms,
+        check=positive,
+        at_most="txn_max_lease_ms",
+        old_flags=("--txn-min-lease",),
+        help="smallest transaction lease createTransaction accepts",
+    )
+    txn_max_lease_ms: int = setting(
+        DEFAULT_TXN_LIMITS.max_lease_ms,
+        check=positive,
+        old_flags=("--txn-max-lease",),
+        help="largest transaction lease (createTransaction refuses more; a ping above it says "
+        "LEASE_TOO_LARGE)",
+    )
+    txn_max_execution_bound_ms: int = setting(
+        DEFAULT_TXN_LIMITS.max_execution_bound_ms,
+        check=positive,
+        help="longest a transaction may stay open, however often it is pinged "
+        "(each transaction gets the smaller of this and 1000 leases)",
+    )
+    txn_ttl_hours: int = setting(
+        DEFAULT_TXN_LIMITS.completed_ttl_ms // MS_PER_HOUR,
+        check=positive,
+        help="completed-transaction records are kept between one and two TTLs, then a transaction "
+        "reads UNKNOWN",
+    )
+    txn_timeout_grace_ms: int = setting(
+        DEFAULT_TXN_LIMITS.timeout_grace_ms,
+        check=not_negative,
+        help="an expired transaction is aborted this long after its lease ends, so a client's ping "
+        "right at expiry still lands",
+    )
+
+    # Periodic work.
+    retention_frequency_ms: int = setting(
+        1_800_000,
+        check=positive,
+        help="how often a stream with a retention policy records a stream cut and is considered for "
+        "truncation (the minimum gap between recorded cuts; Pravega's 30 minutes)",
+    )
+    watermark_period_ms: int = setting(
+        10_000,
+        check=positive,
+        help="how often watermarks are computed for the streams of the watermark buckets this process owns",
+    )
+    simulate_traffic: bool = setting(
+        False,
+        help="count appends to the embedded segment store as traffic and send auto-scale reports from "
+        "it with a segment store's rules; external segment stores report through "
+        "`POST /v1/scopes/{s}/streams/{st}/scale-reports`",
+    )
+    traffic_report_period_s: float = setting(
+        5.0,
+        check=positive,
+        old_flags=("--traffic-report-period",),
+        help="time between the traffic simulator's evaluations",
+    )
+
+    # The process's resources.
+    shutdown_timeout_s: float = setting(
+        5.0,
+        check=positive,
+        help="bound on an ordered shutdown's waits for the listeners, background loops and the pool",
+    )
+    pool_max_size: int = setting(
+        20,
+        check=at_least(2, "the pool keeps two connections open"),
+        help="most connections in the PostgreSQL pool",
+    )
+
+    def __post_init__(self) -> None:
+        for item in DECLARATIONS:
+            value = getattr(self, item.name)
+            refused = item.refusal(item.flag, value)
+            if refused:
+                raise refused
+            if item.at_most and value > getattr(self, item.at_most):
+                bound = "--" + item.at_most.replace("_", "-")
+                raise SettingError(
+                    item.flag, f"must not exceed {bound} ({getattr(self, item.at_most)}), got {value}"
+                )
+        # Built once here so that a value the declarations let through fails at start-up, not in a worker.
+        self.bucket_counts  # noqa: B018
+        self.txn_limits  # noqa: B018
+
+    @property
+    def bucket_counts(self) -> BucketCounts:
+        return BucketCounts(self.request_buckets, self.retention_buckets, self.watermark_buckets)
+
+    @property
+    def txn_limits(self) -> TxnLimits:
+        return TxnLimits(
+            min_lease_ms=self.txn_min_lease_ms,
+            max_lease_ms=self.txn_max_lease_ms,
+            max_execution_bound_ms=self.txn_max_execution_bound_ms,
+            completed_ttl_ms=self.txn_ttl_hours * MS_PER_HOUR,
+            timeout_grace_ms=self.txn_timeout_grace_ms,
+        )
+
+    def advertised_host(self) -> str:
+        if self.advertise_host:
+            return self.advertise_host
+        if self.grpc_host in ("", "0.0.0.0", "::"):
+            return socket.gethostname()
+        return self.grpc_host
+
+
+DECLARATIONS = tuple(declared(Settings))
+BY_NAME = {item.name: item for item in DECLARATIONS}
