@@ -18,7 +18,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.embedded_pg import EmbeddedPostgres
 from app.store.migrate import upgrade_to_head
-from tests.support.served import start_served
+from app.testing.served import start_served
 
 
 @asynccontextmanager

@@ -29,10 +29,10 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.cluster import DEFAULT_COUNTS, BucketService
+from app.testing.cluster import is_fair, kill, owned_by, start_member
+from app.testing.scale import scale_request
+from app.testing.served import ServedProcess
 from bench._common import create_fixed_stream, throwaway_database
-from tests.support.cluster import is_fair, kill, owned_by, start_member
-from tests.support.scale import scale_request
-from tests.support.served import Served
 
 COUNTS = {service.value: DEFAULT_COUNTS.of(service) for service in BucketService}
 FAST = ("--rebalance-delay", "2")
@@ -98,7 +98,7 @@ async def run(orphans: int) -> None:
                 root, "doomed", url, *FAST, env={"PGCONTROLLER_FAILPOINTS": "dispatcher.loop"}
             )
             survivor = await start_member(root, "survivor", url, *FAST)
-            members: list[Served] = [doomed, survivor]
+            members: list[ServedProcess] = [doomed, survivor]
 
             async def fair() -> bool:
                 return is_fair(await owned_by(http, members), COUNTS)

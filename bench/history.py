@@ -4,7 +4,7 @@
     .venv/bin/python bench/history.py [--epochs 1000000] [--seconds 3] [--in-flight 1,8]
 
 Both streams are created through gRPC (2 segments), then their history is written straight
-into the tables (tests.support.history_seed.seed_replacement_history: each epoch replaces one segment
+into the tables (app.testing.history_seed.seed_replacement_history: each epoch replaces one segment
 with one of the same range). The controller runs as a real `pgcontroller serve` subprocess
 on a throwaway embedded PostgreSQL.
 
@@ -31,8 +31,8 @@ import asyncpg
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.history_seed import SeededHistory, seed_replacement_history
 from bench._common import LoadResult, closed_loop, create_fixed_stream, served_controller
-from tests.support.history_seed import SeededHistory, seed_replacement_history
 
 SCOPE = "bench"
 TARGET_P99_MS = 5.0

@@ -37,8 +37,8 @@ from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
 from app.store.streams import PgStreamStore
+from app.testing.clock import ManualClock
 from bench._common import throwaway_database
-from tests.support.clock import ManualClock
 from workers.retention import RetentionPass, RetentionWorker
 
 SCOPE = "bench"

@@ -39,8 +39,8 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.served import start_served
 from bench._common import create_fixed_stream, percentile, throwaway_database
-from tests.support.served import start_served
 
 SCOPE = "bench"
 SEGMENTS = 10

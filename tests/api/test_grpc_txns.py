@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Collection
-from dataclasses import dataclass
 
 import pytest
 from grpclib.const import Status
@@ -19,7 +18,7 @@ from app.domain.ids import qualified_segment_name
 from app.domain.requests import RequestKind
 from app.domain.txns import TxnId, TxnLimits, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
-from tests.api.conftest import served
+from tests.api.conftest import Served, serve
 from tests.api.test_grpc_lifecycle import S, current, scale_request, seg, stream_with, wait_scaled
 from tests.support.services import TEST_TXN_LIMITS, Services, running_controller
 
@@ -30,21 +29,15 @@ MISSING = pb.StreamInfo(scope="sc", stream="nosuch")
 WAIT_S = 20.0
 
 
-@dataclass
-class Served:
-    services: Services
-    stub: ControllerServiceStub
-
-
 @pytest.fixture
-async def idle(db_url: str) -> AsyncIterator[Served]:
+async def idle(db_url: str) -> AsyncIterator[Served[None]]:
     """No workers: a commit or abort is recorded and its request queued, never processed."""
-    async with running_controller(db_url, workers=False) as services, served(services) as stub:
-        yield Served(services, stub)
+    async with running_controller(db_url, workers=False) as services, serve(services, None) as served:
+        yield served
 
 
 @pytest.fixture
-async def bounded(db_url: str) -> AsyncIterator[Served]:
+async def bounded(db_url: str) -> AsyncIterator[Served[None]]:
     """A 5 s bound on the execution time, so a ping can run past it without racing a timeout."""
     limits = TxnLimits(
         min_lease_ms=TEST_TXN_LIMITS.min_lease_ms,
@@ -52,8 +45,8 @@ async def bounded(db_url: str) -> AsyncIterator[Served]:
         max_execution_bound_ms=5_000,
         timeout_grace_ms=TEST_TXN_LIMITS.timeout_grace_ms,
     )
-    async with running_controller(db_url, txn_limits=limits) as services, served(services) as stub:
-        yield Served(services, stub)
+    async with running_controller(db_url, txn_limits=limits) as services, serve(services, None) as served:
+        yield served
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -263,7 +256,7 @@ async def test_ping_with_a_lease_above_the_maximum_is_lease_too_large(
     assert await state(stub, txn) == pb.TxnState.OPEN
 
 
-async def test_ping_past_the_max_execution_time_is_refused_and_changes_nothing(bounded: Served) -> None:
+async def test_ping_past_the_max_execution_time_is_refused_and_changes_nothing(bounded: Served[None]) -> None:
     stub, services = bounded.stub, bounded.services
     await stream_with(stub, 1)
     txn = await create(stub, LEASE)
@@ -333,7 +326,7 @@ async def test_commit_goes_open_committing_committed_and_merges_the_data(
     assert await state(stub, txn) == pb.TxnState.COMMITTED
 
 
-async def test_commit_records_committing_with_writer_and_order_until_processed(idle: Served) -> None:
+async def test_commit_records_committing_with_writer_and_order_until_processed(idle: Served[None]) -> None:
     stub, services = idle.stub, idle.services
     await stream_with(stub, 1)
     first, second, plain = await create(stub), await create(stub), await create(stub)
@@ -431,7 +424,7 @@ async def test_abort_goes_open_aborting_aborted_and_drops_the_txn_segments(
     assert await ping(stub, txn, LEASE) == pb.PingTxnStatus.ABORTED
 
 
-async def test_abort_records_aborting_until_processed(idle: Served) -> None:
+async def test_abort_records_aborting_until_processed(idle: Served[None]) -> None:
     stub, services = idle.stub, idle.services
     await stream_with(stub, 1)
     txn = await create(stub)

@@ -4,25 +4,21 @@ made over REST that the real request handler turns into a split."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from app.api.rest import autoscale as autoscale_rest
-from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.domain.autoscale import ScaleDirection, ScaleReport
 from app.domain.ids import segment_id as seg
 from app.domain.requests import RequestKind
 from app.services.autoscale import AutoScaleIntake
-from app.services.health import HealthService
 from app.store.autoscale import PgAutoScaleStore
-from tests.api.conftest_rest import Api
+from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error, make_scope, make_stream
-from tests.support.services import Services, running_controller
+from tests.support.services import running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.runner import RequestRunner
@@ -32,31 +28,16 @@ MINUTE = 60_000
 RATE_POLICY = {"type": "BY_RATE_IN_EVENTS_PER_SEC", "targetRate": 10, "scaleFactor": 2, "minSegments": 2}
 
 
-@dataclasses.dataclass
-class Served:
-    api: Api
-    services: Services
-    store: PgAutoScaleStore
-
-
 @pytest.fixture
-async def served(db_url: str) -> AsyncIterator[Served]:
+async def served(db_url: str) -> AsyncIterator[Served[PgAutoScaleStore]]:
     """No workers: a queued report stays queued, so the tests can read it."""
     async with running_controller(db_url, workers=False) as services:
         store = PgAutoScaleStore(services.pool)
-        app = create_app(
-            services.scopes,
-            services.streams,
-            HealthService(SystemClock()),
-            services.lifecycle,
-            services.transactions,
-            extensions=[autoscale_rest.extension(AutoScaleIntake(store, services.clock))],
-        )
-        async with TestClient(TestServer(app)) as client:
-            api = Api(client, app)
-            await make_scope(api, "sc")
-            await make_stream(api, "sc", "s", scalingPolicy=RATE_POLICY)
-            yield Served(api, services, store)
+        intake = autoscale_rest.extension(AutoScaleIntake(store, services.clock))
+        async with serve(services, store, rest_extensions=[intake]) as served:
+            await make_scope(served.api, "sc")
+            await make_stream(served.api, "sc", "s", scalingPolicy=RATE_POLICY)
+            yield served
 
 
 def now() -> int:
@@ -69,20 +50,22 @@ def body(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in report.items() if v is not ...}
 
 
-async def queued(s: Served) -> list[ScaleReport]:
+async def queued(s: Served[PgAutoScaleStore]) -> list[ScaleReport]:
     requests = await s.services.requests.list_requests(0, 100)
     assert all(r.kind is RequestKind.AUTO_SCALE and (r.scope, r.stream) == ("sc", "s") for r in requests)
     return [ScaleReport.from_payload(r.payload) for r in requests]
 
 
-async def test_a_report_is_queued_and_answered_202(served: Served) -> None:
+async def test_a_report_is_queued_and_answered_202(served: Served[PgAutoScaleStore]) -> None:
     at = now()
     status, answer = await served.api.call("POST", REPORTS, json_body=body(timestamp=at))
     assert (status, answer) == (202, {"accepted": True})
     assert await queued(served) == [ScaleReport(1, ScaleDirection.UP, at, 2, False)]
 
 
-async def test_optional_members_default_and_down_reports_carry_silent(served: Served) -> None:
+async def test_optional_members_default_and_down_reports_carry_silent(
+    served: Served[PgAutoScaleStore],
+) -> None:
     at = now()
     status, _ = await served.api.call(
         "POST", REPORTS, json_body={"segmentId": 0, "direction": "DOWN", "timestamp": at}
@@ -98,7 +81,7 @@ async def test_optional_members_default_and_down_reports_carry_silent(served: Se
     ]
 
 
-async def test_an_expired_report_is_answered_but_not_queued(served: Served) -> None:
+async def test_an_expired_report_is_answered_but_not_queued(served: Served[PgAutoScaleStore]) -> None:
     status, answer = await served.api.call("POST", REPORTS, json_body=body(timestamp=now() - 10 * MINUTE))
     assert (status, answer) == (202, {"accepted": False, "reason": "expired"})
     assert await queued(served) == []
@@ -120,7 +103,7 @@ async def test_an_expired_report_is_answered_but_not_queued(served: Served) -> N
     ],
 )
 async def test_malformed_reports_are_400_and_queue_nothing(
-    served: Served, report: dict[str, Any], fragment: str
+    served: Served[PgAutoScaleStore], report: dict[str, Any], fragment: str
 ) -> None:
     status, answer = await served.api.call("POST", REPORTS, json_body=report)
     assert_error(status, answer, 400)
@@ -128,7 +111,7 @@ async def test_malformed_reports_are_400_and_queue_nothing(
     assert await queued(served) == []
 
 
-async def test_bodies_that_are_not_json_objects(served: Served) -> None:
+async def test_bodies_that_are_not_json_objects(served: Served[PgAutoScaleStore]) -> None:
     status, answer = await served.api.call("POST", REPORTS, json_body=[1, 2])
     assert_error(status, answer, 400)
     status, answer = await served.api.call(
@@ -147,7 +130,7 @@ async def test_bodies_that_are_not_json_objects(served: Served) -> None:
     ],
 )
 async def test_unknown_streams_and_segments_are_404(
-    served: Served, path: str, segment: int, fragment: str
+    served: Served[PgAutoScaleStore], path: str, segment: int, fragment: str
 ) -> None:
     status, answer = await served.api.call("POST", path, json_body=body(segmentId=segment))
     assert_error(status, answer, 404)
@@ -157,17 +140,17 @@ async def test_unknown_streams_and_segments_are_404(
     assert_error(status, answer, 404)
 
 
-async def test_only_post_is_served(served: Served) -> None:
+async def test_only_post_is_served(served: Served[PgAutoScaleStore]) -> None:
     status, answer = await served.api.call("GET", REPORTS)
     assert_error(status, answer, 405)
 
 
-async def test_a_report_over_rest_splits_the_segment(served: Served) -> None:
+async def test_a_report_over_rest_splits_the_segment(served: Served[PgAutoScaleStore]) -> None:
     s = served.services
     status, _ = await served.api.call("POST", REPORTS, json_body=body(segmentId=1, numOfSplits=5))
     assert status == 202
     deps = WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store)
-    runner = RequestRunner(s.requests, stream_request_handlers(deps, cold_markers=served.store), s.clock)
+    runner = RequestRunner(s.requests, stream_request_handlers(deps, cold_markers=served.subject), s.clock)
     (request,) = await s.requests.list_requests(0, 10)
     assert await runner.attempt(request) is None
     _state, active = await s.stream_store.get_active_epoch("sc", "s")

@@ -5,76 +5,54 @@ checked against the served OpenAPI document."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from app.api.rest.app import create_app
 from app.api.rest.watermarks import extension
-from app.clock import SystemClock
 from app.domain.cluster import BucketService, Fence, stream_bucket
 from app.domain.records import ScalingPolicy, StreamConfig
-from app.services.health import HealthService
 from app.services.watermarks import WatermarkService
 from app.store.watermarks import PgWatermarkStore
-from tests.api.conftest_rest import Api
+from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error
-from tests.support.services import Services, running_controller
+from tests.support.services import running_controller
 
 PATH = "/v1/scopes/sc/streams/s/watermarks"
 COUNT = 100
 
 
-@dataclass
-class Served:
-    api: Api
-    services: Services
-    watermarks: WatermarkService
-
-
 @pytest.fixture
-async def w(db_url: str) -> AsyncIterator[Served]:
+async def w(db_url: str) -> AsyncIterator[Served[WatermarkService]]:
     async with running_controller(db_url, workers=False) as services:
         watermarks = WatermarkService(PgWatermarkStore(services.pool), services.clock)
-        app = create_app(
-            services.scopes,
-            services.streams,
-            HealthService(SystemClock()),
-            services.lifecycle,
-            services.transactions,
-            extensions=[extension(watermarks)],
-        )
         await services.scopes.create_scope("sc")
         await services.streams.create_stream("sc", "s", StreamConfig(ScalingPolicy.fixed(2)))
-        async with TestClient(TestServer(app)) as client:
-            yield Served(Api(client, app), services, watermarks)
+        async with serve(services, watermarks, rest_extensions=[extension(watermarks)]) as served:
+            yield served
 
 
-async def emit(w: Served, time: int, position: dict[int, int]) -> None:
+async def emit(w: Served[WatermarkService], time: int, position: dict[int, int]) -> None:
     """One writer reports, and one round runs for the stream under a seeded fence."""
-    await w.watermarks.note_timestamp("sc", "s", "writer", position, time)
+    await w.subject.note_timestamp("sc", "s", "writer", position, time)
     bucket = stream_bucket("sc", "s", COUNT)
     await w.services.pool.execute(
         "INSERT INTO bucket_owners (service, bucket, owner, generation) VALUES ('watermarks', $1, 'test', 1) "
         "ON CONFLICT (service, bucket) DO NOTHING",
         bucket,
     )
-    summary = await w.watermarks.watermark_stream(
-        "sc", "s", Fence(BucketService.WATERMARKS, bucket, 1), COUNT
-    )
+    summary = await w.subject.watermark_stream("sc", "s", Fence(BucketService.WATERMARKS, bucket, 1), COUNT)
     assert summary.emitted == 1
 
 
-async def listed(w: Served, **params: str) -> list[dict[str, Any]]:
+async def listed(w: Served[WatermarkService], **params: str) -> list[dict[str, Any]]:
     status, body = await w.api.call("GET", PATH, params=params)
     assert status == 200, body
     result: list[dict[str, Any]] = body["watermarks"]
     return result
 
 
-async def test_watermarks_newest_first(w: Served) -> None:
+async def test_watermarks_newest_first(w: Served[WatermarkService]) -> None:
     assert await listed(w) == []
     await emit(w, 10, {0: 5, 1: 6})
     await emit(w, 20, {0: 7})
@@ -94,7 +72,7 @@ async def test_watermarks_newest_first(w: Served) -> None:
     assert [x["sequence"] for x in await listed(w, limit="1000")] == [3, 2, 1]
 
 
-async def test_missing_stream_is_404(w: Served) -> None:
+async def test_missing_stream_is_404(w: Served[WatermarkService]) -> None:
     status, body = await w.api.call("GET", "/v1/scopes/sc/streams/nosuch/watermarks")
     assert_error(status, body, 404)
     status, body = await w.api.call("GET", "/v1/scopes/nosuch/streams/s/watermarks")
@@ -102,12 +80,12 @@ async def test_missing_stream_is_404(w: Served) -> None:
 
 
 @pytest.mark.parametrize("limit", ["0", "1001", "-1", "abc", "", "1.5", "99999999999"])
-async def test_bad_limit_is_400(w: Served, limit: str) -> None:
+async def test_bad_limit_is_400(w: Served[WatermarkService], limit: str) -> None:
     status, body = await w.api.call("GET", PATH, params={"limit": limit})
     assert_error(status, body, 400)
     assert "limit" in body["message"]
 
 
-async def test_only_get_is_allowed(w: Served) -> None:
+async def test_only_get_is_allowed(w: Served[WatermarkService]) -> None:
     status, body = await w.api.call("POST", PATH, json_body={})
     assert_error(status, body, 405)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.served import Served, start_served
+from app.testing.served import ServedProcess, start_served
 
 
 @pytest.fixture
-async def served(db_url: str, tmp_path: Path) -> AsyncIterator[Served]:
+async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
     instance = await start_served(tmp_path, "--db-url", db_url)
     try:
         yield instance

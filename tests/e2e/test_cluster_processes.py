@@ -29,10 +29,10 @@ from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from app.store.migrate import upgrade_to_head
-from tests.support.cluster import is_fair, kill, overlap, owned_by, start_member
+from app.testing.cluster import is_fair, kill, overlap, owned_by, start_member
+from app.testing.scale import scale_request
+from app.testing.served import ServedProcess
 from tests.support.db import throwaway_cluster
-from tests.support.scale import scale_request
-from tests.support.served import Served
 from tests.support.services import running_controller
 
 COUNTS = {service.value: DEFAULT_COUNTS.of(service) for service in BucketService}
@@ -58,7 +58,7 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def stop_all(members: list[Served]) -> None:
+async def stop_all(members: list[ServedProcess]) -> None:
     for member in members:
         if member.process.returncode is None:
             assert await member.stop() == 0, member.log()
@@ -197,7 +197,7 @@ async def test_sigkilled_process_buckets_move_and_its_inflight_work_completes_on
         await stop_all(members)
 
 
-async def _owns_everything(http: aiohttp.ClientSession, member: Served) -> bool:
+async def _owns_everything(http: aiohttp.ClientSession, member: ServedProcess) -> bool:
     return is_fair(await owned_by(http, [member]), COUNTS)
 
 

@@ -14,8 +14,8 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name, segment_id
-from tests.support.scale import scale_request
-from tests.support.served import Served, start_served
+from app.testing.scale import scale_request
+from app.testing.served import ServedProcess, start_served
 
 S = pb.StreamInfo(scope="crash", stream="s")
 
@@ -28,7 +28,7 @@ async def _wait_for(conn: asyncpg.Connection, sql: str, expected: object, timeou
         await asyncio.sleep(0.05)
 
 
-async def _stub_call(served: Served) -> tuple[Channel, ControllerServiceStub]:
+async def _stub_call(served: ServedProcess) -> tuple[Channel, ControllerServiceStub]:
     channel = Channel("127.0.0.1", served.grpc_port)
     return channel, ControllerServiceStub(channel)
 

@@ -13,9 +13,9 @@ from grpclib.exceptions import GRPCError
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.store.migrate import upgrade_to_head
+from app.testing.scale import scale_request
+from app.testing.served import start_served
 from tests.support.db import throwaway_cluster
-from tests.support.scale import scale_request
-from tests.support.served import start_served
 
 S = pb.StreamInfo(scope="rs", stream="s")
 

@@ -19,7 +19,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import segment_id
-from tests.support.served import Served, start_served
+from app.testing.served import ServedProcess, start_served
 
 SC = "kvcrash"
 PARTITIONS = 4
@@ -51,7 +51,7 @@ async def _segment_names(conn: asyncpg.Connection) -> list[str]:
 
 
 async def _kill_while(
-    parked: Served, conn: asyncpg.Connection, call: Callable[[ControllerServiceStub], Any]
+    parked: ServedProcess, conn: asyncpg.Connection, call: Callable[[ControllerServiceStub], Any]
 ) -> None:
     """Starts `call` against the parked process (its answer never comes) and, once the request
     parked after its first table segment, kills the process."""
@@ -85,7 +85,7 @@ async def _delete(stub: ControllerServiceStub) -> Any:
     return await stub.deleteKeyValueTable(INFO)
 
 
-async def _restart_and_drain(tmp_path: Path, db_url: str, conn: asyncpg.Connection) -> Served:
+async def _restart_and_drain(tmp_path: Path, db_url: str, conn: asyncpg.Connection) -> ServedProcess:
     restarted = await start_served(tmp_path, "--db-url", db_url)
 
     async def drained() -> bool:

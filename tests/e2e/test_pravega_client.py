@@ -7,14 +7,14 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.served import ServedProcess
 from tests.support.client import run_client
-from tests.support.served import Served
 
 pytestmark = pytest.mark.interop
 I64_MAX = 9223372036854775807
 
 
-async def stream_config(served: Served, scope: str, stream: str) -> pb.StreamConfig:
+async def stream_config(served: ServedProcess, scope: str, stream: str) -> pb.StreamConfig:
     channel = Channel("127.0.0.1", served.grpc_port)
     try:
         return await ControllerServiceStub(channel).getStreamConfiguration(
@@ -24,7 +24,7 @@ async def stream_config(served: Served, scope: str, stream: str) -> pb.StreamCon
         channel.close()
 
 
-async def test_create_scope_and_list_scopes(served: Served) -> None:
+async def test_create_scope_and_list_scopes(served: ServedProcess) -> None:
     result = await run_client(
         served.grpc_uri,
         """
@@ -44,7 +44,7 @@ async def test_create_scope_and_list_scopes(served: Served) -> None:
     assert result["scopes"] == ["alpha", "beta"]
 
 
-async def test_create_stream_with_policies_and_tags(served: Served) -> None:
+async def test_create_stream_with_policies_and_tags(served: ServedProcess) -> None:
     result = await run_client(
         served.grpc_uri,
         """
@@ -97,7 +97,7 @@ async def test_create_stream_with_policies_and_tags(served: Served) -> None:
     assert not fixed.HasField("retentionPolicy")
 
 
-async def test_delete_scope_non_empty_then_empty(served: Served) -> None:
+async def test_delete_scope_non_empty_then_empty(served: ServedProcess) -> None:
     result = await run_client(
         served.grpc_uri,
         """
@@ -118,7 +118,7 @@ async def test_delete_scope_non_empty_then_empty(served: Served) -> None:
     assert result["scopes"] == ["full"]
 
 
-async def test_update_seal_and_delete_stream(served: Served) -> None:
+async def test_update_seal_and_delete_stream(served: ServedProcess) -> None:
     result = await run_client(
         served.grpc_uri,
         """
@@ -154,7 +154,7 @@ async def test_update_seal_and_delete_stream(served: Served) -> None:
     assert result["delete_scope"] is True
 
 
-async def test_update_scales_the_stream_the_client_sees(served: Served) -> None:
+async def test_update_scales_the_stream_the_client_sees(served: ServedProcess) -> None:
     await run_client(
         served.grpc_uri,
         """

@@ -23,8 +23,8 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.served import ServedProcess, start_served
 from tests.support.client import run_client
-from tests.support.served import Served, start_served
 
 pytestmark = pytest.mark.interop
 
@@ -41,7 +41,7 @@ def refused_port() -> Iterator[int]:
 
 
 @pytest.fixture
-async def served(db_url: str, tmp_path: Path, refused_port: int) -> AsyncIterator[Served]:
+async def served(db_url: str, tmp_path: Path, refused_port: int) -> AsyncIterator[ServedProcess]:
     instance = await start_served(
         tmp_path, "--db-url", db_url, "--segment-store-hosts", f"127.0.0.1:{refused_port}"
     )
@@ -123,7 +123,7 @@ async def wait_state(
         await asyncio.sleep(0.1)
 
 
-async def test_commit_and_abort_through_the_python_client(served: Served) -> None:
+async def test_commit_and_abort_through_the_python_client(served: ServedProcess) -> None:
     started = time.monotonic()
     result = await run_client(served.grpc_uri, ATTEMPT_ANY + TXN_SCRIPT, timeout_s=CLIENT_TIMEOUT_S)
     client_s = time.monotonic() - started

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.support.served import Served, start_served
+from app.testing.served import ServedProcess, start_served
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +35,7 @@ async def test_signal_gives_an_ordered_shutdown_within_5_seconds(
     assert "shutdown requested" in served.log()
 
 
-async def test_health_and_rest_on_a_served_instance(served: Served) -> None:
+async def test_health_and_rest_on_a_served_instance(served: ServedProcess) -> None:
     async with aiohttp.ClientSession() as http:
         deadline = time.monotonic() + 10
         while True:

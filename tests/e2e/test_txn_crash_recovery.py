@@ -22,7 +22,7 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import Outcome, TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
-from tests.support.served import Served, start_served
+from app.testing.served import ServedProcess, start_served
 from tests.support.services import Services, running_controller
 
 SC, ST = "crash", "txns"
@@ -48,7 +48,7 @@ async def _until(probe: Callable[[], Awaitable[object]], expected: object, timeo
         await asyncio.sleep(0.05)
 
 
-async def _kill(served: Served) -> None:
+async def _kill(served: ServedProcess) -> None:
     served.process.send_signal(signal.SIGKILL)
     assert await asyncio.wait_for(served.process.wait(), 10) == -signal.SIGKILL
 

@@ -16,7 +16,7 @@ from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.history import HistoryQueries
 from app.store import queries
 from app.store.streams import PgStreamStore
-from tests.support.history_seed import SeededHistory, seed_replacement_history
+from app.testing.history_seed import SeededHistory, seed_replacement_history
 from tests.support.services import Services
 
 SCOPE = "history"

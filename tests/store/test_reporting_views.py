@@ -40,7 +40,7 @@ from app.services.retention import RetentionService
 from app.services.scaling import CheckScaleOutcome
 from app.store.analysts import AnalystLimits, create_analyst
 from app.store.retention import PgRetentionStore
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from tests.support.db import clone_database, drop_database, with_database
 from tests.support.services import Services, running_controller
 

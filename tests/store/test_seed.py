@@ -72,8 +72,8 @@ from app.store.schema import metadata
 from app.store.seed import COLUMNS, seed_history
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
+from app.testing.scale import scale_request
 from tests.api.conftest import served
-from tests.support.scale import scale_request
 from tests.support.services import running_controller
 
 DAY = 86_400_000

@@ -32,7 +32,7 @@ from app.services.scaling import CheckScaleOutcome
 from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers

@@ -22,7 +22,7 @@ from app.ports import SegmentStoreHost
 from app.services.containers import ContainerMapService, RebalanceAction
 from app.store.containers import PgContainerMapStore
 from app.store.pool import create_pool
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from workers.containers import ContainerBalancerDuty, PassOutcome
 
 A = SegmentStoreHost("ss-a", 12345)

@@ -39,7 +39,7 @@ from app.services.retention import (
     TruncationStart,
 )
 from app.store.retention import PgRetentionStore
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps

@@ -28,7 +28,7 @@ from app.store.containers import PgContainerMapStore
 from app.store.notifications import PgListener
 from app.store.pool import create_pool
 from app.store.state_views import PgStateViewStore
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from workers.state_views import StateViewAggregator
 
 S, R = "SERVING", "db"

@@ -25,7 +25,7 @@ from app.ports import StoredWatermark, WatermarkMember
 from app.segmentstore.embedded import transaction_segment_name
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
-from tests.support.clock import ManualClock
+from app.testing.clock import ManualClock
 from tests.support.services import Services, running_controller
 from workers.handlers import commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler

@@ -11,20 +11,20 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.served import Served, start_served
+from app.testing.served import ServedProcess, start_served
 
 ServiceOwned = Mapping[str, frozenset[int]]
 
 
 async def start_member(
     root: Path, name: str, db_url: str, *args: str, env: dict[str, str] | None = None
-) -> Served:
+) -> ServedProcess:
     work = root / name
     work.mkdir(parents=True, exist_ok=True)
     return await start_served(work, "--db-url", db_url, "--instance-id", name, *args, env=env)
 
 
-async def self_view(session: aiohttp.ClientSession, served: Served) -> dict[str, Any] | None:
+async def self_view(session: aiohttp.ClientSession, served: ServedProcess) -> dict[str, Any] | None:
     """The process's own view, or None while it cannot answer (starting, dying)."""
     try:
         async with session.get(
@@ -38,7 +38,9 @@ async def self_view(session: aiohttp.ClientSession, served: Served) -> dict[str,
         return None
 
 
-async def owned_by(session: aiohttp.ClientSession, members: Sequence[Served]) -> list[ServiceOwned | None]:
+async def owned_by(
+    session: aiohttp.ClientSession, members: Sequence[ServedProcess]
+) -> list[ServiceOwned | None]:
     views = await asyncio.gather(*(self_view(session, m) for m in members))
     return [
         None if view is None else {service: frozenset(buckets) for service, buckets in view["owned"].items()}
@@ -70,6 +72,6 @@ def is_fair(views: Sequence[ServiceOwned | None], counts: Mapping[str, int]) -> 
     return True
 
 
-async def kill(served: Served) -> None:
+async def kill(served: ServedProcess) -> None:
     served.process.send_signal(signal.SIGKILL)
     await asyncio.wait_for(served.process.wait(), 10)

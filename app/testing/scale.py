@@ -1,4 +1,4 @@
-"""Building ScaleRequest messages for tests."""
+"""Builds the gRPC ScaleRequest message tests and benches send (sealed ids, new key ranges)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A clock for tests (the Clock port): time moves only when the test moves it."""
+"""A clock for tests and benches (the Clock port): time moves only when its caller moves it."""
 
 from __future__ import annotations
 

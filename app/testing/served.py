@@ -1,4 +1,5 @@
-"""Runs `pgcontroller serve` as a real subprocess and waits until it reports its ports."""
+"""Runs `pgcontroller serve` as a real subprocess and waits until it reports its ports: a
+`ServedProcess` is only handed out once its ready file says both listeners are up."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ READY_TIMEOUT_S = 30.0
 
 
 @dataclass
-class Served:
+class ServedProcess:
+    """One `pgcontroller serve` child: its ports (from the ready file) and where its output goes."""
+
     process: asyncio.subprocess.Process
     grpc_port: int
     rest_port: int
@@ -37,7 +40,7 @@ class Served:
         return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
 
 
-async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> Served:
+async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> ServedProcess:
     ready = work_dir / "ready.json"
     ready.unlink(missing_ok=True)
     log_path = work_dir / "serve.log"
@@ -69,4 +72,4 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
             raise RuntimeError(f"serve was not ready in {READY_TIMEOUT_S}s:\n{log_path.read_text()}")
         await asyncio.sleep(0.05)
     info = json.loads(ready.read_text())
-    return Served(process, info["grpc_port"], info["rest_port"], log_path)
+    return ServedProcess(process, info["grpc_port"], info["rest_port"], log_path)
