@@ -47,7 +47,7 @@ class CommitTxnsHandler:
         self._fence_for = fence_for
         self._queue = queue
         self._batch_size = batch_size
-        # Writers' marks (latest commit time per writer) of the transactions a batch commits (None: not noted).
+        # Writers' marks (latest commit time per writer) of the transactions a batch commits (None: off).
         self._writer_marks = writer_marks
 
     async def _ack_covered(self, request: Request, covered: list[int]) -> None:
