@@ -1,4 +1,4 @@
-"""The leader's container-balancing duty (Pravega's SegmentMonitorLeader).
+"""The leader's container-balancing duty (Pravega's SegmentMonitorLeader, reference §11).
 
 Runs only while this process leads: the lead's leader loop calls `run_once` (or runs `run`
 and cancels it when leadership goes). Its one piece of memory is the host set it last saw and
@@ -20,7 +20,7 @@ from app.services.containers import ContainerMapService, RebalanceAction
 
 log = logging.getLogger("pgcontroller.containers")
 
-# Pravega's controller.rebalance.interval.seconds.min (default 10 s).
+# Pravega's controller.rebalance.interval.seconds.min (reference §12).
 DEFAULT_REBALANCE_DELAY_S = 10.0
 
 
