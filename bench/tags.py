@@ -20,7 +20,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from bench._common import percentile, served_controller
 
 SCOPE = "tags"
-MAX_TAGS = [f"{i:03d}" + "x" * 252 for i in range(127)]  # the largest accepted set (reference §8)
+MAX_TAGS = [f"{i:03d}" + "x" * 252 for i in range(127)]  # the largest accepted set (127 tags < 256 chars)
 
 
 def stream_config(name: str, tags: list[str]) -> pb.StreamConfig:

@@ -1,4 +1,4 @@
-"""The leader's container-balancing duty (Pravega's SegmentMonitorLeader, reference §11).
+"""The leader's container-balancing duty (Pravega's SegmentMonitorLeader).
 
 Runs only while this process leads: the lead's leader loop calls `run_once` (or runs `run`
 and cancels it when leadership goes). Its one piece of memory is the host set it last saw and

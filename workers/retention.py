@@ -1,4 +1,4 @@
-"""Periodic retention (reference §4.3, §7) for the retention buckets this process owns.
+"""Periodic retention (Pravega's retention cycle) for the retention buckets this process owns.
 
 Each pass lists the member streams of the owned buckets in one statement and runs the
 retention cycle of those that are due, at most `concurrency` at a time. Schedule (Pravega's

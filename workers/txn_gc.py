@@ -1,4 +1,4 @@
-"""Garbage-collects completed-transaction records (reference §3.11).
+"""Garbage-collects completed-transaction records (Pravega keeps them one to two TTLs, then UNKNOWN).
 
 A record is kept for between one and two TTLs: records are grouped in TTL-long batches by
 completion time, and every batch older than the previous one is deleted. Running it in

@@ -1,4 +1,4 @@
-"""Aborts transactions whose lease ran out (reference §3.9), for the buckets this process owns.
+"""Aborts transactions whose lease ran out, for the buckets this process owns.
 
 There is no in-memory timer to lose: lease expiries are indexed rows, so after a crash or a
 bucket hand-over the new owner finds the same expired rows. Each abort is conditional on the
@@ -78,5 +78,5 @@ class TxnTimeoutSweeper:
                 )
                 log.info("transaction %s of %s/%s timed out; aborting", txn.txn, txn.scope, txn.stream)
             except (WriteConflict, NotFound):
-                continue  # pinged, committed or gone meanwhile: give up silently (§3.9)
+                continue  # pinged, committed or gone meanwhile: give up silently, as Pravega does
         return len(expired)

@@ -1,4 +1,4 @@
-"""The periodic watermark job (reference §6.4, §7) for the watermark buckets this process owns.
+"""The periodic watermark job (Pravega's PeriodicWatermarking) for the watermark buckets this process owns.
 
 Every period one pass walks the member streams of the owned buckets in pages of stream ids,
 one page at a time (so at most one page's queries are in flight and the pool stays free for

@@ -1,5 +1,5 @@
 """Auto-scaling rules, both sides of Pravega's loop: what a segment store reports from its traffic
-(§5.2) and what the controller makes of a report against the active epoch (§5.3).
+(AutoScaleEvents) and what the controller makes of a report against the active epoch (AutoScaleTask).
 
 Pure: every function takes the time it judges at. The split and merge arithmetic itself lives in
 scale_rules (exact IEEE doubles, shared with manual scale); this module decides when to use it.
@@ -31,7 +31,7 @@ from app.domain.scale_rules import (
 _MAX_ID = 2**63 - 1  # ids, timestamps and counts travel as Java longs
 
 
-# region reports (what a segment store sends, §5.2 AutoScaleEvent)
+# region reports (what a segment store sends: Pravega's AutoScaleEvent)
 
 
 class ScaleDirection(enum.Enum):
@@ -127,7 +127,7 @@ EXPIRED = ReportResult(False, "expired")
 
 # endregion
 
-# region the controller's AutoScaleTask (§5.3)
+# region the controller's AutoScaleTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,14 +182,14 @@ def decide(
 
 
 def decision_check(decision: AutoScaleDecision, active: EpochRecord, policy: ScalingPolicy) -> ScaleCheck:
-    """§2.5 steps 3-5 for an auto-scale: anything but OK means the report is dropped, never retried
+    """submitScale's checks for an auto-scale: anything but OK means the report is dropped, never retried
     (PRECONDITION_FAILED is Java's silent drop; INVALID_RANGES only for a segment too narrow to split)."""
     return validate_scale(active, decision.to_seal, decision.new_ranges, policy.min_num_segments)
 
 
 # endregion
 
-# region the segment store's side (§5.2): traffic rates, when to report, cooldown and mute
+# region the segment store's side (AutoScaleProcessor): traffic rates, when to report, cooldown and mute
 
 TICK_MS = 5_000
 COOLDOWN_MS = 10 * 60 * 1000

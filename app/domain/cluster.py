@@ -24,7 +24,7 @@ class BucketService(StrEnum):
     WATERMARKS = "watermarks"
 
 
-# Pravega's defaults for retention (1) and watermarking (100), reference §7/§12. Requests have
+# Pravega's defaults for retention (1) and watermarking (100) bucket counts. Requests have
 # no Pravega counterpart (its request streams are read by a reader group); 16 spreads the
 # request work of a few processes evenly.
 DEFAULT_BUCKET_COUNTS: Mapping[BucketService, int] = {
@@ -75,7 +75,7 @@ def stream_name_hash(scope: str, stream: str) -> int:
 
 
 def stream_bucket(scope: str, stream: str, count: int) -> int:
-    """Pravega's BucketStore rule: `(hashCode & 0x7fffffff) % count` (reference §7)."""
+    """Pravega's BucketStore rule: `(hashCode & 0x7fffffff) % count`, over "scope/stream"."""
     return (stream_name_hash(scope, stream) & 0x7FFFFFFF) % count
 
 
@@ -85,7 +85,7 @@ Key = TypeVar("Key", bound=Hashable)
 def balance(
     keys: Sequence[Key], current: Mapping[Key, str], members: Sequence[str], *, spread: bool = True
 ) -> dict[Key, str]:
-    """Pravega's UniformContainerBalancer, used for containers (§11) and buckets (§7).
+    """Pravega's UniformContainerBalancer, used for segment containers and for buckets, as Pravega does.
 
     First map, or a single member: member i of n (in sorted order) gets keys {i, i+n, ...}.
     Otherwise keys of departed members go one at a time to the least loaded member, then keys

@@ -1,4 +1,4 @@
-"""Key-value tables (reference §9): configuration rules, states, table-segment names and ranges.
+"""Key-value tables: configuration rules, states, table-segment names and ranges.
 
 A table's segments are fixed at creation: `partition_count` segments of epoch 0 numbered from
 its safe starting number, with uniform key ranges, so they are derived here, never stored.

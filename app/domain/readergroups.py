@@ -1,4 +1,4 @@
-"""Reader groups (reference §10): the configuration the controller keeps for a group, its
+"""Reader groups (Pravega's ReaderGroupConfiguration): the configuration the controller keeps for a group, its
 validation, its states, and the names derived from it (its subscriber name, its `_RG` stream).
 
 Pure. A configuration that passes `validate` is one Pravega's ReaderGroupConfig builder accepts;
@@ -86,7 +86,7 @@ class ReaderGroupConfig:
 
     @property
     def is_subscriber(self) -> bool:
-        """A group with retention opts its streams into consumption-based retention (§4.5)."""
+        """A group with retention opts its streams into consumption-based retention (as a subscriber)."""
         return self.retention is not StreamDataRetention.NONE
 
     def validate(self) -> None:

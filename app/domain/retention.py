@@ -1,4 +1,4 @@
-"""Retention rules (reference §4.2-§4.5): when a tail cut is recorded, which recorded cut a
+"""Retention rules (Pravega's retention cycle): when a tail cut is recorded, which recorded cut a
 stream is truncated at for TIME and SIZE policies with and without subscribers, what is purged
 afterwards, and the subscribers' lower bound.
 
@@ -40,7 +40,7 @@ class StreamCutRecord:
 
 @dataclass(frozen=True, slots=True)
 class SubscriberRecord:
-    """A reader group subscribed to a stream (§4.5): named "<rgScope>/<rgName>", with the
+    """A reader group subscribed to a stream: named "<rgScope>/<rgName>", with the
     reader group's id and generation it was registered with and the cut it last published
     (empty until it publishes one)."""
 
@@ -59,7 +59,7 @@ def reader_group_uuid(text: str) -> uuid.UUID | None:
         return None
 
 
-# --- recording (§4.3 step 1) -------------------------------------------------------------------
+# --- recording the tail cut --------------------------------------------------------------------
 
 
 def should_record(latest: StreamCutRecord | None, now_ms: int, frequency_ms: int) -> bool:
@@ -102,7 +102,7 @@ class CutOrdering:
     def size_till(
         self, cut: Cut, sealed_sizes: Mapping[int, int], reference: StreamCutRecord | None = None
     ) -> int:
-        """Bytes from the epoch-0 head to `cut` (§2.12), counted on from `reference` when given:
+        """Bytes from the epoch-0 head to `cut` (truncated bytes too), counted on from `reference` when given:
         its size plus the bytes between it and `cut`. The reference must be at or before `cut`."""
         between = segments_between(
             None if reference is None else self.span(reference.stream_cut), self.span(cut), self.window
@@ -112,7 +112,7 @@ class CutOrdering:
         return base + size_between(base_cut, cut, between, sealed_sizes)
 
 
-# --- choosing the truncation cut (§4.3 step 3) ------------------------------------------------------
+# --- choosing the truncation cut --------------------------------------------------------------------
 
 
 def retained_function(
@@ -260,7 +260,7 @@ def _cut_of(record: StreamCutRecord | None) -> dict[int, int] | None:
     return None if record is None else dict(record.stream_cut)
 
 
-# --- purge (§4.3 step 4, §4.4) -------------------------------------------------------------------
+# --- purge: the records at or before the truncation cut ------------------------------------------
 
 
 def purge_up_to(
@@ -276,7 +276,7 @@ def purged(records: Sequence[StreamCutRecord], up_to: StreamCutRecord) -> list[S
     return [r for r in records if r.recording_time <= up_to.recording_time]
 
 
-# --- subscribers' lower bound (§4.5) -------------------------------------------------------------
+# --- subscribers' lower bound (computeSubscribersLowerBound) -------------------------------------
 
 
 def subscribers_lower_bound(cuts: Iterable[Mapping[int, int]], window: EpochWindow) -> dict[int, int]:

@@ -1,6 +1,6 @@
 """Scale rules as pure functions: validate a request, compute its transition and the epoch it creates.
 
-Key ranges are IEEE doubles compared exactly, as Pravega's controller does (reference §2.3-2.7, §5.3-5.4).
+Key ranges are IEEE doubles compared exactly, as Pravega's controller does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ AUTO_SCALE_EVENT_VALIDITY_MS = 10 * 60 * 1000
 COLD_FOREVER = 2**63 - 1  # Java's Long.MAX_VALUE: a silent DOWN event marks the segment cold for good
 
 
-# region manual and auto scale submission (§2.3-2.5)
+# region manual and auto scale submission (Pravega's submitScale)
 
 
 class ScaleCheck(enum.Enum):
@@ -43,7 +43,8 @@ def validate_scale(
     new_ranges: Sequence[KeyRange],
     min_num_segments: int,
 ) -> ScaleCheck:
-    """Steps 3-5 of §2.5, in Java's order, for a submission that found no pending transition."""
+    """Segments to seal all active, ranges replacing them exactly, at least the minimum segment count
+    left: in Java's order, for a submission that found no pending transition."""
     if not all(active.contains(segment) for segment in to_seal):
         return ScaleCheck.PRECONDITION_FAILED
     if not ranges_replace_sealed(active, to_seal, new_ranges):
@@ -67,7 +68,7 @@ def ranges_replace_sealed(
 
 
 def etr_matches(etr: EpochTransitionRecord, to_seal: Iterable[int], new_ranges: Iterable[KeyRange]) -> bool:
-    """Whether a resubmission asks for nothing the pending transition lacks (a subset test, §2.4)."""
+    """Whether a resubmission asks for nothing the pending transition lacks (a subset test, not equality)."""
     pending = {_exact_range(start, end) for _, start, end in etr.new_segments}
     return all(_exact_range(start, end) in pending for start, end in new_ranges) and all(
         segment in etr.segments_to_seal for segment in to_seal
@@ -94,7 +95,7 @@ def compute_epoch_transition(
 
 # endregion
 
-# region running the scale (§2.3, §2.4)
+# region running the scale (Pravega's ScaleOperationTask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ def new_epoch_record(active: EpochRecord, etr: EpochTransitionRecord) -> EpochCh
 def migrate_transition(
     etr: EpochTransitionRecord, submitted_on: EpochRecord, active: EpochRecord, *, manual: bool
 ) -> EpochTransitionRecord | None:
-    """The transition to run at "startScale" (§2.4 step 3); None means discard it and fail the scale.
+    """The transition to run at "startScale"; None means discard it and fail the scale.
 
     `submitted_on` is the epoch record of `etr.active_epoch`.
     """
@@ -160,7 +161,7 @@ class ScaleStatus(enum.Enum):
 def check_scale(
     requested_epoch: int, active: EpochRecord, state: StreamState, etr: EpochTransitionRecord | None
 ) -> ScaleStatus:
-    """Whether the scale submitted on `requested_epoch` has completed (§2.6); `etr` None = no pending ETR."""
+    """Whether the scale submitted on `requested_epoch` has completed (checkScale); `etr` None: none."""
     if requested_epoch < 0:
         raise InvalidInput(f"epoch must not be negative, got {requested_epoch}")
     if requested_epoch > active.epoch:
@@ -179,7 +180,7 @@ def check_scale(
 
 # endregion
 
-# region scales that other workflows request (§5.3, §5.4)
+# region scales that other workflows request (auto-scaling, configuration updates)
 
 
 def segment_count_update(new_config: StreamConfig, active: EpochRecord) -> list[KeyRange] | None:

@@ -1,7 +1,7 @@
 """Key-space arithmetic for segments, bit-for-bit as Pravega computes it in IEEE doubles.
 
 Clients see these doubles, so `0.6000000000000001` and a last end of `0.9999999999999999`
-for n = 49 are kept on purpose (reference §2.2).
+for n = 49 are kept on purpose (the chunk 1/n is computed first, then multiplied).
 """
 
 from app.domain.records import SegmentRecord

@@ -1,5 +1,5 @@
 """Stream-cut rules over a fetched run of epochs: successors, validity, spans, ordering,
-segments and bytes between cuts, and the next truncation record (reference §2.8-§2.12, §4.1).
+segments and bytes between cuts, and the next truncation record, as Pravega's controller computes them.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def truncation_epoch_range(previous: TruncationRecord, new_cut: Cut) -> tuple[in
     return min(low, old_low), max(high, old_high)
 
 
-# --- successors (§2.8) ---------------------------------------------------------------------------
+# --- successors (getSegmentsImmediatelyFollowing) ------------------------------------------------
 
 
 def successors_with_predecessors(
@@ -118,11 +118,11 @@ def successors_with_predecessors(
     return [(s, sorted(p.id for p in previous.segments if p.overlaps(s))) for s in successors]
 
 
-# --- validity (§2.9) -----------------------------------------------------------------------------
+# --- validity (isStreamCutValid) -----------------------------------------------------------------
 
 
 def is_stream_cut_valid(cut: Cut, window: EpochWindow) -> bool:
-    """Whether the cut is one consistent position across the key space (reference §2.9)."""
+    """Whether the cut is one consistent position across the key space (Pravega's isStreamCutValid)."""
     epochs = cut_epoch_range(cut)
     found = _find_all(cut, window)
     if found is None:
@@ -147,7 +147,7 @@ def _futures_follow_reads(read: Sequence[SegmentRecord], future: Sequence[Segmen
 
 
 def _key_space_end(record: EpochRecord) -> float:
-    # Uniform creation can end the key space at 0.9999999999999999 (reference §2.2); measuring the last
+    # Uniform creation can end the key space at 0.9999999999999999 (n = 49, 98, ...); measuring the last
     # gap against the stream's own end keeps such streams truncatable, unlike Java's fixed 1.0.
     return max(s.key_end for s in record.segments)
 
@@ -204,7 +204,7 @@ def _successors_within(
     return []
 
 
-# --- span and ordering (§2.10) -------------------------------------------------------------------
+# --- span and ordering (streamCutEqualOrAfter, compareStreamCuts) --------------------------------
 
 
 def stream_cut_span(cut: Cut, window: EpochWindow) -> dict[SegmentRecord, int]:
@@ -255,11 +255,11 @@ class CutVerdict(enum.Enum):
     """Why a cut cannot become the new truncation point."""
 
     INVALID = "invalid"  # not a valid stream cut, or it names no segment of the stream
-    BEHIND = "behind"  # behind the current truncation point (§2.10)
+    BEHIND = "behind"  # not equal to or after the current truncation point
 
 
 def new_truncation_span(previous: TruncationRecord, cut: Cut, window: EpochWindow) -> Span | CutVerdict:
-    """The span of `cut` when it may become the next truncation point (§4.1: valid, and equal
+    """The span of `cut` when it may become the next truncation point (valid, and equal
     to or after the previous truncation cut); else why not. `window` must cover the epochs of
     both cuts."""
     try:
@@ -296,7 +296,7 @@ def compare_stream_cuts(
     return CutOrder.OVERLAPS if less else CutOrder.EQUAL_OR_AFTER
 
 
-# --- between two cuts (§2.11, §2.12) -------------------------------------------------------------
+# --- between two cuts: segments (getSegmentsBetween) and bytes -----------------------------------
 
 
 def segments_between(from_span: Span | None, to_span: Span | None, window: EpochWindow) -> set[SegmentRecord]:
@@ -307,7 +307,7 @@ def segments_between(from_span: Span | None, to_span: Span | None, window: Epoch
     from_high, to_low = max(start.values()), min(stop.values())
     between: set[SegmentRecord] = set()
     for epoch in range(min(start.values()), max(stop.values()) + 1):
-        # An epoch lying wholly between the two cuts is inside by construction (reference §2.11).
+        # An epoch lying wholly between the two cuts is inside by construction (all its segments count).
         for segment in window.record(epoch).segments:
             if from_high <= epoch <= to_low or _inside(segment, start, stop):
                 between.add(segment)
@@ -350,7 +350,7 @@ def size_between(
     return total
 
 
-# --- truncation (§4.1) ---------------------------------------------------------------------------
+# --- truncation (the next truncation record) -----------------------------------------------------
 
 
 def completed_truncation(record: TruncationRecord) -> TruncationRecord:

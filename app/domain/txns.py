@@ -1,4 +1,4 @@
-"""Transaction records and rules (reference §3): ids, lease limits, the ping and
+"""Transaction records and rules (Pravega's): ids, lease limits, the ping and
 commit/abort decision tables, and the epochs a rolling transaction writes.
 
 Pure: the store and the workflows apply these decisions; nothing here does I/O.
@@ -102,7 +102,7 @@ class TxnId:
 
 @dataclass(frozen=True, slots=True)
 class TxnLimits:
-    """Lease bounds and record lifetimes; Pravega's defaults (reference §12)."""
+    """Lease bounds and record lifetimes; Pravega's defaults (10 s / 600 s leases, 24 h TTL)."""
 
     min_lease_ms: int = 10_000
     max_lease_ms: int = 600_000
@@ -132,7 +132,7 @@ class TxnLimits:
 
     def gc_cutoff(self, now_ms: int) -> int:
         """Completed records older than this go: the current and the previous batch stay, so a
-        record lives between one and two TTLs (reference §3.11)."""
+        record lives between one and two TTLs, as with Pravega's GC of batches."""
         return (self.completed_batch(now_ms) - 1) * self.completed_ttl_ms
 
 
@@ -165,8 +165,9 @@ class CompletedTxn:
 def ping_decision(
     status: TxnStatus, lease_ms: int, now_ms: int, max_exec_expiry: int, limits: TxnLimits
 ) -> PingStatus:
-    """§3.8 checks 3-5 for a found record; OK means extend the lease. (Check 1, the timeout
-    service, and check 2, a missing active record, are the caller's.)"""
+    """pingTxn's checks for a found record: no longer open, lease too large, past the maximum
+    execution time; OK means extend the lease. (The timeout service running and a missing
+    active record are the caller's checks, made first.)"""
     if status in (TxnStatus.COMMITTING, TxnStatus.COMMITTED):
         return PingStatus.COMMITTED
     if status in (TxnStatus.ABORTING, TxnStatus.ABORTED):
@@ -187,7 +188,8 @@ def ping_of_completed(status: TxnStatus | None) -> PingStatus:
 
 
 def commit_decision(status: TxnStatus) -> Decision:
-    """§3.4, commit column; `status` UNKNOWN when neither record exists."""
+    """Commit of OPEN proceeds, of COMMITTING/COMMITTED succeeds again, else FAILURE; `status`
+    UNKNOWN when neither record exists."""
     if status is TxnStatus.OPEN:
         return Decision.PROCEED
     if status in (TxnStatus.COMMITTING, TxnStatus.COMMITTED):
@@ -196,7 +198,7 @@ def commit_decision(status: TxnStatus) -> Decision:
 
 
 def abort_decision(status: TxnStatus) -> Decision:
-    """§3.4, abort column."""
+    """Abort of OPEN proceeds, of ABORTING/ABORTED succeeds again, else FAILURE."""
     if status is TxnStatus.OPEN:
         return Decision.PROCEED
     if status in (TxnStatus.ABORTING, TxnStatus.ABORTED):
@@ -205,7 +207,7 @@ def abort_decision(status: TxnStatus) -> Decision:
 
 
 def txn_segments(txn_epoch: EpochRecord) -> tuple[SegmentRecord, ...]:
-    """The txn epoch's segments re-labelled with the txn epoch (§3.2): the "generalised"
+    """The txn epoch's segments re-labelled with the txn epoch (createTransaction's answer): the "generalised"
     parents a transaction's segments are named after, sorted by key."""
     return tuple(
         SegmentRecord(s.number, txn_epoch.epoch, s.creation_time, s.key_start, s.key_end)
@@ -219,14 +221,15 @@ def txn_parent_id(segment: int, txn_epoch: int) -> int:
 
 
 def commits_in_place(active: EpochRecord, txn_epoch: EpochRecord) -> bool:
-    """§3.5: merge straight into the active segments when the active epoch is the txn epoch
-    or a duplicate of it; otherwise the commit rolls (§3.6)."""
+    """Merge straight into the active segments when the active epoch is the txn epoch or a
+    duplicate of it; otherwise the commit rolls (two new epochs copy the txn's and the active one)."""
     return active.epoch == txn_epoch.epoch or active.reference_epoch == txn_epoch.reference_epoch
 
 
 @dataclass(frozen=True, slots=True)
 class RollingEpochs:
-    """§3.6: the copy of the txn epoch the commits land in, then the copy of the active epoch."""
+    """A rolling commit's epochs: the copy of the txn epoch the commits land in, then the copy of
+    the active epoch."""
 
     txn_copy: EpochRecord  # epoch A+1
     active_copy: EpochRecord  # epoch A+2

@@ -1,4 +1,4 @@
-"""Watermark rules (reference §6), pure: the noteTimestamp decision table, which writers take
+"""Watermark rules (Pravega's), pure: the noteTimestamp decision table, which writers take
 part in a round and which have gone quiet, and the stream-cut upper bound a watermark carries.
 
 Invariant: a watermark only moves forward. Its lower time bound is strictly past the previous
@@ -47,7 +47,7 @@ class WriterMark:
 
 
 def note_decision(previous: WriterMark | None, timestamp: int, position: Mapping[int, int]) -> NoteOutcome:
-    """§6.1: time may stay equal but not go back; a segment in both positions may not go back.
+    """noteTimestamp: time may stay equal but not go back; a segment in both positions may not go back.
     Java's compareWriterPositions compares the same maximum twice, so only offsets count."""
     if previous is None:
         return NoteOutcome.SUCCESS
@@ -63,7 +63,7 @@ def note_decision(previous: WriterMark | None, timestamp: int, position: Mapping
 
 
 def latest_commit_times(commits: Iterable[tuple[str, int]]) -> dict[str, int]:
-    """§6.3: each writer's latest commit time among the (writer, commit time) pairs of a batch."""
+    """Each writer's latest commit time among the (writer, commit time) pairs of a committed batch."""
     latest: dict[str, int] = {}
     for writer, commit_time in commits:
         if writer and (writer not in latest or latest[writer] < commit_time):
@@ -111,7 +111,7 @@ class Watermark:
     stream_cut: Mapping[SegmentRange, int]
 
 
-# --- who takes part in a round (§6.4 steps 2-7) -------------------------------------------------
+# --- who takes part in a round, who has gone quiet ----------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,7 @@ def plan_round(
     )
 
 
-# --- the stream-cut upper bound (§6.4 step 8) ----------------------------------------------------
+# --- the stream-cut upper bound ------------------------------------------------------------------
 
 
 def add_to_upper_bound(position: Mapping[SegmentRange, int], upper: Cut) -> None:

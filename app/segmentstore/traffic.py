@@ -1,5 +1,5 @@
 """Simulated segment-store traffic and the auto-scale reports it triggers (Pravega's segment-store
-side of auto-scaling, reference §5.2), for the embedded segment store, tests and demonstrations.
+side of auto-scaling, AutoScaleProcessor), for the embedded segment store, tests and demonstrations.
 
 TrafficSimulator owns, per rate-based stream segment, the traffic averages and the mute record,
 and sends reports to a ScaleReportSink. Invariants: nothing is reported for a segment whose policy

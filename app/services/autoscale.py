@@ -1,4 +1,4 @@
-"""The auto-scale report intake (Pravega's segment stores writing AutoScaleEvents, §5.2).
+"""The auto-scale report intake (the AutoScaleEvents Pravega's segment stores send on hot or cold segments).
 
 A report is checked, dropped if it is already stale, and otherwise made durable as an AUTO_SCALE
 request of its stream, so the stream's serial request processor applies it after whatever is

@@ -1,5 +1,5 @@
-"""The segment-container -> segment-store map (reference §11): host registration, the effective
-assignment getURI answers from, and the leader's rebalance step.
+"""The segment-container -> segment-store map (Pravega's host-container map): host registration,
+the effective assignment getURI answers from, and the leader's rebalance step.
 
 Invariant: every answer assigns each container 0..n-1 exactly one host. With no segment store
 registered, the stored map is empty and the configured static hosts own the containers (host i

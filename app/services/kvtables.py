@@ -1,4 +1,4 @@
-"""Key-value table use cases (reference §9): create, delete, segments, configuration, listing.
+"""Key-value table use cases: create, delete, segments, configuration, listing.
 
 Create and delete are durable requests: the API writes the table's first step and its request
 in one transaction, then waits for the workers (app/services/completion.py). A table is listed

@@ -1,5 +1,5 @@
-"""Reader-group use cases (reference §10): create, get, update, delete with every status of the
-contract, and the listing REST serves.
+"""Reader-group use cases: create, get, update, delete with every status Pravega's gRPC
+contract names, and the listing REST serves.
 
 Each mutation writes its first metadata step and its request in one transaction (create: the
 group in CREATING; update: the new configuration, generation + 1 and `updating`; delete:

@@ -1,5 +1,5 @@
-"""Retention (reference §4.3-§4.5): one stream's retention cycle, and the subscribers whose
-published cuts bound consumption-based retention.
+"""Retention: one stream's retention cycle (as Pravega's controller runs it), and the subscribers
+whose published cuts bound consumption-based retention.
 
 A cycle records the tail cut when due, chooses a truncation cut and starts the truncation the
 way truncateStream starts it (the updating truncation record and its request in one
@@ -150,7 +150,8 @@ class RetentionService:
         return self._frequency_ms
 
     async def run_cycle(self, scope: str, name: str, fence: Fence) -> CycleOutcome:
-        """§4.3 steps 1-4 for one stream. Raises the store's errors (the caller retries)."""
+        """Records the tail cut when due, chooses the truncation cut, starts the truncation and purges
+        the retention set up to it, for one stream. Raises the store's errors (the caller retries)."""
         context = await self._retention.get_context(scope, name)
         if context.policy is None:
             return CycleOutcome(skipped="no retention policy")
@@ -259,7 +260,7 @@ class RetentionService:
 
 
 class SubscriberUpdate(enum.Enum):
-    """updateSubscriberStreamCut's statuses, in the order they are checked (§4.5)."""
+    """updateSubscriberStreamCut's statuses, in the order Pravega checks them."""
 
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
@@ -316,7 +317,8 @@ class SubscriberService:
     async def _moves_forward(
         self, scope: str, stream: str, cut: Mapping[int, int], previous: Mapping[int, int]
     ) -> bool:
-        """Valid (§2.9) and not behind the subscriber's previous cut (§2.10)."""
+        """A valid cut (one consistent position across the key space) and not behind the subscriber's
+        previous cut (no common segment at a lower offset, no overlapping one of an older epoch)."""
         if not cut:
             return False
         low, high = cut_epoch_range(cut)

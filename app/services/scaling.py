@@ -1,5 +1,6 @@
-"""Manual scale and checkScale (§2.4-§2.6). Scale writes the epoch transition record with its
-request (outbox) and returns STARTED at once; the caller polls checkScale."""
+"""Manual scale and checkScale, as Pravega's controller runs them. Scale writes the epoch
+transition record with its request (outbox) and returns STARTED at once; the caller polls
+checkScale."""
 
 from __future__ import annotations
 

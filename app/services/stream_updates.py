@@ -1,5 +1,6 @@
 """updateStream: the configuration is stored with its "updating" flag together with the
-request (outbox); the caller waits until the workflow has applied it (§1, §5.4)."""
+request (outbox); the caller waits until the workflow has applied it (ACTIVE -> UPDATING ->
+ACTIVE, scaling when the segment count must change)."""
 
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ class StreamUpdates:
         return UpdateOutcome.SUCCESS
 
     async def _segment_count_reachable(self, scope: str, name: str, config: StreamConfig) -> bool:
-        """Whether the scale this update implies can pass the exact range check (§2.2: for
-        n = 49 and a few others it cannot, and Pravega's update would never complete)."""
+        """Whether the scale this update implies can pass the exact range check (uniform ranges for
+        n = 49 and a few others end at 0.9999999999999999, not 1.0, and Pravega's update would
+        never complete)."""
         _state, active = await self._streams.get_active_epoch(scope, name)
         ranges = segment_count_update(config, active)
         return ranges is None or ranges_replace_sealed(active, [s.id for s in active.segments], ranges)

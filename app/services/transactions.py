@@ -1,4 +1,4 @@
-"""Transaction use cases (reference §3): create, ping, state, commit, abort, listings.
+"""Transaction use cases: create, ping, state, commit, abort, listings.
 
 Commit and abort only record the decision (with the request that carries it out, in one
 statement) and answer at once, as Pravega does: the merge or abort of the segments happens
@@ -108,7 +108,8 @@ class TransactionService:
         return TxnStatus.UNKNOWN if lookup is None else lookup.status
 
     async def ping(self, scope: str, name: str, txn: TxnId, lease_ms: int) -> PingStatus:
-        """§3.8, checks in order. The minimum lease is not enforced here (Pravega neither)."""
+        """Pravega's pingTxn checks, in its order: timeouts not running, no longer open, lease too large,
+        past the maximum execution time. The minimum lease is not enforced here (Pravega neither)."""
         if not self._timeouts_running():
             return PingStatus.DISCONNECTED
         # One statement for an open transaction within its bounds; every other answer (and a
@@ -178,7 +179,8 @@ class TransactionService:
         writer_id: str | None,
         commit_time: int | None,
     ) -> Outcome:
-        """§3.4: idempotent on its own outcome, FAILURE when crossing or unknown."""
+        """Idempotent on its own outcome (commit of a committing txn succeeds); FAILURE when crossing
+        the other one (abort of a committing txn, commit of an aborting one) or unknown."""
         for _ in range(_WRITE_ATTEMPTS):
             lookup = await self._lookup(scope, name, txn)
             if lookup is None:

@@ -1,5 +1,6 @@
-"""truncateStream (§4.1): the new truncation record is computed and stored "updating" together
-with its request (outbox); the caller waits until the workflow completed it."""
+"""truncateStream: the cut must be valid and not behind the current truncation point; the new
+truncation record is computed and stored "updating" together with its request (outbox); the
+caller waits until the workflow completed it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Watermarking use cases (reference §6): writers' marks (noteTimestamp, removeWriter), one
-watermark round over a page of streams, the listing, and the marks a committed transaction
-leaves (§6.3).
+"""Watermarking use cases: writers' marks (noteTimestamp, removeWriter), one watermark round
+over a page of streams, the listing, and the marks a committed transaction leaves (the latest
+commit time per writer).
 
 A round reads a whole page of streams in one query, the key ranges it needs in one more (and
 the gap-filling epochs in a third, only when some cut has gaps), and writes each kind of
@@ -89,7 +89,7 @@ class WatermarkService:
         self._store = store
         self._clock = clock
 
-    # --- writers (§6.1, §6.2) -------------------------------------------------------------
+    # --- writers: noteTimestampFromWriter, removeWriter ------------------------------------
 
     async def note_timestamp(
         self, scope: str, stream: str, writer: str, position: Mapping[int, int], timestamp: int
@@ -142,7 +142,7 @@ class WatermarkService:
         log.warning("removeWriter %s on %s/%s: the mark kept changing", writer, scope, stream)
         return RemoveOutcome.INTERNAL_ERROR
 
-    # --- transactions (§6.3) --------------------------------------------------------------
+    # --- marks from committed transactions ------------------------------------------------
 
     async def commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> dict[str, int]:
         """Each writer's latest commit time among `txns`; {} when it cannot be read (marks from
@@ -165,7 +165,7 @@ class WatermarkService:
             if outcome is not NoteOutcome.SUCCESS:
                 log.info("writer mark of %s on %s/%s from a commit: %s", writer, scope, name, outcome.value)
 
-    # --- the periodic computation (§6.4) ---------------------------------------------------
+    # --- the periodic computation (Pravega's PeriodicWatermarking) -------------------------
 
     async def members(
         self, buckets: Sequence[int], bucket_count: int, after_stream_id: int, limit: int

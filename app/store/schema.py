@@ -312,8 +312,8 @@ transactions = Table(
 )
 
 # The commit batch in progress (Pravega's committing-transactions record); epoch -1 = none.
-# rolling_active_epoch is set once a batch has decided to roll (§3.6), so a resumed batch
-# rolls over the same epochs instead of deciding again against the moved pointer.
+# rolling_active_epoch is set once a batch has decided to roll (its epoch behind the active one),
+# so a resumed batch rolls over the same epochs instead of deciding again against the moved pointer.
 committing_txns = Table(
     "committing_txns",
     metadata,
@@ -325,7 +325,7 @@ committing_txns = Table(
     _version(),
 )
 
-# Insert-only outcome records; garbage-collected by age (reference §3.11).
+# Insert-only outcome records; garbage-collected by age (kept between one and two TTLs).
 completed_txns = Table(
     "completed_txns",
     metadata,
@@ -433,7 +433,7 @@ container_map = Table(
 
 # --- watermarks (0006) ----------------------------------------------------------------------
 
-# A writer's last report (reference §6.1). `inactive_since` is when the watermark job first saw
+# A writer's last report (noteTimestampFromWriter). `inactive_since` is when the watermark job first saw
 # the writer not participating, so its timestampAggregationTimeout survives a bucket hand-over.
 # A stream with at least one mark is a member of its watermark bucket; no marks, no member.
 writer_marks = Table(
@@ -465,7 +465,7 @@ watermarks = Table(
     PrimaryKeyConstraint("stream_id", "seq", name="watermarks_pkey"),
 )
 
-# Auto-scaling (reference §5.3): a DOWN report marks its segment cold until `until` (Long.MAX_VALUE
+# Auto-scaling (Pravega's AutoScaleTask): a DOWN report marks its segment cold until `until` (Long.MAX_VALUE
 # for a silent one); a merge needs two cold neighbours. Rewritten under its version.
 segment_cold_markers = Table(
     "segment_cold_markers",
@@ -482,7 +482,7 @@ segment_cold_markers = Table(
 
 from sqlalchemy.dialects.postgresql import UUID  # noqa: E402 - kept with the section that needs it
 
-# Consumption-based retention (reference §4.5): one row per reader group subscribed to a stream,
+# Consumption-based retention: one row per reader group (with retention) subscribed to a stream,
 # named "<rgScope>/<rgName>"; the rows of a stream are its subscriber set. A subscriber's cut
 # only moves forward, each move conditional on the version read.
 stream_subscribers = Table(
@@ -503,7 +503,7 @@ stream_subscribers = Table(
 
 KVT_STATES = ("CREATING", "ACTIVE", "DELETING")
 
-# One row per table (reference §9), written with its CREATE_KVT request in one transaction.
+# One row per key-value table, written with its CREATE_KVT request in one transaction.
 # `id` names the incarnation; `start_number` is its safe starting segment number, fixed at
 # insert from deleted_kvtables. The segments themselves are derived (app/domain/kvtables.py).
 kvtables = Table(
@@ -547,7 +547,7 @@ deleted_kvtables = Table(
 
 # --- reader groups (0009) -------------------------------------------------------------------
 
-# A reader group (reference §10), one row per (scope, name); the scope cannot be dropped while
+# A reader group, one row per (scope, name); the scope cannot be dropped while
 # a group remains. `config` holds the group's settings and stream cuts as the API stored them;
 # `generation` counts updates, `updating` marks one in progress. Every write is conditional on
 # the version read.

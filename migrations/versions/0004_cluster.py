@@ -17,7 +17,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Java's String.hashCode over UTF-16 code units, so retention and watermark buckets can be
-# chosen in SQL exactly as Pravega's BucketStore chooses them (reference §7).
+# chosen in SQL exactly as Pravega's BucketStore chooses them ((hash & 0x7fffffff) % count).
 _JAVA_HASH = """CREATE FUNCTION pgc_java_hash(s text) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE

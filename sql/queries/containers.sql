@@ -1,4 +1,4 @@
--- Segment-store hosts and the container -> host map (reference §11).
+-- Segment-store hosts and the container -> host map getURI answers from.
 -- Each block's name is the store method that runs it.
 
 -- name: register_host

@@ -1,4 +1,4 @@
--- Key-value tables (reference §9) and the last segment number of deleted ones.
+-- Key-value tables and the last segment number of deleted ones.
 
 -- name: kvt_scope_for_share
 -- Taken before the insert: a scope marked DELETING concurrently is seen (the UPDATE waits for

@@ -1,4 +1,4 @@
--- Reader groups (reference §10). Each block's name is the store method that runs it.
+-- Reader groups. Each block's name is the store method that runs it.
 
 -- name: create_reader_group
 -- The scope row is locked FOR SHARE, so a concurrent recursive delete that marks it DELETING

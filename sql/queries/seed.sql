@@ -10,7 +10,7 @@ FROM streams s
 JOIN unnest($1::text[], $2::text[]) AS wanted(scope, name) ON wanted.scope = s.scope AND wanted.name = s.name;
 
 -- name: deleted_numbers
--- A re-created name numbers its segments after the deleted stream's (reference §2.2).
+-- A re-created name numbers its segments after the deleted stream's (its last number + 1).
 SELECT d.scope, d.name, d.last_segment_number
 FROM deleted_streams d
 JOIN unnest($1::text[], $2::text[]) AS wanted(scope, name) ON wanted.scope = d.scope AND wanted.name = d.name;
@@ -28,7 +28,7 @@ ON CONFLICT (name) DO NOTHING;
 SELECT nextval(pg_get_serial_sequence('streams', 'id')) AS id FROM generate_series(1, $1::int);
 
 -- name: reserve_txn_numbers
--- Transaction ids come from the one global counter (reference §3.1), as createTransaction takes
+-- Transaction ids come from the one global counter (the txn id's low bits), as createTransaction takes
 -- them; commit orders from the sequence the moves to COMMITTING take them from, so that commits
 -- made later by a running controller come after the seeded ones.
 SELECT ARRAY(SELECT nextval('txn_counter') FROM generate_series(1, $1::int)) AS counters,

@@ -1,4 +1,4 @@
--- Watermarks (reference §6): writer marks and emitted watermarks.
+-- Watermarks: writer marks and emitted watermarks.
 -- Every update and delete of a mark is conditional on the version read; the round's writes are
 -- also fenced: they land only while the bucket_owners row still has the generation the
 -- process claimed. A watermark append is conditional on the sequence number it follows.
@@ -122,7 +122,7 @@ WITH input AS (
 SELECT stream_id FROM appended;
 
 -- name: remove_marks
--- Inactive writers (§6.4 step 4): each only if its mark is still the one read.
+-- Inactive writers are removed, each only if its mark is still the one read.
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::int[], $6::bigint[])
         AS i(stream_id, writer, version, service, bucket, generation)
@@ -166,7 +166,7 @@ WHERE s.scope = $1 AND s.name = $2
 ORDER BY w.seq DESC;
 
 -- name: txn_commit_times
--- Writer id and commit time recorded on the batch's transactions (reference §6.3), read
+-- Writer id and commit time recorded on the batch's transactions (commit with a writer id), read
 -- before the batch completes (completion deletes the active records).
 SELECT t.writer_id, t.commit_time
 FROM streams s

@@ -1,5 +1,5 @@
 -- Transactions: the active ones (OPEN, COMMITTING, ABORTING) and the completed ones the controller
--- still keeps (reference §3.11: one to two TTL periods), one row per transaction.
+-- still keeps (one to two TTL periods, `--txn-ttl-hours`), one row per transaction.
 
 -- A completed record carries only its outcome and time: the rest comes from the details kept
 -- when its active record was deleted (completed_txn_details, migration 0011), absent for

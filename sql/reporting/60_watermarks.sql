@@ -1,4 +1,4 @@
--- Watermarks (reference §6): the writers' last reports and the watermarks emitted from them.
+-- Watermarks: the writers' last reports and the watermarks emitted from them.
 
 CREATE VIEW reporting.writer_marks AS
 SELECT s.id AS stream_id,

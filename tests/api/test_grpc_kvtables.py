@@ -1,4 +1,4 @@
-"""The key-value table RPCs over real gRPC (reference §9): every status of create, delete,
+"""The key-value table RPCs over real gRPC: every status of create, delete,
 configuration and listing, segments of a table, and the gRPC errors for bad input.
 
 The table handlers are not wired into the controller's own runner here, so the fixture runs a

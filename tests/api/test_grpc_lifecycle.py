@@ -329,7 +329,7 @@ async def test_update_policy_and_segment_count(stub: ControllerServiceStub, serv
 async def test_update_to_49_segments_is_refused_up_front(
     stub: ControllerServiceStub, services: Services
 ) -> None:
-    """Reference §2.2: the n=49 ranges end at 0.9999999999999999 and fail the exact union check
+    """Uniform creation: the n=49 ranges end at 0.9999999999999999 and fail the exact union check
     against [0, 1.0), so Pravega's update can never finish its scale. We refuse it with FAILURE
     before writing anything instead of leaving the stream stuck in UPDATING."""
     await stream_with(stub, 2)
@@ -359,7 +359,7 @@ async def test_seal_then_delete(stub: ControllerServiceStub, services: Services)
     assert not (await stub.checkStreamExists(S)).exists
     assert not (await stub.checkStreamExists(pb.StreamInfo(scope="sc", stream="_MARKs"))).exists
     assert await services.pool.fetchval("SELECT count(*) FROM embedded_segments") == 0
-    # Re-created, it numbers its segments after the deleted ones (reference §2.2).
+    # Re-created, it numbers its segments after the deleted ones (their last number + 1).
     assert (await stub.createStream(config("sc", "s", 2))).status == pb.CreateStreamStatus.SUCCESS
     assert [r[0] for r in await current(stub)] == [seg(2), seg(3)]
     assert (await stub.sealStream(pb.StreamInfo(scope="sc", stream="nosuch"))).status == (

@@ -1,7 +1,7 @@
 """createReaderGroup, getReaderGroupConfig, updateReaderGroup and deleteReaderGroup over a
 real gRPC server, with the reader-group request handlers running behind a real dispatcher:
-every status of reference §10, the decoding errors, generation conflicts between updates,
-and the subscriber generation an update leaves behind (§4.5)."""
+every status Pravega answers, the decoding errors, generation conflicts between updates,
+and the subscriber generation an update leaves behind (consumption-based retention)."""
 
 from __future__ import annotations
 

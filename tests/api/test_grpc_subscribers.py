@@ -1,5 +1,5 @@
 """listSubscribers and updateSubscriberStreamCut over a real gRPC server: every status of the
-reference (§4.5) in the order the checks are made, using updateSubscriberStreamCutTest's cuts."""
+Pravega's controller, in the order it checks them, using updateSubscriberStreamCutTest's cuts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transactions over real gRPC (reference §3): create, ping, checkTransactionState, commit,
+"""Transactions over real gRPC: create, ping, checkTransactionState, commit,
 abort and listCompletedTransactions, with every status Pravega answers. `stub` runs the
 commit, abort and timeout workers; `idle` runs none, so COMMITTING and ABORTING stay put."""
 
@@ -381,7 +381,7 @@ async def test_commit_and_abort_of_unknown_ids_fail(stub: ControllerServiceStub)
 async def test_txns_of_an_older_epoch_commit_after_a_scale(
     stub: ControllerServiceStub, services: Services
 ) -> None:
-    """§3.6 observable: a txn of epoch 0 committed after a scale to epoch 1 rolls over; the
+    """A rolling transaction, observed: a txn of epoch 0 committed after a scale to epoch 1 rolls over; the
     active epoch becomes 3 with epoch 1's numbers, and a later txn commits in place."""
     await stream_with(stub, 2)
     old = await create(stub)

@@ -1,4 +1,4 @@
-"""noteTimestampFromWriter and removeWriter over real gRPC (reference §6.1, §6.2): every status
+"""noteTimestampFromWriter and removeWriter over real gRPC: every status
 the proto offers that Pravega answers, and the gRPC errors where Pravega raises one."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Transactions through the real Pravega Python client against a served pgcontroller.
 
 `create_transaction_writer`, `begin_txn`, `is_open`, `commit` and `abort`, with no events
-written (reference §2 "Transactions"), then the resulting state read back over gRPC.
+written (the calls the client makes of a controller), then the resulting state read back over gRPC.
 
 There is no segment store behind the served instance: `getURI` points at a port that is
 bound but not listening, so every connection is refused and the client's background

@@ -329,7 +329,7 @@ def sealed_ids(h: History) -> set[int]:
 async def test_streams(history: History) -> None:
     h = history
     rows = {r["stream"]: r for r in await view(h, "SELECT * FROM streams WHERE scope = $1", SC)}
-    # Every stream has its internal mark stream (reference §2.2).
+    # Every stream has its internal mark stream (_MARK<stream>).
     assert {name: row["internal"] for name, row in rows.items()} == {
         MAIN: False,
         OTHER: False,
@@ -375,7 +375,7 @@ async def test_streams(history: History) -> None:
     assert (other["retention_type"], other["retention_min"], other["tags"]) == (None, None, [])
     assert (other["current_epoch"], other["segments_created"], other["segments_sealed"]) == (1, 2, 1)
     assert (other["sealed_bytes"], other["truncated_bytes"]) == (0, 0)
-    # Never truncated: the head is epoch 0's segments at offset 0 (getSegments, reference §2.8).
+    # Never truncated: the head is epoch 0's segments at offset 0 (as getSegments answers).
     assert other["head_stream_cut"] == {"0": 0}
     assert (other["last_retention_cut_time"], other["last_retention_cut_size_bytes"]) == (None, None)
 

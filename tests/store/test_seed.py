@@ -302,7 +302,7 @@ def check_epochs(s: Loaded) -> None:
         )
         assert sorted_record(change.record) == record
         assert sorted(change.sealed) == sealed and list(change.created) == created  # as add_epoch stores them
-        assert min(number_of(c) for c in created) == highest + 1  # numbers only grow (§2.3)
+        assert min(number_of(c) for c in created) == highest + 1  # numbers only grow (max + 1)
         highest = max(number_of(c) for c in created)
         if len(sealed) == 1:  # a split cuts as an UP event does
             parent = next(seg for seg in previous.segments if seg.id == sealed[0])
@@ -335,7 +335,7 @@ def check_segments_and_sizes(s: Loaded) -> None:
 def check_retention(s: Loaded) -> None:
     """Recorded cuts are valid tail cuts, in time order, each at or after the one before and
     after the truncation point, with sizes as the domain measures them; the truncation point is
-    the cut one cycle before the oldest record kept (§4.3). The truncation record itself is
+    the cut one cycle before the oldest record kept. The truncation record itself is
     checked against the history (check_truncation_history)."""
     window = EpochWindow.of(s.records)
     ordering = CutOrdering(window)
@@ -408,7 +408,7 @@ def check_truncation_history(s: Loaded, end: int) -> None:
 
 
 def check_transactions(s: Loaded, end: int) -> int:
-    """Ids per §3.1 on reference epochs; a commit lands in place while its epoch is the active
+    """Ids carry the reference epoch (high bits); a commit lands in place while its epoch is the active
     reference, or is the roll that copied its epoch; open ones are within their lease rules;
     every completed one has the details its completion keeps (check_txn_details).
     Returns how many commits rolled."""

@@ -216,7 +216,7 @@ def test_transaction_segment_name_uses_twos_complement() -> None:
 
 async def test_transaction_segment_is_named_after_a_parent_that_need_not_exist(adapter: Adapter) -> None:
     # A transaction created on epoch 1 is named after seg(0, 1) even when segment 0 was
-    # created in epoch 0 and no "0.#epoch.1" segment exists (reference §3.2).
+    # created in epoch 0 and no "0.#epoch.1" segment exists (as Pravega names txn segments).
     generalised = "scope/stream/0.#epoch.1"
     await adapter.store.create_transaction_segment(generalised, *TXN, 0)
     name = txn_name(generalised, TXN)

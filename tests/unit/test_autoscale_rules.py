@@ -1,5 +1,5 @@
-"""Auto-scaling rules: the controller's AutoScaleTask decisions (§5.3) against Pravega's
-testScaleRequest and testScaleRequestWithMinimumSegment, and the segment-store side (§5.2):
+"""Auto-scaling rules: the controller's AutoScaleTask decisions against Pravega's
+testScaleRequest and testScaleRequestWithMinimumSegment, and the segment-store side:
 traffic averages, when a report is due, cooldown and mute."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""balance(): Pravega's UniformContainerBalancer as used for containers (§11) and buckets (§7).
+"""balance(): Pravega's UniformContainerBalancer as used for segment containers and buckets.
 
 First map and single member -> uniform {i, i+n, ...}; departed members' keys to the least
 loaded; spread at most one with the fewest moves; the same answer whatever the input order.

@@ -1,4 +1,4 @@
-"""The pure reader-group rules (reference §10): what a configuration must satisfy (Pravega's
+"""The pure reader-group rules: what a configuration must satisfy (Pravega's
 ReaderGroupConfig builder), the names derived from a group, and which streams an update
 unsubscribes."""
 

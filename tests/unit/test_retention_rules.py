@@ -1,4 +1,4 @@
-"""Retention rules checked against the worked examples of the reference (§4.3, §4.5) and the
+"""Retention rules checked against worked examples of Pravega's retention and the
 Java tests they come from (StreamMetadataTasksTest): recording, the truncation-point choice for
 TIME and SIZE with and without subscribers, purge selection and the subscribers' lower bound."""
 

@@ -1,4 +1,4 @@
-"""The stream state machine, checked against the whole table of reference §1: every pair of
+"""The stream state machine, checked against Pravega's whole transition table: every pair of
 states is either an allowed transition (listed there, or a self-transition) or refused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stream-cut rules checked against the examples of the behaviour reference (§2.8-§2.12, §4.1)."""
+"""Stream-cut rules checked against examples from Pravega's controller and its tests."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_epoch_ranges_to_fetch() -> None:
     assert truncation_epoch_range(previous, {seg(2, 1): 1, seg(8, 4): 1}) == (0, 4)
 
 
-# --- §2.8 successors -------------------------------------------------------------------------------
+# --- successors ------------------------------------------------------------------------------------
 
 
 def _predecessor_history() -> History:
@@ -166,7 +166,7 @@ def test_successors_need_adjacent_epochs_holding_the_segment() -> None:
         successors_with_predecessors(3, history.epochs[2], history.epochs[1])
 
 
-# --- §2.9 validity ---------------------------------------------------------------------------------
+# --- validity --------------------------------------------------------------------------------------
 
 
 def _split_then_more() -> History:
@@ -256,7 +256,7 @@ def test_key_space_ending_below_one_is_still_covered() -> None:
     assert not is_stream_cut_valid({s.id: 0 for s in history.epochs[0].segments[:-1]}, window)
 
 
-# --- §2.10 span and ordering -----------------------------------------------------------------------
+# --- span and ordering -----------------------------------------------------------------------------
 
 
 def _truncation_history() -> History:
@@ -340,7 +340,7 @@ def test_equal_or_after() -> None:
     assert cut_equal_or_after(CUT1, span1, {}, {})
 
 
-# --- §2.11 segments between ------------------------------------------------------------------------
+# --- segments between ------------------------------------------------------------------------------
 
 S2, S3, S4, S5, S6 = seg(2, 1), seg(3, 1), seg(4, 2), seg(5, 3), seg(6, 3)
 C01 = {0: 0, 1: 0}
@@ -442,7 +442,7 @@ def test_segments_between_after_full_rescales() -> None:
             between(bad_from, bad_to)
 
 
-# --- §2.12 size ------------------------------------------------------------------------------------
+# --- size between cuts -----------------------------------------------------------------------------
 
 
 def test_size_till_cut_on_epoch_zero() -> None:
@@ -470,7 +470,7 @@ def test_size_between_cases() -> None:
     assert size_between({}, {}, segments, {0: 7, 1: 3, seg(2, 1): -1, seg(3, 1): 11}) == 21
 
 
-# --- §4.1 truncation -------------------------------------------------------------------------------
+# --- truncation ------------------------------------------------------------------------------------
 
 SEALED = {0: 100, 1: 100, seg(2, 1): 100, seg(3, 1): 100}
 

@@ -1,4 +1,4 @@
-"""Watermark rules against the behaviour reference (§6) and Pravega's WatermarkWorkflowTest:
+"""Watermark rules against Pravega's controller and its WatermarkWorkflowTest:
 the noteTimestamp table, who takes part in a round, and the stream-cut upper bound."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def compute(
     return plain(complete_cut(draft, tuple(epoch.values())))
 
 
-# --- §6.1 noteTimestamp ---------------------------------------------------------------------------
+# --- noteTimestamp --------------------------------------------------------------------------------
 
 
 def test_first_mark_is_accepted_whatever_it_says() -> None:
@@ -99,7 +99,7 @@ def test_latest_commit_time_per_writer() -> None:
     assert latest_commit_times(commits) == {"a": 9, "b": 1}
 
 
-# --- §6.4 steps 2-7: who takes part -----------------------------------------------------------
+# --- who takes part ---------------------------------------------------------------------------
 
 
 def mark(writer: str, time: int, *, alive: bool = True, since: int | None = None) -> TrackedMark:
@@ -168,7 +168,7 @@ def test_time_not_past_the_previous_lower_bound_emits_nothing() -> None:
     assert not plan_round([mark("a", NO_TIME)], None, 0, 0).emit
 
 
-# --- §6.4 step 8: the stream-cut upper bound ----------------------------------------------------
+# --- the stream-cut upper bound -----------------------------------------------------------------
 
 
 def test_testWatermarkingWorkflow_example() -> None:

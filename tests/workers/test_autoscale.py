@@ -137,7 +137,7 @@ async def sealed(h: Harness, segment: int) -> bool:
     return (await h.s.segment_store.get_segment_info(qualified_segment_name(SC, ST, segment))).sealed
 
 
-# --- the controller's AutoScaleTask (§5.3), Pravega's testScaleRequest -------------------------
+# --- the controller's AutoScaleTask, Pravega's testScaleRequest --------------------------------
 
 
 async def test_hot_report_splits_then_two_cold_neighbours_merge(h: Harness) -> None:

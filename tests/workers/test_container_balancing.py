@@ -1,4 +1,4 @@
-"""ContainerMapService and the leader's ContainerBalancerDuty over a real database (§11).
+"""ContainerMapService and the leader's ContainerBalancerDuty over a real database.
 
 The rebalance waits until the host set has been stable for the delay (a fake clock drives
 it), keeps the map while the host set is unchanged, builds the first map uniformly, and on

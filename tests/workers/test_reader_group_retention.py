@@ -1,4 +1,4 @@
-"""Reader groups and consumption-based retention (reference §4.5, §10): a group with retention
+"""Reader groups and consumption-based retention: a group with retention
 (MANUAL or AUTOMATIC) subscribes its streams when created; the cut it reports bounds where the
 retention worker truncates; once the group opts out (an update to NONE) or is deleted, its
 subscription is gone and retention is bounded by the policy alone.

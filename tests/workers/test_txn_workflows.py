@@ -463,7 +463,7 @@ async def test_a_stale_sweep_does_not_abort_a_pinged_transaction(s: Services) ->
     s.clock.now_ms = lambda: lookup.active.value.lease_expiry + 100  # type: ignore[method-assign, union-attr]
     (expired,) = await s.txn_store.expired(ALL_BUCKETS, s.clock.now_ms(), 10)
     assert await s.transactions.ping(SC, ST, txn, 5_000) is PingStatus.OK
-    # The sweep's abort presents the version it read: the ping's newer lease wins (§3.9).
+    # The sweep's abort presents the version it read: the ping's newer lease wins.
     from app.domain.errors import WriteConflict
     from app.domain.requests import NewRequest, RequestKind
 

@@ -1,4 +1,4 @@
-"""The periodic watermark job (reference §6.4) and the marks committed transactions leave (§6.3),
+"""The periodic watermark job and the marks committed transactions leave,
 over the real services and database, one pass at a time (`run_once`) on a clock the test moves.
 
 Writers join, advance, wait and leave as in Pravega's WatermarkWorkflowTest; ownership is
@@ -125,7 +125,7 @@ async def scale(w: World, sealed: Sequence[int], ranges: Sequence[tuple[float, f
     await run_pending(w.s, Processor.REQUESTS)
 
 
-# --- §6.4: writers join, advance and leave ---------------------------------------------------------
+# --- the periodic job: writers join, advance and leave ---------------------------------------------
 
 
 async def test_watermarking_workflow(w: World) -> None:
@@ -408,7 +408,7 @@ async def test_run_survives_a_failed_pass_and_keeps_its_period(w: World) -> None
             await task
 
 
-# --- §6.3: marks from committed transactions ----------------------------------------------------
+# --- marks from committed transactions ----------------------------------------------------------
 
 
 async def test_committed_transactions_note_their_writers_marks(w: World) -> None:

@@ -1,4 +1,4 @@
-"""Abort processing (Pravega's AbortRequestHandler, reference §3.7): drop the transaction's
+"""Abort processing (Pravega's AbortRequestHandler): drop the transaction's
 segments, then record ABORTED and remove the active record in one statement. Aborts have
 no ordering constraints and run concurrently, even within one stream."""
 

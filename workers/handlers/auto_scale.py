@@ -1,5 +1,5 @@
 """AUTO_SCALE requests: Pravega's AutoScaleTask and its ScaleOperationTask(manual=false) in one,
-run by the stream's serial request processor (reference §5.3, §2.4).
+run by the stream's serial request processor.
 
 One attempt: settle any epoch transition already pending (ours from before a crash, or a manual
 scale whose request is queued behind this one: it runs first, as Java's postponed event would

@@ -1,4 +1,4 @@
-"""Commit processing (Pravega's CommitRequestHandler, reference §3.5) on the serial commit
+"""Commit processing (Pravega's CommitRequestHandler) on the serial commit
 processor: one stream's batches run one at a time, lowest epoch first, up to 100
 transactions in commit-request order, each batch completed in one metadata transaction.
 
@@ -47,7 +47,7 @@ class CommitTxnsHandler:
         self._fence_for = fence_for
         self._queue = queue
         self._batch_size = batch_size
-        # Reference §6.3: writers' marks from the transactions a batch commits (None: not noted).
+        # Writers' marks (latest commit time per writer) of the transactions a batch commits (None: off).
         self._writer_marks = writer_marks
 
     async def _ack_covered(self, request: Request, covered: list[int]) -> None:

@@ -227,7 +227,7 @@ async def _delete_state_stream(deps: WorkflowDeps, scope: str, name: str) -> Non
         await delete_stream_and_segments(deps, scope, name, 0)
 
 
-# --- subscriptions (reference §4.5) -----------------------------------------------------------
+# --- subscriptions (consumption-based retention) ----------------------------------------------
 
 
 async def _subscribe(

@@ -1,4 +1,4 @@
-"""A rolling transaction (reference §3.6): commits a batch whose epoch E is older than the
+"""A rolling transaction (as Pravega rolls one): commits a batch whose epoch E is older than the
 active epoch A by writing two duplicate epochs, A+1 (E's segments, holding the commits) and
 A+2 (A's segments, the new active epoch).
 

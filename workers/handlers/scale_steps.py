@@ -1,4 +1,5 @@
-"""Runs a stream's pending epoch transition to its end (§2.4 steps 3-8).
+"""Runs a stream's pending epoch transition to its end (ScaleOperationTask from "startScale" to
+emptying the transition record: new segments, new epoch, seal, sizes, epoch pointer).
 
 Used by the scale handler and by updates that change the segment count. Crash-safe: each
 step checks what is done already, so a restart after any step completes the same scale

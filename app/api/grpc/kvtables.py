@@ -1,4 +1,4 @@
-"""The key-value table RPCs of ControllerService (reference §9), served as an extension.
+"""The key-value table RPCs of ControllerService, served as an extension.
 
 Outcomes Pravega reports as status enums come back as enums; a bad configuration is an
 InvalidInput, which the service's error mapping turns into INVALID_ARGUMENT, as for streams.

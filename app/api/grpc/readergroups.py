@@ -1,7 +1,7 @@
-"""gRPC RPCs of reader groups (reference §10): createReaderGroup, getReaderGroupConfig,
+"""gRPC RPCs of reader groups: createReaderGroup, getReaderGroupConfig,
 updateReaderGroup and deleteReaderGroup, served through ControllerService's `extensions`.
 
-Every outcome of §10 is a status enum of the contract. A configuration that cannot be decoded
+Every outcome Pravega names is a status enum of the contract. A configuration that cannot be decoded
 (a malformed id, no starting stream cut, maxOutstandingCheckpointRequest <= 0, an unknown
 retention type, a stream named twice) is refused before any work as InvalidInput, which the
 service maps to INVALID_ARGUMENT (Java throws while decoding: INTERNAL; see errors.py).

@@ -1,7 +1,7 @@
-"""gRPC RPCs of consumption-based retention (reference §4.5): listSubscribers and
+"""gRPC RPCs of consumption-based retention: listSubscribers and
 updateSubscriberStreamCut, served through ControllerService's `extensions`.
 
-Every outcome of §4.5 is a status enum of the contract; only empty names and store outages
+Every outcome Pravega names is a status enum of the contract; only empty names and store outages
 surface as gRPC errors (mapped in one place by the service's error handling).
 """
 

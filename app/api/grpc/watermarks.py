@@ -1,4 +1,4 @@
-"""The watermark RPCs of the controller contract (reference §6.1, §6.2), served through
+"""The watermark RPCs of the controller contract, served through
 ControllerService's extensions: noteTimestampFromWriter and removeWriter.
 
 Outcomes are the proto's status enums; a missing stream on noteTimestamp is gRPC NOT_FOUND and
