@@ -44,6 +44,11 @@ _BY_CLASS: dict[type, ErrorRow] = {row.error: row for row in ERROR_TABLE}
 UNMAPPED = _BY_CLASS[errors.DomainError]
 
 
+def message_for(exc: errors.DomainError) -> str:
+    """The text both surfaces send; domain messages are written to be shown to a caller."""
+    return str(exc) or type(exc).__name__
+
+
 def row_for(exc: errors.DomainError) -> ErrorRow:
     """The row of the nearest class in the exception's MRO: a subclass answers as its parent."""
     for cls in type(exc).__mro__:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from grpclib.exceptions import GRPCError
 
-from app.api.errors import row_for
+from app.api.errors import message_for, row_for
 from app.domain.errors import DomainError
 
 
 def grpc_error_for(exc: DomainError) -> GRPCError:
-    return GRPCError(row_for(exc).grpc, str(exc))
+    return GRPCError(row_for(exc).grpc, message_for(exc))

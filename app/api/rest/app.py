@@ -10,7 +10,7 @@ from importlib import resources
 
 from aiohttp import hdrs, web
 
-from app.api.errors import UNMAPPED, row_for
+from app.api.errors import UNMAPPED, message_for, row_for
 from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
@@ -43,7 +43,7 @@ def _domain_error(request: web.Request, exc: DomainError) -> web.Response:
     elif row.http >= 500:
         log.warning("%s %s: %s", request.method, request.path, exc)
     headers = {hdrs.RETRY_AFTER: _RETRY_AFTER_S} if row.retryable else None
-    return error_response(row.http, str(exc) or type(exc).__name__, headers=headers)
+    return error_response(row.http, message_for(exc), headers=headers)
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
