@@ -42,7 +42,7 @@ def _domain_error(request: web.Request, exc: DomainError) -> web.Response:
         log.error("%s %s: unmapped domain error", request.method, request.path, exc_info=exc)
     elif row.http >= 500:
         log.warning("%s %s: %s", request.method, request.path, exc)
-    headers = {hdrs.RETRY_AFTER: _RETRY_AFTER_S} if row.retryable else None
+    headers: dict[str, str] | None = {hdrs.RETRY_AFTER: _RETRY_AFTER_S} if row.retryable else None
     return error_response(row.http, message_for(exc), headers=headers)
 
 
