@@ -165,7 +165,7 @@ class KvtService:
             return True
 
     async def current_segments(self, scope: str, name: str) -> list[SegmentRecord]:
-        """In key order. NotFound when missing; IllegalState (gRPC INTERNAL) while CREATING."""
+        """In key order. NotFound when missing; IllegalState while CREATING."""
         require_present("scope", scope)
         require_present("key-value table", name)
         record = (await self._kvts.get_kvt(scope, name)).value

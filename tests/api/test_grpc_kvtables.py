@@ -295,13 +295,13 @@ async def test_segments_of_a_missing_table_are_not_found(api: Api) -> None:
     assert raised.value.status == Status.NOT_FOUND
 
 
-async def test_segments_of_a_table_still_creating_are_internal(api: Api) -> None:
+async def test_segments_of_a_table_still_creating_are_failed_precondition(api: Api) -> None:
     api.hold_workers()
     call = asyncio.create_task(create(api, config()))
     await wait_for_row(api, "t")
     with pytest.raises(GRPCError) as raised:
         await api.stub.getCurrentSegmentsKeyValueTable(info())
-    assert raised.value.status == Status.INTERNAL
+    assert raised.value.status == Status.FAILED_PRECONDITION
     # Its configuration is known already.
     assert (
         await api.stub.getKeyValueTableConfiguration(info())

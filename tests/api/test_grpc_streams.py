@@ -269,7 +269,7 @@ async def test_epoch_segments_head_and_validity(stub: ControllerServiceStub) -> 
     assert not (await stub.isSegmentValid(pb.SegmentId(streamInfo=info, segmentId=segment_id(2, 1)))).response
 
 
-async def test_stream_in_creating_is_an_internal_error_for_segment_reads(
+async def test_stream_in_creating_is_a_failed_precondition_for_segment_reads(
     stub: ControllerServiceStub, services: Services
 ) -> None:
     await make_scope(stub)
@@ -277,7 +277,7 @@ async def test_stream_in_creating_is_an_internal_error_for_segment_reads(
     assert (await stub.checkStreamExists(pb.StreamInfo(scope="sc", stream="half"))).exists
     with pytest.raises(GRPCError) as raised:
         await stub.getCurrentSegments(pb.StreamInfo(scope="sc", stream="half"))
-    assert raised.value.status == Status.INTERNAL
+    assert raised.value.status == Status.FAILED_PRECONDITION
 
 
 async def test_create_completes_a_stream_left_in_creating(

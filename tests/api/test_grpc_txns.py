@@ -199,11 +199,13 @@ async def test_create_on_a_missing_stream_or_scope_is_not_found(stub: Controller
     )
 
 
-async def test_create_on_a_sealed_stream_is_internal(stub: ControllerServiceStub, services: Services) -> None:
+async def test_create_on_a_sealed_stream_is_failed_precondition(
+    stub: ControllerServiceStub, services: Services
+) -> None:
     await stream_with(stub, 2)
     assert (await stub.sealStream(S)).status == pb.UpdateStreamStatus.SUCCESS
     assert await grpc_error(stub.createTransaction(pb.CreateTxnRequest(streamInfo=S, lease=LEASE))) == (
-        Status.INTERNAL
+        Status.FAILED_PRECONDITION
     )
     assert await txn_segment_count(services) == 0
 

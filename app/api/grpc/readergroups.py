@@ -4,7 +4,7 @@ updateReaderGroup and deleteReaderGroup, served through ControllerService's `ext
 Every outcome Pravega names is a status enum of the contract. A configuration that cannot be decoded
 (a malformed id, no starting stream cut, maxOutstandingCheckpointRequest <= 0, an unknown
 retention type, a stream named twice) is refused before any work as InvalidInput, which the
-service maps to INVALID_ARGUMENT (Java throws while decoding: INTERNAL; see errors.py).
+error table maps to INVALID_ARGUMENT (Java throws while decoding: INTERNAL; see docs/errors.md).
 """
 
 from __future__ import annotations

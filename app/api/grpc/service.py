@@ -3,7 +3,8 @@
 Handlers are the `rpc_<method>` coroutines below, taking a request message and returning a
 response message. The method table is built from the proto descriptor, so every RPC of the
 contract is served: those not implemented yet answer UNIMPLEMENTED, never a fake success.
-Domain errors that Pravega reports as gRPC errors (not status enums) are mapped in one place.
+A failure the contract has no status enum for is a domain error, answered with the gRPC status
+of its row in the error table shared with REST (app/api/errors.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from app.api.grpc.convert import (
 )
 from app.api.grpc.errors import grpc_error_for
 from app.api.grpc.proto import controller_pb2 as pb
-from app.domain.errors import DomainError, NotFound
+from app.domain.errors import DomainError, InvalidInput, NotFound
 from app.domain.names import is_valid_scope_or_stream_name, require_present
 from app.ports import ClusterView
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
@@ -168,7 +169,7 @@ class ControllerService:
     async def rpc_createStream(self, request: pb.StreamConfig) -> pb.CreateStreamStatus:
         info = request.streamInfo
         if not info.stream:
-            raise GRPCError(Status.INVALID_ARGUMENT, "stream name must not be empty")
+            raise InvalidInput("stream name must not be empty")
         if not is_valid_scope_or_stream_name(info.stream):
             # The name check comes before any other, as in Java: INVALID_STREAM_NAME wins.
             return pb.CreateStreamStatus(status=pb.CreateStreamStatus.INVALID_STREAM_NAME)

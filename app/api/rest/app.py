@@ -1,5 +1,6 @@
 """The operators' REST application (Pravega's /v1 paths): the factory, its route table and the
-one middleware that turns every failure, expected or not, into a JSON `Error` body."""
+one middleware that turns every failure, expected or not, into a JSON `Error` body; a domain
+error answers the HTTP status of its row in the error table shared with gRPC (app/api/errors.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,14 @@ from importlib import resources
 
 from aiohttp import hdrs, web
 
+from app.api.errors import UNMAPPED, message_for, row_for
 from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
 from app.api.rest import transactions as txn_routes
 from app.api.rest.http import error_response
 from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS, TRANSACTIONS
-from app.domain.errors import (
-    AlreadyExists,
-    DomainError,
-    IllegalState,
-    InvalidInput,
-    NotEmpty,
-    NotFound,
-    OperationNotAllowed,
-    StoreUnavailable,
-    Timeout,
-    WriteConflict,
-)
+from app.domain.errors import DomainError
 from app.services.health import HealthService
 from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
@@ -37,33 +28,22 @@ log = logging.getLogger(__name__)
 
 OPENAPI_PATH = "/v1/openapi.json"
 
-# Pravega's resource answers 409 for "exists" and 412 for "scope not empty"; the rest of the
-# closed set has no Pravega precedent (Java answers 500 for all of it), so:
-# - WriteConflict, IllegalState, OperationNotAllowed are 409: the request clashes with the
-#   record's current state and may succeed later. Not 403, which would send an operator
-#   looking at credentials, and not 412, which Pravega keeps for its two named preconditions.
-# - StoreUnavailable is 503 with Retry-After: PostgreSQL is unreachable, retrying is safe.
-_DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
-    (NotFound, 404),
-    (AlreadyExists, 409),
-    (NotEmpty, 412),
-    (InvalidInput, 400),
-    (WriteConflict, 409),
-    (IllegalState, 409),
-    (OperationNotAllowed, 409),
-    (StoreUnavailable, 503),
-    (Timeout, 504),
-)
+# Every retryable row answers with this Retry-After (seconds): the REST way of saying what the
+# row's gRPC code says to Pravega's clients.
 _RETRY_AFTER_S = "1"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def status_for(exc: DomainError) -> int:
-    for kind, status in _DOMAIN_STATUS:
-        if isinstance(exc, kind):
-            return status
-    return 500
+def _domain_error(request: web.Request, exc: DomainError) -> web.Response:
+    """The answer of the exception's row in the error table (app/api/errors.py)."""
+    row = row_for(exc)
+    if row is UNMAPPED:
+        log.error("%s %s: unmapped domain error", request.method, request.path, exc_info=exc)
+    elif row.http >= 500:
+        log.warning("%s %s: %s", request.method, request.path, exc)
+    headers: dict[str, str] | None = {hdrs.RETRY_AFTER: _RETRY_AFTER_S} if row.retryable else None
+    return error_response(row.http, message_for(exc), headers=headers)
 
 
 def _http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
@@ -91,13 +71,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             raise
         return _http_error(request, exc)
     except DomainError as exc:
-        status = status_for(exc)
-        if status == 503:
-            log.warning("%s %s: %s", request.method, request.path, exc)
-            return error_response(503, str(exc), headers={hdrs.RETRY_AFTER: _RETRY_AFTER_S})
-        if status >= 500:
-            log.error("%s %s: unmapped domain error", request.method, request.path, exc_info=exc)
-        return error_response(status, str(exc) or type(exc).__name__)
+        return _domain_error(request, exc)
     except Exception:
         # The message stays generic: an unexpected error's text may carry internals.
         log.exception("%s %s failed", request.method, request.path)

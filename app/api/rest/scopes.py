@@ -1,13 +1,16 @@
 """REST handlers for /v1/scopes: list, create, get and (non-recursive) delete, answering with
-the status codes of Pravega's StreamMetadataResourceImpl."""
+the status codes of Pravega's StreamMetadataResourceImpl. An outcome that is a domain error
+(exists, not found, invalid name, not empty) is raised as one, so the error table decides its
+status."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from app.api.rest.http import collect_names, error_response, read_json_object
+from app.api.rest.http import collect_names, read_json_object
 from app.api.rest.keys import SCOPES
 from app.api.rest.models import scope_name_from_json
+from app.domain.errors import AlreadyExists, InvalidInput, NotEmpty, NotFound
 from app.services.scopes import ScopeOutcome
 
 
@@ -23,16 +26,16 @@ async def create_scope(request: web.Request) -> web.Response:
     if outcome == ScopeOutcome.SUCCESS:
         return web.json_response({"scopeName": name}, status=201)
     if outcome == ScopeOutcome.EXISTS:
-        return error_response(409, f"scope {name!r} already exists")
+        raise AlreadyExists(f"scope {name!r} already exists")
     if outcome == ScopeOutcome.INVALID_NAME:
-        return error_response(400, f"invalid scope name {name!r}")
+        raise InvalidInput(f"invalid scope name {name!r}")
     raise RuntimeError(f"create_scope answered {outcome}")
 
 
 async def get_scope(request: web.Request) -> web.Response:
     name = request.match_info["scopeName"]
     if not await request.app[SCOPES].scope_exists(name):
-        return error_response(404, f"scope {name!r} not found")
+        raise NotFound(f"scope {name!r} not found")
     return web.json_response({"scopeName": name})
 
 
@@ -42,9 +45,9 @@ async def delete_scope(request: web.Request) -> web.Response:
     if outcome == ScopeOutcome.SUCCESS:
         return web.Response(status=204)
     if outcome == ScopeOutcome.NOT_FOUND:
-        return error_response(404, f"scope {name!r} not found")
+        raise NotFound(f"scope {name!r} not found")
     if outcome == ScopeOutcome.NOT_EMPTY:
-        return error_response(412, f"scope {name!r} still holds streams; delete them first")
+        raise NotEmpty(f"scope {name!r} still holds streams; delete them first")
     raise RuntimeError(f"delete_scope answered {outcome}")
 
 

@@ -108,7 +108,7 @@ def _query_int(request: web.Request, name: str, maximum: int) -> int | None:
     if raw is None:
         return None
     if not _DIGITS.fullmatch(raw) or int(raw) > maximum:
-        raise web.HTTPBadRequest(text=f"{name} must be an integer within 0..{maximum}, got {raw!r}")
+        raise InvalidInput(f"{name} must be an integer within 0..{maximum}, got {raw!r}")
     return int(raw)
 
 

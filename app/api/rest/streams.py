@@ -1,6 +1,7 @@
 """REST handlers for streams in a scope: list (with Pravega's filter_type/filter_value filters),
 create, get, update, seal, delete and scaling events, with the status codes Pravega's resource
-answers for each outcome."""
+answers for each outcome. An outcome that is a domain error (exists, not found, invalid name) is
+raised as one, so the error table decides its status; the others are Pravega's own answers."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from app.api.rest.models import (
     stream_property,
     stream_state_from_json,
 )
-from app.domain.errors import NotFound
+from app.domain.errors import AlreadyExists, InvalidInput, NotFound
 from app.domain.names import is_internal_stream
 from app.services.deletion import DeleteStreamOutcome
 from app.services.stream_updates import UpdateOutcome
@@ -67,11 +68,11 @@ async def create_stream(request: web.Request) -> web.Response:
     if outcome == CreateStreamOutcome.SUCCESS:
         return web.json_response(stream_property(scope, name, config), status=201)
     if outcome == CreateStreamOutcome.EXISTS:
-        return error_response(409, f"stream {scope}/{name} already exists")
+        raise AlreadyExists(f"stream {scope}/{name} already exists")
     if outcome == CreateStreamOutcome.SCOPE_NOT_FOUND:
-        return error_response(404, f"scope {scope!r} not found")
+        raise NotFound(f"scope {scope!r} not found")
     if outcome == CreateStreamOutcome.INVALID_NAME:
-        return error_response(400, f"invalid stream name {name!r}")
+        raise InvalidInput(f"invalid stream name {name!r}")
     raise RuntimeError(f"create_stream answered {outcome}")
 
 
@@ -93,7 +94,7 @@ async def get_stream(request: web.Request) -> web.Response:
 
 def _not_updated(outcome: UpdateOutcome, scope: str, name: str, action: str) -> web.Response:
     if outcome == UpdateOutcome.STREAM_NOT_FOUND:
-        return error_response(404, f"stream {scope}/{name} not found")
+        raise NotFound(f"stream {scope}/{name} not found")
     if outcome == UpdateOutcome.STREAM_SEALED:
         return _failed(f"{action} of stream {scope}/{name} failed: the stream is sealed")
     return _failed(f"{action} of stream {scope}/{name} failed: the stream is busy (another update?); retry")
@@ -123,8 +124,9 @@ async def delete_stream(request: web.Request) -> web.Response:
     if outcome == DeleteStreamOutcome.SUCCESS:
         return web.Response(status=204)
     if outcome == DeleteStreamOutcome.STREAM_NOT_FOUND:
-        return error_response(404, f"stream {scope}/{name} not found")
+        raise NotFound(f"stream {scope}/{name} not found")
     if outcome == DeleteStreamOutcome.STREAM_NOT_SEALED:
+        # Pravega's named precondition for this outcome; no domain error stands for it.
         return error_response(412, f"stream {scope}/{name} is not sealed; seal it before deleting it")
     return _failed(f"deletion of stream {scope}/{name} failed")
 

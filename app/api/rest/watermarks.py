@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app.domain.errors import InvalidInput
 from app.ports import StoredWatermark
 from app.services.watermarks import LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT, WatermarkService
 
@@ -36,7 +37,7 @@ def _limit(request: web.Request) -> int:
     if raw is None:
         return LIST_DEFAULT_LIMIT
     if not _DIGITS.fullmatch(raw) or not 0 < int(raw) <= LIST_MAX_LIMIT:
-        raise web.HTTPBadRequest(text=f"limit must be an integer within 1..{LIST_MAX_LIMIT}, got {raw!r}")
+        raise InvalidInput(f"limit must be an integer within 1..{LIST_MAX_LIMIT}, got {raw!r}")
     return int(raw)
 
 
