@@ -30,6 +30,7 @@ import pytest
 from app.store import migrate
 from migrations.reporting import reporting_statements
 from tests.support.db import with_database
+from tests.support.wheel import PIP, build_wheel, run
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "workers", "migrations", "sql", "spark")
@@ -63,36 +64,19 @@ class Installed:
         return self.venv / "bin" / name
 
 
-def _run(
-    args: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, f"{args}\n{result.stdout}\n{result.stderr}"
-    return result
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: an in-place build writes build/ and *.egg-info into the checkout, where
-    # concurrent runs would also race.
     source = root / "source"
     shutil.copytree(REPO, source, ignore=_NOT_SOURCE)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
-    _run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", root / "dist", source]
-    )
-    wheels = list((root / "dist").glob("pgcontroller-*.whl"))
-    assert len(wheels) == 1, wheels
+    wheel = build_wheel(source, root / "dist")
 
     venv = root / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    run([sys.executable, "-m", "venv", "--without-pip", venv])
     python = venv / "bin" / "python"
-    _run([*pip, "--python", python, "install", "--no-deps", "--no-index", "-q", wheels[0]])
+    run([*PIP, "--python", python, "install", "--no-deps", "--no-index", "-q", wheel])
     site_packages = Path(
-        _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+        run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     )
     (site_packages / "third_party_from_dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
@@ -121,7 +105,7 @@ async def _admin(url: str, sql: str) -> None:
 
 
 def test_the_installed_packages_and_their_data_come_from_the_wheel(installed: Installed) -> None:
-    probe = _run(
+    probe = run(
         [installed.command("python"), "-c", _PROBE, ",".join(PACKAGES)],
         cwd=installed.outside,
         env=installed.env,
@@ -137,7 +121,7 @@ async def test_db_upgrade_and_serve_from_outside_the_checkout(
     installed: Installed, empty_db_url: str
 ) -> None:
     upgrade = await asyncio.to_thread(
-        _run,
+        run,
         [installed.command("pgcontroller"), "db", "upgrade", "--db-url", empty_db_url],
         cwd=installed.outside,
         env=installed.env,
