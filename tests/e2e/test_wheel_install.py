@@ -19,7 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +65,7 @@ class Installed:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     shutil.copytree(REPO, source, ignore=_NOT_SOURCE)
@@ -83,7 +83,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     outside = root / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    yield Installed(venv, site_packages, outside, {**env, "PYTHONUNBUFFERED": "1"})
+    return Installed(venv, site_packages, outside, {**env, "PYTHONUNBUFFERED": "1"})
 
 
 @pytest.fixture
