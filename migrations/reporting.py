@@ -6,12 +6,15 @@ pins them), and analysts never see a half-built contract. A change to a reportin
 ships with a new revision, which is what makes a running database pick it up. Each rebuild
 grants the views to the analyst group again (the drop took the grants with it) and takes
 from PUBLIC the functions a migration may have added, so analysts read the views and only them.
+The files are package data of `sql.reporting`, read through importlib.resources, so an installed
+wheel applies the same views as a source checkout.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 
 from sqlalchemy.engine import Connection
 
@@ -22,17 +25,23 @@ from app.store.analysts import (
     reporting_access_statements,
 )
 
-REPORTING_DIR = Path(__file__).resolve().parents[1] / "sql" / "reporting"
+REPORTING_PACKAGE = "sql.reporting"
 SCHEMA = REPORTING_SCHEMA
 # Statements end with `;` at the end of a line; the files hold views only, no function bodies.
 _STATEMENT_END = re.compile(r";[ \t]*$", re.MULTILINE)
 
 
-def reporting_statements(directory: Path = REPORTING_DIR) -> list[str]:
-    """Every statement of every `*.sql` file, files in name order."""
+def reporting_files() -> list[Traversable]:
+    """The `*.sql` files of `sql.reporting`, in name order (the order they are applied in)."""
+    files = (f for f in resources.files(REPORTING_PACKAGE).iterdir() if f.name.endswith(".sql"))
+    return sorted(files, key=lambda f: f.name)
+
+
+def reporting_statements() -> list[str]:
+    """Every statement of every reporting file, files in name order."""
     statements: list[str] = []
-    for path in sorted(directory.glob("*.sql")):
-        for chunk in _STATEMENT_END.split(path.read_text()):
+    for path in reporting_files():
+        for chunk in _STATEMENT_END.split(path.read_text(encoding="utf-8")):
             body = "\n".join(
                 line for line in chunk.splitlines() if line.strip() and not line.strip().startswith("--")
             )

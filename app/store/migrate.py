@@ -1,11 +1,14 @@
 """Applies Alembic migrations to head; used by `pgcontroller db upgrade` and at `serve` start.
 
-Runs in a worker thread because Alembic drives its own event loop over asyncpg.
+Runs in a worker thread because Alembic drives its own event loop over asyncpg. The Alembic
+configuration is built here, not read from an alembic.ini, so an installed package migrates from
+any working directory: the scripts are those of the importable `migrations` package.
 """
 
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 from pathlib import Path
 
 import asyncpg
@@ -15,12 +18,21 @@ from alembic.script import ScriptDirectory
 
 from app.store.pool import asyncpg_dsn
 
-_ROOT = Path(__file__).resolve().parents[2]
+MIGRATIONS_PACKAGE = "migrations"
+
+
+def migrations_dir() -> Path:
+    """The folder of the `migrations` package, from wherever it was imported (checkout or wheel)."""
+    location = resources.files(MIGRATIONS_PACKAGE)
+    # Alembic lists and loads revision files from disk, so a zipped package cannot serve.
+    if not isinstance(location, Path):
+        raise RuntimeError(f"the {MIGRATIONS_PACKAGE} package is not a folder on disk: {location}")
+    return location
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(_ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(_ROOT / "migrations"))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["url"] = "postgresql+asyncpg://" + asyncpg_dsn(url).split("://", 1)[1]
     return cfg
 

@@ -1,5 +1,8 @@
 """Loads the runtime SQL from sql/queries/*.sql once, as named blocks.
 
+The files are package data of `sql.queries`, read through importlib.resources, so an installed
+wheel finds them wherever it runs from, exactly as a source checkout does.
+
 A block starts at a line `-- name: <method>`; the name equals the store method that runs it,
 so a reader can go from a method to its SQL by name. Duplicate names are an error.
 """
@@ -8,14 +11,15 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 
 _HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+QUERIES_PACKAGE = "sql.queries"
 
 
-def queries_dir() -> Path:
-    # The SQL ships beside the package in a source checkout; the Dockerfile copies it too.
-    return Path(__file__).resolve().parents[2] / "sql" / "queries"
+def queries_dir() -> Traversable:
+    return resources.files(QUERIES_PACKAGE)
 
 
 def parse_blocks(text: str, source: str) -> dict[str, str]:
@@ -35,5 +39,5 @@ def parse_blocks(text: str, source: str) -> dict[str, str]:
 
 @functools.cache
 def load(file_stem: str) -> dict[str, str]:
-    path = queries_dir() / f"{file_stem}.sql"
-    return parse_blocks(path.read_text(encoding="utf-8"), str(path))
+    resource = queries_dir().joinpath(f"{file_stem}.sql")
+    return parse_blocks(resource.read_text(encoding="utf-8"), str(resource))

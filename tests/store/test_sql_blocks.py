@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,14 @@ from app.store import queries
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "app" / "store"
-SQL_FILES = sorted(queries.queries_dir().glob("*.sql"))
+# The files `queries.load` reads: the package data of `sql.queries`.
+SQL_FILES = sorted(
+    (f for f in queries.queries_dir().iterdir() if f.name.endswith(".sql")), key=lambda f: f.name
+)
+
+
+def stem(sql_file: Traversable) -> str:
+    return sql_file.name.removesuffix(".sql")
 
 
 @dataclass
@@ -102,7 +110,7 @@ def all_module_refs() -> list[ModuleRefs]:
 
 
 def test_there_is_sql_to_check() -> None:
-    assert {p.stem for p in SQL_FILES} >= {"scopes", "streams", "embedded_segments"}
+    assert {stem(p) for p in SQL_FILES} >= {"scopes", "streams", "embedded_segments"}
     refs = all_module_refs()
     assert {r.stem for r in refs} >= {"scopes", "streams", "embedded_segments"}
     # The indirection through PgStreamStore._conditional is seen (set_config is only used so).
@@ -116,10 +124,10 @@ def test_no_unresolvable_sql_lookups() -> None:
 
 
 @pytest.mark.parametrize("sql_file", SQL_FILES, ids=lambda p: p.name)
-def test_every_block_is_used_by_the_store(sql_file: Path) -> None:
+def test_every_block_is_used_by_the_store(sql_file: Traversable) -> None:
     blocks = queries.parse_blocks(sql_file.read_text(encoding="utf-8"), str(sql_file))
     assert blocks, f"{sql_file.name} has no blocks"
-    users = [r for r in all_module_refs() if r.stem == sql_file.stem]
+    users = [r for r in all_module_refs() if r.stem == stem(sql_file)]
     assert users, f"no module in app/store loads {sql_file.name}"
     used = set().union(*(r.names for r in users))
     unused = sorted(set(blocks) - used)
@@ -129,8 +137,8 @@ def test_every_block_is_used_by_the_store(sql_file: Path) -> None:
 def test_every_lookup_names_an_existing_block() -> None:
     missing: list[str] = []
     for refs in all_module_refs():
-        path = queries.queries_dir() / f"{refs.stem}.sql"
-        assert path.exists(), f"{refs.path.name} loads {path.name}, which does not exist"
+        path = queries.queries_dir().joinpath(f"{refs.stem}.sql")
+        assert path.is_file(), f"{refs.path.name} loads {path.name}, which does not exist"
         blocks = queries.parse_blocks(path.read_text(encoding="utf-8"), str(path))
         missing += [f"{refs.path.name} -> {path.name}:{n}" for n in sorted(refs.names - set(blocks))]
     assert missing == [], f"lookups of blocks that do not exist: {missing}"
@@ -138,7 +146,7 @@ def test_every_lookup_names_an_existing_block() -> None:
 
 def test_load_reads_every_file() -> None:
     for path in SQL_FILES:
-        assert queries.load(path.stem) == queries.parse_blocks(path.read_text(encoding="utf-8"), str(path))
+        assert queries.load(stem(path)) == queries.parse_blocks(path.read_text(encoding="utf-8"), str(path))
 
 
 # --- parse_blocks ------------------------------------------------------------------------------
