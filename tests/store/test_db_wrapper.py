@@ -51,7 +51,7 @@ async def test_a_unique_violation_is_already_exists_with_the_servers_detail(db: 
 
 
 async def test_a_foreign_key_violation_is_a_write_conflict(db: PgDatabase) -> None:
-    with pytest.raises(WriteConflict, match="^a referenced record changed concurrently: ") as raised:
+    with pytest.raises(WriteConflict, match=r"^a referenced record changed concurrently: ") as raised:
         await db.execute("INSERT INTO probe_child (id, parent) VALUES (1, 99)")
     assert isinstance(raised.value.__cause__, asyncpg.ForeignKeyViolationError)
 
@@ -91,7 +91,7 @@ async def test_a_deadlock_is_a_write_conflict(db: PgDatabase) -> None:
 
 
 async def test_a_statement_timeout_is_store_unavailable(db: PgDatabase) -> None:
-    with pytest.raises(StoreUnavailable, match="^metadata store error: canceling statement") as raised:
+    with pytest.raises(StoreUnavailable, match=r"^metadata store error: canceling statement") as raised:
         async with db.transaction() as conn:
             await conn.execute("SET LOCAL statement_timeout = '20ms'")
             await conn.execute("SELECT pg_sleep(5)")
@@ -102,7 +102,7 @@ async def test_a_statement_timeout_is_store_unavailable(db: PgDatabase) -> None:
 async def test_a_query_beyond_the_command_timeout_is_store_unavailable(db_url: str) -> None:
     db = await create_pool(db_url, min_size=1, max_size=1, command_timeout=0.05)
     try:
-        with pytest.raises(StoreUnavailable, match="^metadata store unavailable") as raised:
+        with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable") as raised:
             await db.fetchval("SELECT pg_sleep(5)")
         assert isinstance(raised.value.__cause__, TimeoutError)
     finally:
@@ -110,7 +110,7 @@ async def test_a_query_beyond_the_command_timeout_is_store_unavailable(db_url: s
 
 
 async def test_a_connection_ended_by_the_server_is_store_unavailable(db: PgDatabase) -> None:
-    with pytest.raises(StoreUnavailable, match="^metadata store unavailable"):
+    with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable"):
         async with db.acquire() as conn:
             pid = await conn.fetchval("SELECT pg_backend_pid()")
             assert await db.fetchval("SELECT pg_terminate_backend($1)", pid) is True
@@ -135,14 +135,14 @@ async def test_a_server_that_cannot_be_reached_is_store_unavailable_when_acquiri
     # With no connection opened up front, the first one is opened by the acquire.
     db = await create_pool(UNREACHABLE, min_size=0, max_size=1)
     try:
-        with pytest.raises(StoreUnavailable, match="^metadata store unavailable"):
+        with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable"):
             async with db.acquire():
                 pytest.fail("acquired a connection to nowhere")
-        with pytest.raises(StoreUnavailable, match="^metadata store unavailable"):
+        with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable"):
             await db.fetchval("SELECT 1")
     finally:
         await db.close()
-    with pytest.raises(StoreUnavailable, match="^metadata store unavailable"):
+    with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable"):
         await connect(asyncpg_dsn(UNREACHABLE))
 
 
@@ -188,7 +188,7 @@ async def test_a_unique_violation_at_commit_is_already_exists(db: PgDatabase) ->
 
 async def test_a_foreign_key_violation_at_commit_is_a_write_conflict(db: PgDatabase) -> None:
     body_done = False
-    with pytest.raises(WriteConflict, match="^a referenced record changed concurrently: "):
+    with pytest.raises(WriteConflict, match=r"^a referenced record changed concurrently: "):
         async with db.acquire() as conn, conn.transaction():
             await conn.execute("INSERT INTO probe_deferred (id, parent) VALUES (1, 99)")
             body_done = True
@@ -214,7 +214,7 @@ async def test_a_session_ended_by_the_server_reports_itself_and_is_store_unavail
                 break
             await asyncio.sleep(0.01)
         assert ended == [session] and session.is_closed()
-        with pytest.raises(StoreUnavailable, match="^metadata store unavailable"):
+        with pytest.raises(StoreUnavailable, match=r"^metadata store unavailable"):
             await session.fetchval("SELECT 1")
     finally:
         await session.close()
