@@ -176,28 +176,27 @@ async def create_analyst(url: str, name: str, password: str, limits: AnalystLimi
     validate_password(password)
     limits.validate()
     verifier = scram_sha256_verifier(password)
+    # A raw asyncpg session, not app/store/db.py's: a missing privilege must be told apart from
+    # every other server error (OperationNotAllowed, not StoreUnavailable) before translation.
     with translated():
         conn = await asyncpg.connect(asyncpg_dsn(url))
-    try:
-        with translated():
-            try:
-                async with conn.transaction():
-                    outcome = await _create_in_transaction(conn, name, verifier, limits)
-                    leaks = await forbidden_privileges(conn, name)
-                    if leaks:
-                        raise OperationNotAllowed(
-                            f"analyst {name} would be able to do more than read the reporting views "
-                            f"({'; '.join(leaks[:10])}); nothing was changed. Run this as the database "
-                            "owner, or revoke these from PUBLIC first"
-                        )
-                    return outcome
-            except asyncpg.InsufficientPrivilegeError as exc:
-                raise OperationNotAllowed(
-                    f"the connecting role may not set up analysts: {exc}; use a role with CREATEROLE "
-                    "that owns the database"
-                ) from exc
-    finally:
-        with translated():
+        try:
+            async with conn.transaction():
+                outcome = await _create_in_transaction(conn, name, verifier, limits)
+                leaks = await forbidden_privileges(conn, name)
+                if leaks:
+                    raise OperationNotAllowed(
+                        f"analyst {name} would be able to do more than read the reporting views "
+                        f"({'; '.join(leaks[:10])}); nothing was changed. Run this as the database "
+                        "owner, or revoke these from PUBLIC first"
+                    )
+                return outcome
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise OperationNotAllowed(
+                f"the connecting role may not set up analysts: {exc}; use a role with CREATEROLE "
+                "that owns the database"
+            ) from exc
+        finally:
             await conn.close()
 
 

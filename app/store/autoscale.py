@@ -8,36 +8,34 @@ never both win; markers go with their stream (FK cascade).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.records import Versioned
 from app.domain.requests import NewRequest
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Queries
+from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
 
 _SQL = queries.load("autoscale")
 
 
 class PgAutoScaleStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def check_segment(self, scope: str, name: str, segment_id: int) -> None:
         """NotFound for a missing stream or a segment the stream never had."""
-        with translated():
-            await self._check_segment(self._pool, scope, name, segment_id)
+        await self._check_segment(self._db, scope, name, segment_id)
 
     async def enqueue_report(self, request: NewRequest, segment_id: int) -> int:
         """Queues `request` (an AUTO_SCALE report) after check_segment."""
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                await self._check_segment(conn, request.scope, request.stream, segment_id)
-                return await insert_request(conn, request)
+        async with self._db.transaction() as conn:
+            await self._check_segment(conn, request.scope, request.stream, segment_id)
+            return await insert_request(conn, request)
 
     @staticmethod
-    async def _check_segment(runner: Any, scope: str, name: str, segment_id: int) -> None:
+    async def _check_segment(runner: Queries, scope: str, name: str, segment_id: int) -> None:
         row = await runner.fetchrow(_SQL["check_segment"], scope, name, segment_id)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
@@ -46,8 +44,7 @@ class PgAutoScaleStore:
 
     async def cold_markers(self, scope: str, name: str) -> dict[int, Versioned[int]]:
         """segment id -> (cold until, version); empty for a stream without markers or no stream."""
-        with translated():
-            rows = await self._pool.fetch(_SQL["cold_markers"], scope, name)
+        rows = await self._db.fetch(_SQL["cold_markers"], scope, name)
         return {row["segment_id"]: Versioned(row["until"], row["version"]) for row in rows}
 
     async def put_cold_marker(
@@ -55,18 +52,15 @@ class PgAutoScaleStore:
     ) -> int:
         """Creates the marker when `expected_version` is None, else rewrites it at that version."""
         what = f"cold marker of segment {segment_id} of {scope}/{name}"
-        with translated():
-            if expected_version is None:
-                version = await self._pool.fetchval(
-                    _SQL["insert_cold_marker"], scope, name, segment_id, until
-                )
-            else:
-                version = await self._pool.fetchval(
-                    _SQL["set_cold_marker"], scope, name, segment_id, until, expected_version
-                )
-            if version is None:
-                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
-                raise conflict_or_missing(bool(exists), what)
+        if expected_version is None:
+            version = await self._db.fetchval(_SQL["insert_cold_marker"], scope, name, segment_id, until)
+        else:
+            version = await self._db.fetchval(
+                _SQL["set_cold_marker"], scope, name, segment_id, until, expected_version
+            )
+        if version is None:
+            exists = await self._db.fetchval(_SQL["stream_exists"], scope, name)
+            raise conflict_or_missing(bool(exists), what)
         return int(version)
 
     async def delete_cold_markers(self, scope: str, name: str, markers: Mapping[int, int]) -> None:
@@ -75,10 +69,9 @@ class PgAutoScaleStore:
         if not markers:
             return
         segments = list(markers)
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                gone = await conn.fetch(
-                    _SQL["delete_cold_markers"], scope, name, segments, [markers[s] for s in segments]
-                )
-                if len(gone) != len(segments):
-                    raise WriteConflict(f"cold markers of {scope}/{name} were changed concurrently")
+        async with self._db.transaction() as conn:
+            gone = await conn.fetch(
+                _SQL["delete_cold_markers"], scope, name, segments, [markers[s] for s in segments]
+            )
+            if len(gone) != len(segments):
+                raise WriteConflict(f"cold markers of {scope}/{name} were changed concurrently")

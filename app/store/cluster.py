@@ -8,7 +8,6 @@ the row version and releases on the claimed generation, so no stale decision eve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from app.domain.cluster import (
     BucketCounts,
@@ -21,7 +20,7 @@ from app.domain.cluster import (
 )
 from app.domain.errors import IllegalState, WriteConflict
 from app.store import queries
-from app.store.errors import translated
+from app.store.db import Database
 
 _SQL = queries.load("cluster")
 
@@ -29,12 +28,11 @@ MEMBER_APPLICATION_PREFIX = "pgc-member:"
 
 
 class PgClusterStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def get_settings(self) -> ClusterSettings:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_settings"])
+        row = await self._db.fetchrow(_SQL["get_settings"])
         if row is None:
             raise IllegalState("the cluster settings row is missing: is the schema migrated?")
         return ClusterSettings(
@@ -49,15 +47,14 @@ class PgClusterStore:
         current = await self.get_settings()
         if current.counts == counts and current.container_count == container_count:
             return current
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["configure_settings"],
-                counts.requests,
-                counts.retention,
-                counts.watermarks,
-                container_count,
-                current.version,
-            )
+        version = await self._db.fetchval(
+            _SQL["configure_settings"],
+            counts.requests,
+            counts.retention,
+            counts.watermarks,
+            container_count,
+            current.version,
+        )
         if version is None:
             again = await self.get_settings()
             if again.counts == counts and again.container_count == container_count:
@@ -71,31 +68,27 @@ class PgClusterStore:
         return ClusterSettings(counts, container_count, int(version))
 
     async def ensure_buckets(self, service: BucketService, count: int) -> None:
-        with translated():
-            await self._pool.execute(_SQL["ensure_buckets"], service.value, count)
+        await self._db.execute(_SQL["ensure_buckets"], service.value, count)
 
     async def register_member(self, member: Member) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["register_member"],
-                member.id,
-                member.host,
-                member.grpc_port,
-                member.rest_port,
-                member.started_at,
-            )
+        version = await self._db.fetchval(
+            _SQL["register_member"],
+            member.id,
+            member.host,
+            member.grpc_port,
+            member.rest_port,
+            member.started_at,
+        )
         return int(version)
 
     async def heartbeat(self, member_id: str, now_ms: int, expected_version: int) -> int | None:
         """The new version, or None when the row is gone or was written by someone else."""
-        with translated():
-            version = await self._pool.fetchval(_SQL["heartbeat"], member_id, now_ms, expected_version)
+        version = await self._db.fetchval(_SQL["heartbeat"], member_id, now_ms, expected_version)
         return None if version is None else int(version)
 
     async def members(self, now_ms: int, ttl_ms: int) -> list[tuple[Member, bool, int]]:
         """Every registered member with whether it is live and its row version."""
-        with translated():
-            rows = await self._pool.fetch(_SQL["members"], now_ms, ttl_ms)
+        rows = await self._db.fetch(_SQL["members"], now_ms, ttl_ms)
         return [
             (
                 Member(
@@ -110,15 +103,13 @@ class PgClusterStore:
     async def remove_members(self, dead: Sequence[tuple[str, int]]) -> list[str]:
         if not dead:
             return []
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["remove_members"], [member_id for member_id, _ in dead], [version for _, version in dead]
-            )
+        rows = await self._db.fetch(
+            _SQL["remove_members"], [member_id for member_id, _ in dead], [version for _, version in dead]
+        )
         return [r["id"] for r in rows]
 
     async def get_leader(self) -> LeaderRecord | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_leader"])
+        row = await self._db.fetchrow(_SQL["get_leader"])
         return (
             None
             if row is None
@@ -126,18 +117,16 @@ class PgClusterStore:
         )
 
     async def set_leader(self, member_id: str, now_ms: int, expected_version: int | None) -> LeaderRecord:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["set_leader"], member_id, now_ms, expected_version)
+        row = await self._db.fetchrow(_SQL["set_leader"], member_id, now_ms, expected_version)
         if row is None:
             raise WriteConflict("the leader record changed meanwhile")
         return LeaderRecord(member_id, row["term"], now_ms, row["version"])
 
     async def bucket_rows(self, service: BucketService | None = None) -> list[BucketRow]:
-        with translated():
-            if service is None:
-                rows = await self._pool.fetch(_SQL["all_bucket_rows"])
-            else:
-                rows = await self._pool.fetch(_SQL["bucket_rows"], service.value)
+        if service is None:
+            rows = await self._db.fetch(_SQL["all_bucket_rows"])
+        else:
+            rows = await self._db.fetch(_SQL["bucket_rows"], service.value)
         return [
             BucketRow(
                 BucketService(r["service"]),
@@ -154,35 +143,31 @@ class PgClusterStore:
         """Applies (row read, new assignee) pairs; returns how many landed (the rest conflicted)."""
         if not changes:
             return 0
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["assign_buckets"],
-                service.value,
-                [row.bucket for row, _ in changes],
-                [assignee for _, assignee in changes],
-                [row.version for row, _ in changes],
-            )
+        rows = await self._db.fetch(
+            _SQL["assign_buckets"],
+            service.value,
+            [row.bucket for row, _ in changes],
+            [assignee for _, assignee in changes],
+            [row.version for row, _ in changes],
+        )
         return len(rows)
 
     async def claim_bucket(self, row: BucketRow, owner: str, now_ms: int) -> Fence:
-        with translated():
-            claimed = await self._pool.fetchrow(
-                _SQL["claim_bucket"], row.service.value, row.bucket, owner, now_ms, row.version
-            )
+        claimed = await self._db.fetchrow(
+            _SQL["claim_bucket"], row.service.value, row.bucket, owner, now_ms, row.version
+        )
         if claimed is None:
             raise WriteConflict(f"{row.service} bucket {row.bucket} changed meanwhile")
         return Fence(row.service, row.bucket, claimed["generation"])
 
     async def release_bucket(self, fence: Fence, owner: str) -> bool:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["release_bucket"], fence.service.value, fence.bucket, owner, fence.generation
-            )
+        version = await self._db.fetchval(
+            _SQL["release_bucket"], fence.service.value, fence.bucket, owner, fence.generation
+        )
         return version is not None
 
     async def fence_holds(self, fence: Fence) -> bool:
-        with translated():
-            holds = await self._pool.fetchval(
-                _SQL["fence_holds"], fence.service.value, fence.bucket, fence.generation
-            )
+        holds = await self._db.fetchval(
+            _SQL["fence_holds"], fence.service.value, fence.bucket, fence.generation
+        )
         return bool(holds)

@@ -6,53 +6,47 @@ version it read, so a stale leader's assignment never lands on top of a newer on
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.records import Versioned
 from app.ports import RegisteredHost, SegmentStoreHost
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Row
+from app.store.errors import conflict_or_missing
 
 _SQL = queries.load("containers")
 
 
-def _registered(row: Any) -> RegisteredHost:
+def _registered(row: Row) -> RegisteredHost:
     return RegisteredHost(SegmentStoreHost(row["host"], row["port"]), row["registered_at"], row["version"])
 
 
 class PgContainerMapStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def register_host(self, host: SegmentStoreHost, now_ms: int) -> bool:
-        with translated():
-            version = await self._pool.fetchval(_SQL["register_host"], host.host, host.port, now_ms)
+        version = await self._db.fetchval(_SQL["register_host"], host.host, host.port, now_ms)
         return version is not None
 
     async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_host"], host.host, host.port)
+        row = await self._db.fetchrow(_SQL["get_host"], host.host, host.port)
         if row is None:
             raise NotFound(f"segment store {host} is not registered")
         return _registered(row)
 
     async def deregister_host(self, host: SegmentStoreHost, expected_version: int) -> None:
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                gone = await conn.fetchval(_SQL["deregister_host"], host.host, host.port, expected_version)
-                if gone is None:
-                    exists = await conn.fetchrow(_SQL["get_host"], host.host, host.port)
-                    raise conflict_or_missing(exists is not None, f"segment store {host}")
+        async with self._db.transaction() as conn:
+            gone = await conn.fetchval(_SQL["deregister_host"], host.host, host.port, expected_version)
+            if gone is None:
+                exists = await conn.fetchrow(_SQL["get_host"], host.host, host.port)
+                raise conflict_or_missing(exists is not None, f"segment store {host}")
 
     async def list_hosts(self) -> list[RegisteredHost]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_hosts"])
+        rows = await self._db.fetch(_SQL["list_hosts"])
         return [_registered(r) for r in rows]
 
     async def read_container_map(self) -> dict[int, Versioned[SegmentStoreHost]]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["read_container_map"])
+        rows = await self._db.fetch(_SQL["read_container_map"])
         return {r["container"]: Versioned(SegmentStoreHost(r["host"], r["port"]), r["version"]) for r in rows}
 
     async def replace_container_map(
@@ -61,34 +55,33 @@ class PgContainerMapStore:
         kept = sorted(c for c in assignment if c in expected)
         added = sorted(c for c in assignment if c not in expected)
         dropped = sorted(c for c in expected if c not in assignment)
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                # Statements with nothing to do are skipped: each would still fire the table's
-                # change notification, waking every process for nothing.
-                if kept:
-                    rows = await conn.fetch(
-                        _SQL["update_container_rows"],
-                        kept,
-                        [assignment[c].host for c in kept],
-                        [assignment[c].port for c in kept],
-                        [expected[c] for c in kept],
-                    )
-                    _require_all(len(rows), len(kept), "changed")
-                if dropped:
-                    rows = await conn.fetch(
-                        _SQL["delete_container_rows"], dropped, [expected[c] for c in dropped]
-                    )
-                    _require_all(len(rows), len(dropped), "changed")
-                if added:
-                    rows = await conn.fetch(
-                        _SQL["insert_container_rows"],
-                        added,
-                        [assignment[c].host for c in added],
-                        [assignment[c].port for c in added],
-                    )
-                    _require_all(len(rows), len(added), "assigned")
-                if await conn.fetchval(_SQL["count_unexpected_container_rows"], sorted(assignment)):
-                    raise WriteConflict("containers were added to the map concurrently")
+        async with self._db.transaction() as conn:
+            # Statements with nothing to do are skipped: each would still fire the table's
+            # change notification, waking every process for nothing.
+            if kept:
+                rows = await conn.fetch(
+                    _SQL["update_container_rows"],
+                    kept,
+                    [assignment[c].host for c in kept],
+                    [assignment[c].port for c in kept],
+                    [expected[c] for c in kept],
+                )
+                _require_all(len(rows), len(kept), "changed")
+            if dropped:
+                rows = await conn.fetch(
+                    _SQL["delete_container_rows"], dropped, [expected[c] for c in dropped]
+                )
+                _require_all(len(rows), len(dropped), "changed")
+            if added:
+                rows = await conn.fetch(
+                    _SQL["insert_container_rows"],
+                    added,
+                    [assignment[c].host for c in added],
+                    [assignment[c].port for c in added],
+                )
+                _require_all(len(rows), len(added), "assigned")
+            if await conn.fetchval(_SQL["count_unexpected_container_rows"], sorted(assignment)):
+                raise WriteConflict("containers were added to the map concurrently")
 
 
 def _require_all(done: int, wanted: int, how: str) -> None:

@@ -7,19 +7,18 @@ database sees the same segments, as they would with one real segment store clust
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
 from app.ports import SegmentInfo
 from app.store import queries
-from app.store.errors import translated
+from app.store.db import Database
 
 _SQL = queries.load("embedded_segments")
 
 
 class PgEmbeddedSegmentRows:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def create(
         self,
@@ -31,75 +30,64 @@ class PgEmbeddedSegmentRows:
         key_length: int,
         now_ms: int,
     ) -> None:
-        with translated():
-            await self._pool.execute(
-                _SQL["create_segments"],
-                list(names),
-                kind,
-                scale_type,
-                target_rate,
-                rollover,
-                key_length,
-                now_ms,
-            )
+        await self._db.execute(
+            _SQL["create_segments"],
+            list(names),
+            kind,
+            scale_type,
+            target_rate,
+            rollover,
+            key_length,
+            now_ms,
+        )
 
     async def info(self, name: str) -> SegmentInfo:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_segment_info"], name)
+        row = await self._db.fetchrow(_SQL["get_segment_info"], name)
         if row is None:
             raise NotFound(f"segment {name} does not exist")
         return SegmentInfo(row["name"], row["length"], row["start_offset"], row["sealed"])
 
     async def exists(self, name: str) -> bool:
-        with translated():
-            return await self._pool.fetchrow(_SQL["get_segment_info"], name) is not None
+        return await self._db.fetchrow(_SQL["get_segment_info"], name) is not None
 
     async def seal(self, name: str) -> int:
-        with translated():
-            length = await self._pool.fetchval(_SQL["seal_segment"], name)
+        length = await self._db.fetchval(_SQL["seal_segment"], name)
         if length is None:
             raise NotFound(f"segment {name} does not exist")
         return int(length)
 
     async def truncate(self, name: str, offset: int) -> None:
-        with translated():
-            start = await self._pool.fetchval(_SQL["truncate_segment"], name, offset)
+        start = await self._db.fetchval(_SQL["truncate_segment"], name, offset)
         if start is None:
             info = await self.info(name)
             raise InvalidInput(f"cannot truncate {name} at {offset}: its length is {info.length}")
 
     async def delete(self, name: str, with_suffix_like: str) -> None:
-        with translated():
-            await self._pool.execute(_SQL["delete_segment"], name, with_suffix_like)
+        await self._db.execute(_SQL["delete_segment"], name, with_suffix_like)
 
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
-        with translated():
-            version = await self._pool.fetchval(_SQL["update_policy"], name, scale_type, target_rate)
+        version = await self._db.fetchval(_SQL["update_policy"], name, scale_type, target_rate)
         if version is None:
             raise NotFound(f"segment {name} does not exist")
 
     async def merge(self, parent: str, txn_segments: Sequence[str]) -> int:
-        with translated():
-            length = await self._pool.fetchval(_SQL["merge_transaction_segments"], parent, list(txn_segments))
+        length = await self._db.fetchval(_SQL["merge_transaction_segments"], parent, list(txn_segments))
         if length is None:
             info = await self.info(parent)
             raise IllegalState(f"cannot merge into sealed segment {info.name}")
         return int(length)
 
     async def append(self, name: str, size: int) -> int:
-        with translated():
-            length = await self._pool.fetchval(_SQL["append"], name, size)
+        length = await self._db.fetchval(_SQL["append"], name, size)
         if length is None:
             info = await self.info(name)
             raise IllegalState(f"segment {info.name} is sealed")
         return int(length)
 
     async def delete_table(self, name: str, must_be_empty: bool) -> None:
-        with translated():
-            deleted = await self._pool.fetchval(_SQL["delete_table_segment"], name, must_be_empty)
+        deleted = await self._db.fetchval(_SQL["delete_table_segment"], name, must_be_empty)
         if deleted is None:
-            with translated():
-                row = await self._pool.fetchrow(_SQL["get_segment_info"], name)
+            row = await self._db.fetchrow(_SQL["get_segment_info"], name)
             if row is None:
                 return
             if row["kind"] != "table":

@@ -1,7 +1,6 @@
-"""The one place where asyncpg's failures become the domain's closed error set.
-
-Callers above the store never see an asyncpg exception; a dropped connection, a server
-restart or a failover all surface as StoreUnavailable, which is retryable.
+"""The one mapping from asyncpg's failures to the domain's closed error set (applied by
+app/store/db.py to every query). Callers above the store never see an asyncpg exception; a
+dropped connection, a server restart or a failover all surface as StoreUnavailable (retryable).
 """
 
 from __future__ import annotations
@@ -27,24 +26,37 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+def domain_error(exc: BaseException) -> errors.DomainError | None:
+    """The domain error a driver failure stands for; None for anything else (a domain error
+    included), which the caller lets propagate unchanged. The order of the checks matters: the
+    connection failures are PostgresErrors too. A timeout (TimeoutError is an OSError) is
+    "unavailable" like a lost connection."""
+    if isinstance(exc, errors.DomainError):
+        return None
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        return errors.AlreadyExists(exc.detail or str(exc))
+    if isinstance(exc, asyncpg.ForeignKeyViolationError):
+        return errors.WriteConflict(f"a referenced record changed concurrently: {exc}")
+    if isinstance(exc, (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)):
+        return errors.WriteConflict(str(exc))
+    if isinstance(exc, _UNAVAILABLE):
+        return errors.StoreUnavailable(f"metadata store unavailable: {exc}")
+    if isinstance(exc, asyncpg.PostgresError):
+        return errors.StoreUnavailable(f"metadata store error: {exc}")
+    return None
+
+
 @contextmanager
 def translated() -> Iterator[None]:
+    """For the few driver calls made outside app/store/db.py's wrapper (the analysts' admin
+    session, migrations): the same translation as every wrapped call."""
     try:
         yield
-    except errors.DomainError:
-        raise
-    except asyncpg.UniqueViolationError as exc:
-        raise errors.AlreadyExists(exc.detail or str(exc)) from exc
-    except asyncpg.ForeignKeyViolationError as exc:
-        raise errors.WriteConflict(f"a referenced record changed concurrently: {exc}") from exc
-    except (asyncpg.SerializationError, asyncpg.DeadlockDetectedError) as exc:
-        raise errors.WriteConflict(str(exc)) from exc
-    except _UNAVAILABLE as exc:
-        raise errors.StoreUnavailable(f"metadata store unavailable: {exc}") from exc
-    except TimeoutError as exc:
-        raise errors.StoreUnavailable("metadata store did not answer in time") from exc
-    except asyncpg.PostgresError as exc:
-        raise errors.StoreUnavailable(f"metadata store error: {exc}") from exc
+    except Exception as exc:
+        error = domain_error(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def conflict_or_missing(exists: bool, what: str) -> errors.DomainError:

@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
-
-import asyncpg
 
 from app.domain.errors import StoreUnavailable
-from app.store.errors import translated
+from app.store.db import PgSession, connect
 from app.store.pool import asyncpg_dsn
 
 
@@ -23,28 +20,30 @@ class PgAdvisoryLocks:
         self, url: str, *, timeout_s: float = 5.0, application_name: str = "pgcontroller-locks"
     ) -> None:
         """`application_name` names the session in pg_stat_activity: membership uses it to see
-        whether a controller's lock session (and so the controller) is still connected."""
+        whether a controller's lock session (and so the controller) is still connected.
+        `timeout_s` bounds connecting and every statement on the session."""
         self._dsn = asyncpg_dsn(url)
         self._timeout_s = timeout_s
         self._application_name = application_name
-        self._conn: Any = None
+        self._conn: PgSession | None = None
         self._lost_callbacks: list[Callable[[], None]] = []
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self._lost_callbacks.append(callback)
 
-    async def _connection(self) -> Any:
+    async def _connection(self) -> PgSession:
         if self._conn is None or self._conn.is_closed():
-            with translated():
-                conn = await asyncio.wait_for(
-                    asyncpg.connect(self._dsn, server_settings={"application_name": self._application_name}),
-                    timeout=self._timeout_s,
-                )
+            conn = await connect(
+                self._dsn,
+                timeout=self._timeout_s,
+                command_timeout=self._timeout_s,
+                server_settings={"application_name": self._application_name},
+            )
             conn.add_termination_listener(self._terminated)
             self._conn = conn
         return self._conn
 
-    def _terminated(self, conn: Any) -> None:
+    def _terminated(self, conn: PgSession) -> None:
         # Only an unexpected end matters: `reset` detaches the connection before closing it.
         if conn is self._conn:
             for callback in self._lost_callbacks:
@@ -52,26 +51,17 @@ class PgAdvisoryLocks:
 
     async def try_lock(self, namespace: int, key: int) -> bool:
         conn = await self._connection()
-        with translated():
-            got = await asyncio.wait_for(
-                conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", namespace, key),
-                timeout=self._timeout_s,
-            )
+        got = await conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", namespace, key)
         return bool(got)
 
     async def unlock(self, namespace: int, key: int) -> None:
         conn = await self._connection()
-        with translated():
-            await asyncio.wait_for(
-                conn.fetchval("SELECT pg_advisory_unlock($1::int, $2::int)", namespace, key),
-                timeout=self._timeout_s,
-            )
+        await conn.fetchval("SELECT pg_advisory_unlock($1::int, $2::int)", namespace, key)
 
     async def check_alive(self) -> None:
         if self._conn is None or self._conn.is_closed():
             raise StoreUnavailable("the lock session is gone")
-        with translated():
-            await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=self._timeout_s)
+        await self._conn.fetchval("SELECT 1")
 
     async def reset(self) -> None:
         conn, self._conn = self._conn, None

@@ -1,17 +1,15 @@
-"""The asyncpg connection pool and its per-connection setup (JSON codecs, timeouts).
-
-Every runtime query goes through one pool; a statement that runs longer than the command
-timeout is abandoned rather than holding an RPC forever.
+"""The runtime pool (a Database, app/store/db.py) and its per-connection setup (JSON codecs,
+timeouts). Every runtime query goes through one pool; a statement that runs longer than the
+command timeout is abandoned rather than holding an RPC forever.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import asyncpg
 
-from app.store.errors import translated
+from app.store.db import PgDatabase, open_pool
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -34,14 +32,13 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 async def create_pool(
     url: str, *, min_size: int = 2, max_size: int = 20, command_timeout: float = 30.0
-) -> Any:
-    with translated():
-        return await asyncpg.create_pool(
-            asyncpg_dsn(url),
-            min_size=min_size,
-            max_size=max_size,
-            command_timeout=command_timeout,
-            init=_setup_connection,
-            reset=_keep_session,
-            server_settings={"application_name": "pgcontroller"},
-        )
+) -> PgDatabase:
+    return await open_pool(
+        asyncpg_dsn(url),
+        min_size=min_size,
+        max_size=max_size,
+        command_timeout=command_timeout,
+        init=_setup_connection,
+        reset=_keep_session,
+        server_settings={"application_name": "pgcontroller"},
+    )

@@ -24,7 +24,8 @@ from app.domain.records import ScopeState, Versioned
 from app.domain.requests import NewRequest
 from app.ports import ReaderGroupCreation
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Row
+from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
 from app.store.rows import cut_from_json, cut_to_json
 
@@ -62,7 +63,7 @@ def config_from_json(doc: Mapping[str, Any]) -> ReaderGroupConfig:
     )
 
 
-def _record_from_row(row: Any) -> Versioned[ReaderGroupRecord]:
+def _record_from_row(row: Row) -> Versioned[ReaderGroupRecord]:
     record = ReaderGroupRecord(
         scope=row["scope"],
         name=row["name"],
@@ -77,85 +78,81 @@ def _record_from_row(row: Any) -> Versioned[ReaderGroupRecord]:
 
 
 class PgReaderGroupStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def create_reader_group(
         self, record: ReaderGroupRecord, request: NewRequest
     ) -> ReaderGroupCreation:
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                row = await conn.fetchrow(
-                    _SQL["create_reader_group"],
-                    record.scope,
-                    record.name,
-                    record.id,
-                    record.generation,
-                    record.state.value,
-                    config_to_json(record.config),
-                    record.updating,
-                    record.created_at,
-                )
-                if row["scope_state"] in (None, ScopeState.DELETING.value):
-                    raise NotFound(f"scope {record.scope!r} not found")
-                if row["version"] is not None:
-                    # The outbox: the group and its create request commit together or not at all.
-                    await insert_request(conn, request)
-                    return ReaderGroupCreation(True, Versioned(record, int(row["version"])))
-                existing = await conn.fetchrow(_SQL["get_reader_group"], record.scope, record.name)
+        async with self._db.transaction() as conn:
+            row = await conn.fetchrow(
+                _SQL["create_reader_group"],
+                record.scope,
+                record.name,
+                record.id,
+                record.generation,
+                record.state.value,
+                config_to_json(record.config),
+                record.updating,
+                record.created_at,
+            )
+            assert row is not None, "create_reader_group always answers one row"
+            if row["scope_state"] in (None, ScopeState.DELETING.value):
+                raise NotFound(f"scope {record.scope!r} not found")
+            if row["version"] is not None:
+                # The outbox: the group and its create request commit together or not at all.
+                await insert_request(conn, request)
+                return ReaderGroupCreation(True, Versioned(record, int(row["version"])))
+            existing = await conn.fetchrow(_SQL["get_reader_group"], record.scope, record.name)
         if existing is None:
             # Taken when we inserted, gone when we looked: let the caller decide again.
             raise WriteConflict(f"reader group {record.scope}/{record.name} was changed concurrently")
         return ReaderGroupCreation(False, _record_from_row(existing))
 
     async def get_reader_group(self, scope: str, name: str) -> Versioned[ReaderGroupRecord] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_reader_group"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_reader_group"], scope, name)
         return None if row is None else _record_from_row(row)
 
     async def update_reader_group(
         self, record: ReaderGroupRecord, expected_version: int, *, request: NewRequest | None = None
     ) -> int:
         what = f"reader group {record.scope}/{record.name}"
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                version = await conn.fetchval(
-                    _SQL["update_reader_group"],
-                    record.scope,
-                    record.name,
-                    record.id,
-                    record.generation,
-                    record.state.value,
-                    config_to_json(record.config),
-                    record.updating,
-                    expected_version,
-                )
-                if version is None:
-                    current = await conn.fetchrow(_SQL["get_reader_group"], record.scope, record.name)
-                    same = current is not None and uuid.UUID(str(current["id"])) == record.id
-                    raise conflict_or_missing(same, what)
-                if request is not None:
-                    await insert_request(conn, request)
+        async with self._db.transaction() as conn:
+            version = await conn.fetchval(
+                _SQL["update_reader_group"],
+                record.scope,
+                record.name,
+                record.id,
+                record.generation,
+                record.state.value,
+                config_to_json(record.config),
+                record.updating,
+                expected_version,
+            )
+            if version is None:
+                current = await conn.fetchrow(_SQL["get_reader_group"], record.scope, record.name)
+                same = current is not None and uuid.UUID(str(current["id"])) == record.id
+                raise conflict_or_missing(same, what)
+            if request is not None:
+                await insert_request(conn, request)
         return int(version)
 
     async def delete_reader_group(
         self, scope: str, name: str, reader_group_id: uuid.UUID, expected_version: int
     ) -> None:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["delete_reader_group"], scope, name, reader_group_id, expected_version
-            )
+        row = await self._db.fetchrow(
+            _SQL["delete_reader_group"], scope, name, reader_group_id, expected_version
+        )
+        assert row is not None, "delete_reader_group always answers one row"
         if not row["deleted"]:
             raise conflict_or_missing(row["present"], f"reader group {scope}/{name}")
 
     async def list_reader_groups(self, scope: str) -> list[str]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_reader_groups"], scope)
+        rows = await self._db.fetch(_SQL["list_reader_groups"], scope)
         if not rows:
             raise NotFound(f"scope {scope!r} not found")
         return [r["name"] for r in rows if r["name"] is not None]
 
     async def count_reader_groups(self, scope: str) -> int:
-        with translated():
-            count = await self._pool.fetchval(_SQL["count_reader_groups"], scope)
+        count = await self._db.fetchval(_SQL["count_reader_groups"], scope)
         return int(count)

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from app.domain.cluster import Fence
 from app.domain.errors import WriteConflict
 from app.domain.records import Versioned
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.store import queries
-from app.store.errors import translated
+from app.store.db import Connection, Database, Row
 
 _SQL = queries.load("requests")
 
 
-async def insert_request(conn: Any, request: NewRequest) -> int:
+async def insert_request(conn: Connection, request: NewRequest) -> int:
     """Inserts on the caller's connection, so the row commits with the caller's transaction."""
     request_id = await conn.fetchval(
         _SQL["insert_request"],
@@ -34,7 +33,7 @@ async def insert_request(conn: Any, request: NewRequest) -> int:
     return int(request_id)
 
 
-def _request_from_row(row: Any) -> Request:
+def _request_from_row(row: Row) -> Request:
     return Request(
         id=row["id"],
         kind=RequestKind(row["kind"]),
@@ -53,14 +52,13 @@ def _request_from_row(row: Any) -> Request:
 
 
 class PgRequestQueue:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def enqueue(self, request: NewRequest) -> int:
         """For requests with no metadata step of their own (the request is the intent)."""
-        with translated():
-            async with self._pool.acquire() as conn:
-                return await insert_request(conn, request)
+        async with self._db.acquire() as conn:
+            return await insert_request(conn, request)
 
     async def pending(
         self,
@@ -72,25 +70,21 @@ class PgRequestQueue:
         first_per_key: bool = False,
     ) -> list[Request]:
         sql = _SQL["pending_first_per_key"] if first_per_key else _SQL["pending_requests"]
-        with translated():
-            rows = await self._pool.fetch(sql, processor.value, list(buckets), list(exclude), limit)
+        rows = await self._db.fetch(sql, processor.value, list(buckets), list(exclude), limit)
         return [_request_from_row(row) for row in rows]
 
     async def get(self, request_id: int) -> Request | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_request"], request_id)
+        row = await self._db.fetchrow(_SQL["get_request"], request_id)
         return None if row is None else _request_from_row(row)
 
     async def list_requests(self, after_id: int, limit: int) -> list[Request]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_requests"], after_id, limit)
+        rows = await self._db.fetch(_SQL["list_requests"], after_id, limit)
         return [_request_from_row(row) for row in rows]
 
     async def postpone(self, request: Request, not_before: int, error: str | None) -> Request:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["postpone_request"], request.id, not_before, error, request.version
-            )
+        version = await self._db.fetchval(
+            _SQL["postpone_request"], request.id, not_before, error, request.version
+        )
         if version is None:
             raise WriteConflict(f"request {request.id} was changed or completed concurrently")
         return replace(
@@ -100,65 +94,56 @@ class PgRequestQueue:
     async def mark_started(self, request: Request) -> Request:
         if request.started:
             return request
-        with translated():
-            version = await self._pool.fetchval(_SQL["start_request"], request.id, request.version)
+        version = await self._db.fetchval(_SQL["start_request"], request.id, request.version)
         if version is None:
             raise WriteConflict(f"request {request.id} was changed or completed concurrently")
         return replace(request, started=True, version=version)
 
     async def ack(self, request_id: int, fence: Fence | None = None) -> None:
         """Idempotent: acknowledging a request twice is harmless."""
-        with translated():
-            if fence is None:
-                await self._pool.execute(_SQL["ack_request"], request_id)
-            else:
-                await self._pool.execute(
-                    _SQL["ack_request_fenced"],
-                    request_id,
-                    fence.service.value,
-                    fence.bucket,
-                    fence.generation,
-                )
+        if fence is None:
+            await self._db.execute(_SQL["ack_request"], request_id)
+        else:
+            await self._db.execute(
+                _SQL["ack_request_fenced"],
+                request_id,
+                fence.service.value,
+                fence.bucket,
+                fence.generation,
+            )
 
     async def pending_ids_for_key(self, processor: Processor, scope: str, stream: str) -> list[int]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["pending_ids_for_key"], processor.value, scope, stream)
+        rows = await self._db.fetch(_SQL["pending_ids_for_key"], processor.value, scope, stream)
         return [row["id"] for row in rows]
 
     async def ack_many(self, request_ids: Sequence[int], fence: Fence | None = None) -> None:
-        with translated():
-            if fence is None:
-                await self._pool.execute(_SQL["ack_many"], list(request_ids))
-            else:
-                await self._pool.execute(
-                    _SQL["ack_many_fenced"],
-                    list(request_ids),
-                    fence.service.value,
-                    fence.bucket,
-                    fence.generation,
-                )
+        if fence is None:
+            await self._db.execute(_SQL["ack_many"], list(request_ids))
+        else:
+            await self._db.execute(
+                _SQL["ack_many_fenced"],
+                list(request_ids),
+                fence.service.value,
+                fence.bucket,
+                fence.generation,
+            )
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool:
-        with translated():
-            return bool(await self._pool.fetchval(_SQL["pending_for_key"], scope, stream, kind.value))
+        return bool(await self._db.fetchval(_SQL["pending_for_key"], scope, stream, kind.value))
 
     # --- the fairness barrier ----------------------------------------------------------------
 
     async def get_waiting_processor(self, scope: str, stream: str) -> Versioned[str] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_waiting_processor"], scope, stream)
+        row = await self._db.fetchrow(_SQL["get_waiting_processor"], scope, stream)
         return None if row is None else Versioned(row["processor"], row["version"])
 
     async def set_waiting_processor(self, scope: str, stream: str, processor: Processor) -> str | None:
         """Records `processor` as the stream's waiting processor unless another one is;
         returns the processor recorded afterwards (None when the stream is gone)."""
-        with translated():
-            inserted = await self._pool.fetchval(
-                _SQL["insert_waiting_processor"], scope, stream, processor.value
-            )
-            if inserted is not None:
-                return processor.value
-            current = await self._pool.fetchrow(_SQL["get_waiting_processor"], scope, stream)
+        inserted = await self._db.fetchval(_SQL["insert_waiting_processor"], scope, stream, processor.value)
+        if inserted is not None:
+            return processor.value
+        current = await self._db.fetchrow(_SQL["get_waiting_processor"], scope, stream)
         return None if current is None else str(current["processor"])
 
     async def clear_waiting_processor(self, scope: str, stream: str, processor: Processor) -> None:
@@ -166,7 +151,6 @@ class PgRequestQueue:
         current = await self.get_waiting_processor(scope, stream)
         if current is None or current.value != processor.value:
             return
-        with translated():
-            await self._pool.fetchval(
-                _SQL["delete_waiting_processor"], scope, stream, processor.value, current.version
-            )
+        await self._db.fetchval(
+            _SQL["delete_waiting_processor"], scope, stream, processor.value, current.version
+        )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from app.domain.cluster import Fence
 from app.domain.errors import NotFound, WriteConflict
@@ -18,7 +17,8 @@ from app.domain.requests import NewRequest
 from app.domain.retention import StreamCutRecord, SubscriberRecord
 from app.ports import RetentionContext, RetentionMember, RetentionWrite
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Row
+from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
 from app.store.rows import cut_from_json, cut_to_json, truncation_columns
 
@@ -29,7 +29,8 @@ def _fence_args(fence: Fence) -> tuple[str, int, int]:
     return fence.service.value, fence.bucket, fence.generation
 
 
-def _outcome(row: Any, scope: str, name: str) -> RetentionWrite:
+def _outcome(row: Row | None, scope: str, name: str) -> RetentionWrite:
+    assert row is not None, "the fenced writes always answer one row"
     if not row["stream_exists"]:
         raise NotFound(f"stream {scope}/{name} not found")
     if not row["owned"]:
@@ -37,7 +38,7 @@ def _outcome(row: Any, scope: str, name: str) -> RetentionWrite:
     return RetentionWrite.WRITTEN if row["written"] else RetentionWrite.UNCHANGED
 
 
-def _subscriber_from_row(row: Any) -> Versioned[SubscriberRecord]:
+def _subscriber_from_row(row: Row) -> Versioned[SubscriberRecord]:
     record = SubscriberRecord(
         subscriber=row["subscriber"],
         reader_group_id=uuid.UUID(str(row["reader_group_id"])),
@@ -49,21 +50,19 @@ def _subscriber_from_row(row: Any) -> Versioned[SubscriberRecord]:
 
 
 class PgRetentionStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # --- the retention worker's reads ----------------------------------------------------------
 
     async def list_members(self, buckets: Sequence[int], bucket_count: int) -> list[RetentionMember]:
         if not buckets:
             return []
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_members"], list(buckets), bucket_count)
+        rows = await self._db.fetch(_SQL["list_members"], list(buckets), bucket_count)
         return [RetentionMember(r["scope"], r["name"], r["bucket"], r["latest"]) for r in rows]
 
     async def get_context(self, scope: str, name: str) -> RetentionContext:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_context"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_context"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         policy = None
@@ -96,23 +95,19 @@ class PgRetentionStore:
     async def add_record(
         self, scope: str, name: str, record: StreamCutRecord, fence: Fence
     ) -> RetentionWrite:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["add_record"],
-                scope,
-                name,
-                *_fence_args(fence),
-                record.recording_time,
-                record.recording_size,
-                cut_to_json(record.stream_cut),
-            )
+        row = await self._db.fetchrow(
+            _SQL["add_record"],
+            scope,
+            name,
+            *_fence_args(fence),
+            record.recording_time,
+            record.recording_size,
+            cut_to_json(record.stream_cut),
+        )
         return _outcome(row, scope, name)
 
     async def purge_records(self, scope: str, name: str, up_to_time: int, fence: Fence) -> RetentionWrite:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["purge_records"], scope, name, *_fence_args(fence), up_to_time
-            )
+        row = await self._db.fetchrow(_SQL["purge_records"], scope, name, *_fence_args(fence), up_to_time)
         return _outcome(row, scope, name)
 
     async def start_truncation(
@@ -124,33 +119,30 @@ class PgRetentionStore:
         request: NewRequest,
         fence: Fence,
     ) -> RetentionWrite:
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                row = await conn.fetchrow(
-                    _SQL["start_truncation"],
-                    scope,
-                    name,
-                    *_fence_args(fence),
-                    *truncation_columns(record),
-                    expected_version,
-                )
-                if not row["stream_exists"]:
-                    raise NotFound(f"stream {scope}/{name} not found")
-                if not row["owned"]:
-                    return RetentionWrite.FENCED
-                if row["version"] is None:
-                    raise WriteConflict(
-                        f"truncation record of stream {scope}/{name} was changed concurrently"
-                    )
-                # The outbox: the intent and its request commit together or not at all.
-                await insert_request(conn, request)
+        async with self._db.transaction() as conn:
+            row = await conn.fetchrow(
+                _SQL["start_truncation"],
+                scope,
+                name,
+                *_fence_args(fence),
+                *truncation_columns(record),
+                expected_version,
+            )
+            assert row is not None, "start_truncation always answers one row"
+            if not row["stream_exists"]:
+                raise NotFound(f"stream {scope}/{name} not found")
+            if not row["owned"]:
+                return RetentionWrite.FENCED
+            if row["version"] is None:
+                raise WriteConflict(f"truncation record of stream {scope}/{name} was changed concurrently")
+            # The outbox: the intent and its request commit together or not at all.
+            await insert_request(conn, request)
         return RetentionWrite.WRITTEN
 
     # --- subscribers ---------------------------------------------------------------------------
 
     async def list_subscribers(self, scope: str, name: str) -> list[Versioned[SubscriberRecord]]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_subscribers"], scope, name)
+        rows = await self._db.fetch(_SQL["list_subscribers"], scope, name)
         if not rows:
             raise NotFound(f"stream {scope}/{name} not found")
         return [_subscriber_from_row(r) for r in rows if r["subscriber"] is not None]
@@ -158,24 +150,23 @@ class PgRetentionStore:
     async def get_subscriber(
         self, scope: str, name: str, subscriber: str
     ) -> Versioned[SubscriberRecord] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_subscriber"], scope, name, subscriber)
+        row = await self._db.fetchrow(_SQL["get_subscriber"], scope, name, subscriber)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return None if row["subscriber"] is None else _subscriber_from_row(row)
 
     async def insert_subscriber(self, scope: str, name: str, record: SubscriberRecord) -> bool:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["insert_subscriber"],
-                scope,
-                name,
-                record.subscriber,
-                record.reader_group_id,
-                record.generation,
-                cut_to_json(record.truncation_stream_cut),
-                record.update_time,
-            )
+        row = await self._db.fetchrow(
+            _SQL["insert_subscriber"],
+            scope,
+            name,
+            record.subscriber,
+            record.reader_group_id,
+            record.generation,
+            cut_to_json(record.truncation_stream_cut),
+            record.update_time,
+        )
+        assert row is not None, "insert_subscriber always answers one row"
         if not row["stream_exists"]:
             raise NotFound(f"stream {scope}/{name} not found")
         return bool(row["written"])
@@ -183,18 +174,17 @@ class PgRetentionStore:
     async def set_subscriber(
         self, scope: str, name: str, record: SubscriberRecord, expected_version: int
     ) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["set_subscriber"],
-                scope,
-                name,
-                record.subscriber,
-                record.reader_group_id,
-                record.generation,
-                cut_to_json(record.truncation_stream_cut),
-                record.update_time,
-                expected_version,
-            )
+        version = await self._db.fetchval(
+            _SQL["set_subscriber"],
+            scope,
+            name,
+            record.subscriber,
+            record.reader_group_id,
+            record.generation,
+            cut_to_json(record.truncation_stream_cut),
+            record.update_time,
+            expected_version,
+        )
         if version is None:
             current = await self.get_subscriber(scope, name, record.subscriber)
             raise conflict_or_missing(
@@ -203,10 +193,8 @@ class PgRetentionStore:
         return int(version)
 
     async def delete_subscriber(self, scope: str, name: str, subscriber: str, expected_version: int) -> bool:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["delete_subscriber"], scope, name, subscriber, expected_version
-            )
+        row = await self._db.fetchrow(_SQL["delete_subscriber"], scope, name, subscriber, expected_version)
+        assert row is not None, "delete_subscriber always answers one row"
         if not row["stream_exists"]:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["written"]:

@@ -16,6 +16,7 @@ from app.domain.records import (
     StreamConfig,
     TruncationRecord,
 )
+from app.store.db import Row
 
 
 def config_columns(config: StreamConfig) -> tuple[Any, ...]:
@@ -35,7 +36,7 @@ def config_columns(config: StreamConfig) -> tuple[Any, ...]:
     )
 
 
-def config_from_row(row: Mapping[str, Any]) -> StreamConfig:
+def config_from_row(row: Row) -> StreamConfig:
     retention = None
     if row["retention_type"] is not None:
         retention = RetentionPolicy(
@@ -62,7 +63,7 @@ def epoch_columns(epoch: EpochRecord) -> tuple[list[int], list[float], list[floa
     )
 
 
-def epoch_from_row(row: Mapping[str, Any]) -> EpochRecord:
+def epoch_from_row(row: Row) -> EpochRecord:
     segments = tuple(
         SegmentRecord(number_of(sid), epoch_of(sid), ct, ks, ke)
         for sid, ks, ke, ct in zip(

@@ -5,31 +5,28 @@ A scope is deleted only when empty and only at the version it was read at.
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.domain.errors import AlreadyExists, NotEmpty, NotFound, WriteConflict
 from app.domain.records import ScopeState, Versioned
 from app.domain.requests import NewRequest
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database
+from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
 
 _SQL = queries.load("scopes")
 
 
 class PgScopeStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def create_scope(self, name: str, now_ms: int) -> None:
-        with translated():
-            created = await self._pool.fetchval(_SQL["create_scope"], name, now_ms)
+        created = await self._db.fetchval(_SQL["create_scope"], name, now_ms)
         if created is None:
             raise AlreadyExists(f"scope {name!r} already exists")
 
     async def get_scope(self, name: str) -> Versioned[ScopeState]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_scope"], name)
+        row = await self._db.fetchrow(_SQL["get_scope"], name)
         if row is None:
             raise NotFound(f"scope {name!r} not found")
         return Versioned(ScopeState(row["state"]), row["version"])
@@ -41,29 +38,27 @@ class PgScopeStore:
         self, name: str, state: ScopeState, expected_version: int, *, request: NewRequest | None = None
     ) -> int:
         """Conditional on the version; a `request` commits in the same transaction (outbox)."""
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                version = await conn.fetchval(_SQL["set_scope_state"], name, state.value, expected_version)
-                if version is None:
-                    exists = await conn.fetchval(_SQL["get_scope"], name)
-                    raise conflict_or_missing(exists is not None, f"scope {name!r}")
-                if request is not None:
-                    await insert_request(conn, request)
+        async with self._db.transaction() as conn:
+            version = await conn.fetchval(_SQL["set_scope_state"], name, state.value, expected_version)
+            if version is None:
+                exists = await conn.fetchval(_SQL["get_scope"], name)
+                raise conflict_or_missing(exists is not None, f"scope {name!r}")
+            if request is not None:
+                await insert_request(conn, request)
         return int(version)
 
     async def stream_names(self, name: str) -> list[str]:
         """Every stream in the scope, internal ones included."""
-        with translated():
-            rows = await self._pool.fetch(_SQL["scope_stream_names"], name)
+        rows = await self._db.fetch(_SQL["scope_stream_names"], name)
         return [r["name"] for r in rows]
 
     async def delete_scope(self, name: str) -> None:
         try:
-            with translated():
-                row = await self._pool.fetchrow(_SQL["delete_scope"], name)
+            row = await self._db.fetchrow(_SQL["delete_scope"], name)
         except WriteConflict as exc:
             # The FK from streams fired: a stream arrived between our check and the delete.
             raise NotEmpty(f"scope {name!r} is not empty") from exc
+        assert row is not None, "delete_scope always answers one row"
         if row["found"] == 0:
             raise NotFound(f"scope {name!r} not found")
         if row["has_streams"]:
@@ -72,6 +67,5 @@ class PgScopeStore:
             raise WriteConflict(f"scope {name!r} was changed concurrently")
 
     async def list_scopes(self, after: str, limit: int) -> list[str]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_scopes"], after, limit)
+        rows = await self._db.fetch(_SQL["list_scopes"], after, limit)
         return [r["name"] for r in rows]

@@ -18,15 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import asyncpg
 
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
 from app.domain.names import mark_stream_name
 from app.domain.records import ScopeState
 from app.segmentstore.embedded import transaction_segment_name
 from app.store import queries
+from app.store.db import Connection, PgSession, connect
 from app.store.errors import translated
 from app.store.history_gen import (
     COMMIT_ORDER_PENDING,
@@ -202,7 +200,7 @@ class SeedSummary:
 class PgHistorySeeder:
     """The reads and reservations around the COPYs, on one connection."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
     async def request_buckets(self) -> int:
@@ -239,6 +237,7 @@ class PgHistorySeeder:
     async def reserve_txn_numbers(self, counters: int, commit_orders: int) -> tuple[list[int], list[int]]:
         """Transaction counter values and commit-order values, in one round trip."""
         row = await self._conn.fetchrow(_SQL["reserve_txn_numbers"], counters, commit_orders)
+        assert row is not None, "reserve_txn_numbers always answers one row"
         return list(row["counters"]), sorted(row["commit_orders"])
 
     async def analyze_tables(self) -> None:
@@ -298,20 +297,18 @@ async def seed_history(
     spec.validate()
     if batch_epochs <= 0:
         raise InvalidInput("the batch size must be positive")
-    with translated():
+    with translated():  # migrations run on their own connections, outside the wrapper
         await ensure_schema(url)
-        conn = await asyncpg.connect(asyncpg_dsn(url))
+    conn = await connect(asyncpg_dsn(url))
     began = time.perf_counter()  # the rate is the seeding's own, migrations aside
     try:
-        with translated():
-            return await _seed(conn, spec, resume, batch_epochs, analyze, progress, began)
+        return await _seed(conn, spec, resume, batch_epochs, analyze, progress, began)
     finally:
-        with translated():
-            await conn.close()
+        await conn.close()
 
 
 async def _seed(
-    conn: Any,
+    conn: PgSession,
     spec: SeedSpec,
     resume: bool,
     batch_epochs: int,

@@ -26,7 +26,7 @@ from app.domain.state_views import (
     ViewSummary,
 )
 from app.store import queries
-from app.store.errors import translated
+from app.store.db import Connection, Database, Row
 
 _SQL = queries.load("state_views")
 
@@ -40,11 +40,11 @@ def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[list[Any]]:
     return columns
 
 
-def _keys(rows: Iterable[Any]) -> set[ViewKey]:
+def _keys(rows: Iterable[Row]) -> set[ViewKey]:
     return {(r["state_name"], r["resource"]) for r in rows}
 
 
-def _grouped(rows: Iterable[Any], key: Callable[[Any], ViewKey]) -> dict[ViewKey, dict[str, str]]:
+def _grouped(rows: Iterable[Row], key: Callable[[Row], ViewKey]) -> dict[ViewKey, dict[str, str]]:
     views: dict[ViewKey, dict[str, str]] = {}
     for r in rows:
         views.setdefault(key(r), {})[r["partition"]] = r["states"]
@@ -52,14 +52,13 @@ def _grouped(rows: Iterable[Any], key: Callable[[Any], ViewKey]) -> dict[ViewKey
 
 
 class PgStateViewStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # --- participants' states ---------------------------------------------------------------
 
     async def resource_version(self, participant: str, state_name: str, resource: str) -> int | None:
-        with translated():
-            version = await self._pool.fetchval(_SQL["resource_version"], participant, state_name, resource)
+        version = await self._db.fetchval(_SQL["resource_version"], participant, state_name, resource)
         return None if version is None else int(version)
 
     async def write_states(
@@ -78,38 +77,36 @@ class PgStateViewStore:
         names = list(partitions)
         states = [partitions[p] for p in names]
         kept = [(p, s) for p, s in zip(names, states, strict=True) if s is not None]
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                if expected_version is None:
-                    version = await conn.fetchval(_SQL["create_resource"], *key, now_ms)
-                else:
-                    version = await conn.fetchval(_SQL["touch_resource"], *key, now_ms, expected_version)
-                if version is None:
-                    raise WriteConflict(
-                        f"the states of {participant} for {state_name}/{resource} changed concurrently"
-                    )
-                # The record moved first: a concurrent writer at the same version now waits on
-                # its row lock and then fails, so the partition rows below are ours alone.
-                if replace:
-                    removed = await conn.fetch(_SQL["delete_replaced_states"], *key, names, states)
-                else:
-                    removed = await conn.fetch(_SQL["delete_patched_states"], *key, names, states)
-                added: list[Any] = []
-                if kept:
-                    new_names, new_states = _columns(kept, 2)
-                    added = await conn.fetch(_SQL["insert_states"], *key, new_names, new_states, now_ms)
-                count = int(await conn.fetchval(_SQL["count_states"], *key))
-                changed = len({r["partition"] for r in removed} | {r["partition"] for r in added})
-                if count == 0:
-                    await conn.fetchval(_SQL["delete_resource"], *key, version)
-                    return StatesWrite(None, 0, changed, now_ms)
-                return StatesWrite(int(version), count, changed, now_ms)
+        async with self._db.transaction() as conn:
+            if expected_version is None:
+                version = await conn.fetchval(_SQL["create_resource"], *key, now_ms)
+            else:
+                version = await conn.fetchval(_SQL["touch_resource"], *key, now_ms, expected_version)
+            if version is None:
+                raise WriteConflict(
+                    f"the states of {participant} for {state_name}/{resource} changed concurrently"
+                )
+            # The record moved first: a concurrent writer at the same version now waits on
+            # its row lock and then fails, so the partition rows below are ours alone.
+            if replace:
+                removed = await conn.fetch(_SQL["delete_replaced_states"], *key, names, states)
+            else:
+                removed = await conn.fetch(_SQL["delete_patched_states"], *key, names, states)
+            added: list[Row] = []
+            if kept:
+                new_names, new_states = _columns(kept, 2)
+                added = await conn.fetch(_SQL["insert_states"], *key, new_names, new_states, now_ms)
+            count = int(await conn.fetchval(_SQL["count_states"], *key))
+            changed = len({r["partition"] for r in removed} | {r["partition"] for r in added})
+            if count == 0:
+                await conn.fetchval(_SQL["delete_resource"], *key, version)
+                return StatesWrite(None, 0, changed, now_ms)
+            return StatesWrite(int(version), count, changed, now_ms)
 
     async def participant_states(
         self, participant: str, state_name: str | None = None, resource: str | None = None
     ) -> list[ResourceStates]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["participant_states"], participant, state_name, resource)
+        rows = await self._db.fetch(_SQL["participant_states"], participant, state_name, resource)
         return [
             ResourceStates(
                 participant,
@@ -123,16 +120,14 @@ class PgStateViewStore:
         ]
 
     async def participants(self) -> list[ParticipantSummary]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["participants"])
+        rows = await self._db.fetch(_SQL["participants"])
         return [
             ParticipantSummary(r["participant"], r["resources"], r["partitions"], r["last_report_at"])
             for r in rows
         ]
 
     async def participant_versions(self, participant: str) -> dict[ViewKey, int]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["participant_versions"], participant)
+        rows = await self._db.fetch(_SQL["participant_versions"], participant)
         return {(r["state_name"], r["resource"]): r["version"] for r in rows}
 
     async def remove_participant(self, participant: str, expected: Mapping[ViewKey, int]) -> int:
@@ -141,32 +136,27 @@ class PgStateViewStore:
         keys = sorted(expected)
         state_names, resources = _columns(keys, 2)
         versions = [expected[k] for k in keys]
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                gone = await conn.fetch(
-                    _SQL["remove_participant_resources"], participant, state_names, resources, versions
-                )
-                if len(gone) != len(keys) or await conn.fetchval(
-                    _SQL["count_participant_resources"], participant
-                ):
-                    raise WriteConflict(f"the states of {participant} changed concurrently")
-                await conn.execute(_SQL["remove_participant_states"], participant, state_names, resources)
+        async with self._db.transaction() as conn:
+            gone = await conn.fetch(
+                _SQL["remove_participant_resources"], participant, state_names, resources, versions
+            )
+            if len(gone) != len(keys) or await conn.fetchval(
+                _SQL["count_participant_resources"], participant
+            ):
+                raise WriteConflict(f"the states of {participant} changed concurrently")
+            await conn.execute(_SQL["remove_participant_states"], participant, state_names, resources)
         return len(keys)
 
     # --- the config -------------------------------------------------------------------------
 
     async def get_config(self) -> StateViewConfig:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_config"])
+        row = await self._db.fetchrow(_SQL["get_config"])
         if row is None:
             raise IllegalState("the state view config row is missing: is the schema migrated?")
         return StateViewConfig(tuple(row["state_names"]), row["version"], row["updated_at"])
 
     async def set_config(self, state_names: Sequence[str], expected_version: int, now_ms: int) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["set_config"], list(state_names), expected_version, now_ms
-            )
+        version = await self._db.fetchval(_SQL["set_config"], list(state_names), expected_version, now_ms)
         if version is None:
             raise WriteConflict(f"the state view config is no longer at version {expected_version}")
         return int(version)
@@ -174,63 +164,54 @@ class PgStateViewStore:
     # --- views ------------------------------------------------------------------------------
 
     async def list_views(self, state_name: str | None = None) -> list[ViewSummary]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_views"], state_name)
+        rows = await self._db.fetch(_SQL["list_views"], state_name)
         return [
             ViewSummary(r["state_name"], r["resource"], r["version"], r["updated_at"], r["partition_count"])
             for r in rows
         ]
 
     async def get_view(self, state_name: str, resource: str) -> CustomizedView:
-        with translated():
-            rows = await self._pool.fetch(_SQL["get_view"], state_name, resource)
+        rows = await self._db.fetch(_SQL["get_view"], state_name, resource)
         if not rows:
             raise NotFound(f"customized view {state_name}/{resource} not found")
         partitions = {r["partition"]: r["states"] for r in rows if r["partition"] is not None}
         return CustomizedView(state_name, resource, rows[0]["version"], rows[0]["updated_at"], partitions)
 
     async def view_version(self, state_name: str, resource: str) -> int | None:
-        with translated():
-            version = await self._pool.fetchval(_SQL["view_version"], state_name, resource)
+        version = await self._db.fetchval(_SQL["view_version"], state_name, resource)
         return None if version is None else int(version)
 
     # --- the aggregator ---------------------------------------------------------------------
 
     async def built_names(self) -> frozenset[str]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["built_names"])
+        rows = await self._db.fetch(_SQL["built_names"])
         return frozenset(r["state_name"] for r in rows)
 
     async def take_changes(self, limit: int) -> list[StateChange]:
         """The oldest `limit` log entries, grouped by partition."""
-        with translated():
-            rows = await self._pool.fetch(_SQL["take_changes"], limit)
+        rows = await self._db.fetch(_SQL["take_changes"], limit)
         return [StateChange(r["state_name"], r["resource"], r["partition"], tuple(r["seqs"])) for r in rows]
 
     async def partition_states(self, keys: Iterable[tuple[str, str, str]]) -> dict[ViewKey, dict[str, str]]:
         state_names, resources, partitions = _columns(keys, 3)
         if not state_names:
             return {}
-        with translated():
-            rows = await self._pool.fetch(_SQL["partition_states"], state_names, resources, partitions)
+        rows = await self._db.fetch(_SQL["partition_states"], state_names, resources, partitions)
         return _grouped(rows, lambda r: (r["state_name"], r["resource"]))
 
     async def name_states(self, state_name: str) -> dict[ViewKey, dict[str, str]]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["name_states"], state_name)
+        rows = await self._db.fetch(_SQL["name_states"], state_name)
         return _grouped(rows, lambda r: (state_name, r["resource"]))
 
     async def view_versions(self, keys: Iterable[ViewKey]) -> dict[ViewKey, int]:
         state_names, resources = _columns(sorted(set(keys)), 2)
         if not state_names:
             return {}
-        with translated():
-            rows = await self._pool.fetch(_SQL["view_versions"], state_names, resources)
+        rows = await self._db.fetch(_SQL["view_versions"], state_names, resources)
         return {(r["state_name"], r["resource"]): r["version"] for r in rows}
 
     async def views_of_names(self, state_names: Sequence[str]) -> dict[ViewKey, int]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["views_of_names"], list(state_names))
+        rows = await self._db.fetch(_SQL["views_of_names"], list(state_names))
         return {(r["state_name"], r["resource"]): r["version"] for r in rows}
 
     async def apply_aggregation(
@@ -247,53 +228,52 @@ class PgStateViewStore:
             (u.state_name, u.resource, p, states) for u in batch.updates for p, states in u.partitions.items()
         ]
         changes: list[ViewChange] = []
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                if await conn.fetchval(_SQL["hold_leader_term"], term) is None:
-                    return None
-                # Every view the batch may touch is locked (or created) at the version read
-                # before any partition row moves: a concurrent batch read at the same versions
-                # waits here and then fails instead of writing over this one.
-                if known:
-                    locked = await conn.fetch(_SQL["lock_views"], *_columns(_triples(known), 3))
-                    _require_all(len(locked), len(known))
-                if create:
-                    rows = await conn.fetch(_SQL["insert_views"], *_columns(create, 2), now_ms)
-                    _require_all(len(rows), len(create))
-                    changes += [ViewChange(r["state_name"], r["resource"], r["version"]) for r in rows]
-                touched: set[ViewKey] = set()
-                if batch.dropped:
-                    touched |= _keys(await conn.fetch(_SQL["drop_view_partitions"], list(batch.dropped)))
-                    touched |= {k for k in known if k[0] in batch.dropped}
-                if partition_rows:
-                    columns = _columns(partition_rows, 4)
-                    touched |= _keys(await conn.fetch(_SQL["delete_view_partitions"], *columns))
-                    touched |= _keys(await conn.fetch(_SQL["insert_view_partitions"], *columns, now_ms))
-                for state_name in sorted({u.state_name for u in batch.updates if u.complete}):
-                    listed = [
-                        (u.resource, p)
-                        for u in batch.updates
-                        if u.complete and u.state_name == state_name
-                        for p, states in u.partitions.items()
-                        if states
-                    ]
-                    stale = await conn.fetch(
-                        _SQL["delete_unlisted_view_partitions"], state_name, *_columns(listed, 2)
-                    )
-                    touched |= _keys(stale)
-                changes += await self._settle_views(conn, touched - set(create), known, now_ms)
-                if batch.dropped and await conn.fetchval(_SQL["count_views_of_names"], list(batch.dropped)):
-                    raise WriteConflict("views of a dropped state name were written concurrently")
-                if batch.consumed:
-                    await conn.execute(_SQL["consume_changes"], list(batch.consumed))
-                if batch.built:
-                    await conn.execute(_SQL["mark_built"], list(batch.built), now_ms)
-                if batch.dropped:
-                    await conn.execute(_SQL["unmark_built"], list(batch.dropped))
+        async with self._db.transaction() as conn:
+            if await conn.fetchval(_SQL["hold_leader_term"], term) is None:
+                return None
+            # Every view the batch may touch is locked (or created) at the version read
+            # before any partition row moves: a concurrent batch read at the same versions
+            # waits here and then fails instead of writing over this one.
+            if known:
+                locked = await conn.fetch(_SQL["lock_views"], *_columns(_triples(known), 3))
+                _require_all(len(locked), len(known))
+            if create:
+                rows = await conn.fetch(_SQL["insert_views"], *_columns(create, 2), now_ms)
+                _require_all(len(rows), len(create))
+                changes += [ViewChange(r["state_name"], r["resource"], r["version"]) for r in rows]
+            touched: set[ViewKey] = set()
+            if batch.dropped:
+                touched |= _keys(await conn.fetch(_SQL["drop_view_partitions"], list(batch.dropped)))
+                touched |= {k for k in known if k[0] in batch.dropped}
+            if partition_rows:
+                columns = _columns(partition_rows, 4)
+                touched |= _keys(await conn.fetch(_SQL["delete_view_partitions"], *columns))
+                touched |= _keys(await conn.fetch(_SQL["insert_view_partitions"], *columns, now_ms))
+            for state_name in sorted({u.state_name for u in batch.updates if u.complete}):
+                listed = [
+                    (u.resource, p)
+                    for u in batch.updates
+                    if u.complete and u.state_name == state_name
+                    for p, states in u.partitions.items()
+                    if states
+                ]
+                stale = await conn.fetch(
+                    _SQL["delete_unlisted_view_partitions"], state_name, *_columns(listed, 2)
+                )
+                touched |= _keys(stale)
+            changes += await self._settle_views(conn, touched - set(create), known, now_ms)
+            if batch.dropped and await conn.fetchval(_SQL["count_views_of_names"], list(batch.dropped)):
+                raise WriteConflict("views of a dropped state name were written concurrently")
+            if batch.consumed:
+                await conn.execute(_SQL["consume_changes"], list(batch.consumed))
+            if batch.built:
+                await conn.execute(_SQL["mark_built"], list(batch.built), now_ms)
+            if batch.dropped:
+                await conn.execute(_SQL["unmark_built"], list(batch.dropped))
         return sorted(changes, key=lambda c: (c.state_name, c.resource))
 
     async def _settle_views(
-        self, conn: Any, touched: set[ViewKey], known: Mapping[ViewKey, int], now_ms: int
+        self, conn: Connection, touched: set[ViewKey], known: Mapping[ViewKey, int], now_ms: int
     ) -> list[ViewChange]:
         """Views (locked above) whose partitions changed get a new version, or go when no
         partition is left; views whose partitions did not change keep theirs."""

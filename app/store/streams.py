@@ -25,7 +25,8 @@ from app.domain.scaling import initial_segments
 from app.ports import StreamCreation
 from app.store import queries
 from app.store.cache import RecordCache, StreamView
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Connection, Database, Queries
+from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
 from app.store.rows import (
     config_columns,
@@ -42,8 +43,8 @@ EMPTY_EPOCH_TRANSITION = -1
 
 
 class PgStreamStore:
-    def __init__(self, pool: Any, cache: RecordCache | None = None) -> None:
-        self._pool = pool
+    def __init__(self, db: Database, cache: RecordCache | None = None) -> None:
+        self._db = db
         # Without a listener the cache is never trusted: only immutable records are reused.
         self._cache = cache if cache is not None else RecordCache()
 
@@ -52,40 +53,41 @@ class PgStreamStore:
     async def create_stream_metadata(
         self, scope: str, name: str, config: StreamConfig, creation_time: int
     ) -> StreamCreation:
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
-                if scope_state is None or scope_state == ScopeState.DELETING.value:
-                    raise NotFound(f"scope {scope!r} not found")
-                existing = await self._existing(conn, scope, name)
-                if existing is not None:
-                    return existing
-                last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
-                first_number = 0 if last is None else last + 1
-                stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
-                if stream_id is None:
-                    raise WriteConflict(f"stream {scope}/{name} was created concurrently")
-                epoch_zero = EpochRecord(
-                    epoch=0,
-                    reference_epoch=0,
-                    segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
-                    creation_time=creation_time,
-                )
-                await conn.execute(
-                    _SQL["insert_stream_records"],
-                    stream_id,
-                    *config_columns(config),
-                    creation_time,
-                    *epoch_columns(epoch_zero),
-                )
-                return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+        async with self._db.transaction() as conn:
+            scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
+            if scope_state is None or scope_state == ScopeState.DELETING.value:
+                raise NotFound(f"scope {scope!r} not found")
+            existing = await self._existing(conn, scope, name)
+            if existing is not None:
+                return existing
+            last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
+            first_number = 0 if last is None else last + 1
+            stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
+            if stream_id is None:
+                raise WriteConflict(f"stream {scope}/{name} was created concurrently")
+            epoch_zero = EpochRecord(
+                epoch=0,
+                reference_epoch=0,
+                segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                creation_time=creation_time,
+            )
+            await conn.execute(
+                _SQL["insert_stream_records"],
+                stream_id,
+                *config_columns(config),
+                creation_time,
+                *epoch_columns(epoch_zero),
+            )
+            return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
 
-    async def _existing(self, conn: Any, scope: str, name: str) -> StreamCreation | None:
+    async def _existing(self, conn: Connection, scope: str, name: str) -> StreamCreation | None:
         row = await conn.fetchrow(_SQL["find_stream"], scope, name)
         if row is None:
             return None
         config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
         epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
+        # Both are written in the same transaction as the stream row found above.
+        assert config_row is not None and epoch_row is not None
         return StreamCreation(
             False,
             StreamState(row["state"]),
@@ -97,57 +99,53 @@ class PgStreamStore:
     async def activate_created_stream(
         self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
     ) -> None:
-        with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
-                version = await conn.fetchval(
-                    _SQL["set_state"], scope, name, StreamState.ACTIVE.value, expected_state_version
-                )
-                if version is None:
-                    found = await conn.fetchrow(_SQL["find_stream"], scope, name)
-                    raise conflict_or_missing(found is not None, f"stream {scope}/{name}")
-                if index_tags:
-                    found = await conn.fetchrow(_SQL["find_stream"], scope, name)
-                    await conn.execute(_SQL["index_tags"], found["id"])
+        async with self._db.transaction() as conn:
+            version = await conn.fetchval(
+                _SQL["set_state"], scope, name, StreamState.ACTIVE.value, expected_state_version
+            )
+            if version is None:
+                found = await conn.fetchrow(_SQL["find_stream"], scope, name)
+                raise conflict_or_missing(found is not None, f"stream {scope}/{name}")
+            if index_tags:
+                found = await conn.fetchrow(_SQL["find_stream"], scope, name)
+                assert found is not None, "the stream row was just updated in this transaction"
+                await conn.execute(_SQL["index_tags"], found["id"])
         self._cache.invalidate_name(scope, name)
 
     # --- reads ----------------------------------------------------------------------------
 
     async def stream_exists(self, scope: str, name: str) -> bool:
-        with translated():
-            return bool(await self._pool.fetchval(_SQL["stream_exists"], scope, name))
+        return bool(await self._db.fetchval(_SQL["stream_exists"], scope, name))
 
     async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_config"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_config"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned(config_from_row(row), row["version"])
 
     async def get_config_record(self, scope: str, name: str) -> Versioned[tuple[StreamConfig, bool]]:
         """The configuration with its `updating` flag (set while an update is in flight)."""
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_config"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_config"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned((config_from_row(row), row["updating"]), row["version"])
 
     async def get_state(self, scope: str, name: str) -> Versioned[StreamState]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_state"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_state"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned(StreamState(row["state"]), row["version"])
 
     async def list_streams(self, scope: str, after: str, limit: int) -> list[str]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["list_streams"], scope, after, limit)
+        row = await self._db.fetchrow(_SQL["list_streams"], scope, after, limit)
+        assert row is not None, "a listing always answers one row"
         if not row["scope_exists"]:
             raise NotFound(f"scope {scope!r} not found")
         return list(row["names"])
 
     async def list_streams_for_tag(self, scope: str, tag: str, after: str, limit: int) -> list[str]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["list_streams_for_tag"], scope, tag, after, limit)
+        row = await self._db.fetchrow(_SQL["list_streams_for_tag"], scope, tag, after, limit)
+        assert row is not None, "a listing always answers one row"
         if not row["scope_exists"]:
             raise NotFound(f"scope {scope!r} not found")
         return list(row["names"])
@@ -159,8 +157,7 @@ class PgStreamStore:
             if record is not None:
                 return view.state, record
         generation = self._cache.generation
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_active_epoch"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_active_epoch"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         record = epoch_from_row(row)
@@ -175,8 +172,7 @@ class PgStreamStore:
             cached = self._cache.epoch(view.stream_id, epoch)
             if cached is not None:
                 return cached
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_epoch"], scope, name, epoch)
+        row = await self._db.fetchrow(_SQL["get_epoch"], scope, name, epoch)
         if row is None:
             raise NotFound(f"epoch {epoch} of stream {scope}/{name} not found")
         record = epoch_from_row(row)
@@ -190,8 +186,7 @@ class PgStreamStore:
             cached = [self._cache.epoch(view.stream_id, e) for e in range(low, high + 1)]
             if all(record is not None for record in cached):
                 return [record for record in cached if record is not None]
-        with translated():
-            rows = await self._pool.fetch(_SQL["get_epoch_range"], scope, name, low, high)
+        rows = await self._db.fetch(_SQL["get_epoch_range"], scope, name, low, high)
         if not rows:
             raise NotFound(f"stream {scope}/{name} not found")
         records = [epoch_from_row(row) for row in rows if row["epoch"] is not None]
@@ -203,8 +198,7 @@ class PgStreamStore:
         self, scope: str, name: str, from_ms: int, to_ms: int, limit: int
     ) -> list[EpochRecord]:
         """The epoch in force at `from_ms` and those created in [from_ms, to_ms], by epoch."""
-        with translated():
-            rows = await self._pool.fetch(_SQL["get_epochs_by_time"], scope, name, from_ms, to_ms, limit)
+        rows = await self._db.fetch(_SQL["get_epochs_by_time"], scope, name, from_ms, to_ms, limit)
         if not rows:
             raise NotFound(f"stream {scope}/{name} not found")
         return [epoch_from_row(row) for row in rows if row["epoch"] is not None]
@@ -222,8 +216,7 @@ class PgStreamStore:
                 previous = self._cache.epoch(view.stream_id, sealed_in - 1)
                 if sealed_record is not None and previous is not None:
                     return sealed_record, previous
-        with translated():
-            rows = await self._pool.fetch(_SQL["get_successors"], scope, name, segment)
+        rows = await self._db.fetch(_SQL["get_successors"], scope, name, segment)
         if not rows:
             raise NotFound(f"stream {scope}/{name} not found")
         sealed_epoch = rows[0]["sealed_epoch"]
@@ -237,8 +230,7 @@ class PgStreamStore:
         return records[sealed_epoch], records[sealed_epoch - 1]
 
     async def get_head(self, scope: str, name: str) -> dict[int, int]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_head"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_head"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         cut = cut_from_json(row["stream_cut"])
@@ -250,8 +242,7 @@ class PgStreamStore:
         self, scope: str, name: str, segment: int
     ) -> Versioned[tuple[SegmentRecord, int | None]]:
         """A segment with the epoch it was sealed in (None while it is active)."""
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_segment"], scope, name, segment)
+        row = await self._db.fetchrow(_SQL["get_segment"], scope, name, segment)
         if row is None:
             raise NotFound(f"segment {segment} of stream {scope}/{name} not found")
         record = SegmentRecord(
@@ -276,17 +267,16 @@ class PgStreamStore:
         stream, exists. A `request` is enqueued in the same transaction (the outbox): the
         write and its request commit together or not at all."""
         sql = _SQL[query]
-        with translated():
-            if request is None:
-                return await self._write_checked(self._pool, sql, what, scope, name, args, record_exists)
-            async with self._pool.acquire() as conn, conn.transaction():
-                version = await self._write_checked(conn, sql, what, scope, name, args, record_exists)
-                await insert_request(conn, request)
-                return version
+        if request is None:
+            return await self._write_checked(self._db, sql, what, scope, name, args, record_exists)
+        async with self._db.transaction() as conn:
+            version = await self._write_checked(conn, sql, what, scope, name, args, record_exists)
+            await insert_request(conn, request)
+            return version
 
     @staticmethod
     async def _write_checked(
-        runner: Any,
+        runner: Queries,
         sql: str,
         what: str,
         scope: str,
@@ -341,8 +331,7 @@ class PgStreamStore:
         )
 
     async def get_current_epoch_pointer(self, scope: str, name: str) -> Versioned[int]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_current_epoch_pointer"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_current_epoch_pointer"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned(row["epoch"], row["version"])
@@ -358,8 +347,7 @@ class PgStreamStore:
             self._cache.invalidate_name(scope, name)
 
     async def get_truncation(self, scope: str, name: str) -> Versioned[TruncationRecord]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_truncation"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_truncation"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         record = TruncationRecord(
@@ -416,8 +404,7 @@ class PgStreamStore:
         )
 
     async def get_epoch_transition(self, scope: str, name: str) -> Versioned[EpochTransitionRecord | None]:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_epoch_transition"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_epoch_transition"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["active_epoch"] == EMPTY_EPOCH_TRANSITION:
@@ -479,8 +466,7 @@ class PgStreamStore:
     async def get_sealed_size_shard(
         self, scope: str, name: str, shard: int
     ) -> Versioned[dict[int, int]] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_sealed_size_shard"], scope, name, shard)
+        row = await self._db.fetchrow(_SQL["get_sealed_size_shard"], scope, name, shard)
         if row is None:
             return None
         return Versioned(cut_from_json(row["sizes"]), row["version"])
@@ -490,13 +476,12 @@ class PgStreamStore:
     ) -> int:
         """Creates the shard when `expected_version` is None, else replaces it at that version."""
         if expected_version is None:
-            with translated():
-                version = await self._pool.fetchval(
-                    _SQL["insert_sealed_size_shard"], scope, name, shard, cut_to_json(sizes)
-                )
-                if version is None:
-                    exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
-                    raise conflict_or_missing(bool(exists), f"sealed-size shard {shard} of {scope}/{name}")
+            version = await self._db.fetchval(
+                _SQL["insert_sealed_size_shard"], scope, name, shard, cut_to_json(sizes)
+            )
+            if version is None:
+                exists = await self._db.fetchval(_SQL["stream_exists"], scope, name)
+                raise conflict_or_missing(bool(exists), f"sealed-size shard {shard} of {scope}/{name}")
             return int(version)
         return await self._conditional(
             "set_sealed_size_shard",
@@ -510,29 +495,24 @@ class PgStreamStore:
         )
 
     async def get_deleted_stream(self, scope: str, name: str) -> Versioned[int] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_deleted_stream"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_deleted_stream"], scope, name)
         return None if row is None else Versioned(row["last_segment_number"], row["version"])
 
     async def put_deleted_stream(
         self, scope: str, name: str, last_segment_number: int, expected_version: int | None
     ) -> int:
-        with translated():
-            if expected_version is None:
-                version = await self._pool.fetchval(
-                    _SQL["insert_deleted_stream"], scope, name, last_segment_number
-                )
-            else:
-                version = await self._pool.fetchval(
-                    _SQL["set_deleted_stream"], scope, name, last_segment_number, expected_version
-                )
+        if expected_version is None:
+            version = await self._db.fetchval(_SQL["insert_deleted_stream"], scope, name, last_segment_number)
+        else:
+            version = await self._db.fetchval(
+                _SQL["set_deleted_stream"], scope, name, last_segment_number, expected_version
+            )
         if version is None:
             raise WriteConflict(f"deleted-stream record of {scope}/{name} was changed concurrently")
         return int(version)
 
     async def reindex_tags(self, scope: str, name: str) -> None:
-        with translated():
-            await self._pool.execute(_SQL["reindex_tags"], scope, name)
+        await self._db.execute(_SQL["reindex_tags"], scope, name)
 
     # --- scale, deletion ------------------------------------------------------------------------
 
@@ -549,37 +529,34 @@ class PgStreamStore:
         """Writes a new epoch with its new segments and marks the sealed ones sealed in it.
         Idempotent: re-running it after a crash leaves the same rows."""
         ids, starts, ends, times = epoch_columns(record)
-        with translated():
-            found = await self._pool.fetchval(
-                _SQL["insert_epoch"],
-                scope,
-                name,
-                record.epoch,
-                record.reference_epoch,
-                record.creation_time,
-                record.splits,
-                record.merges,
-                ids,
-                starts,
-                ends,
-                times,
-                sorted(sealed),
-                [s.id for s in created],
-                [s.key_start for s in created],
-                [s.key_end for s in created],
-                duplicate,
-            )
+        found = await self._db.fetchval(
+            _SQL["insert_epoch"],
+            scope,
+            name,
+            record.epoch,
+            record.reference_epoch,
+            record.creation_time,
+            record.splits,
+            record.merges,
+            ids,
+            starts,
+            ends,
+            times,
+            sorted(sealed),
+            [s.id for s in created],
+            [s.key_start for s in created],
+            [s.key_end for s in created],
+            duplicate,
+        )
         if not found:
             raise NotFound(f"stream {scope}/{name} not found")
 
     async def all_segment_ids(self, scope: str, name: str) -> list[int]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["all_segment_ids"], scope, name)
+        rows = await self._db.fetch(_SQL["all_segment_ids"], scope, name)
         return [row["segment_id"] for row in rows]
 
     async def get_creation_time(self, scope: str, name: str) -> int:
-        with translated():
-            value = await self._pool.fetchval(_SQL["get_creation_time"], scope, name)
+        value = await self._db.fetchval(_SQL["get_creation_time"], scope, name)
         if value is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return int(value)
@@ -588,8 +565,7 @@ class PgStreamStore:
         """Removes the stream's metadata (when `creation_time` is non-zero, only that
         incarnation of the name) and records its highest segment number; False if absent."""
         try:
-            with translated():
-                gone = await self._pool.fetchval(_SQL["delete_stream"], scope, name, creation_time)
+            gone = await self._db.fetchval(_SQL["delete_stream"], scope, name, creation_time)
         finally:
             self._cache.invalidate_name(scope, name)
         return bool(gone)

@@ -16,13 +16,14 @@ from app.domain.requests import NewRequest
 from app.domain.txns import CompletedTxn, TxnId, TxnRecord, TxnStatus
 from app.ports import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Row
+from app.store.errors import conflict_or_missing
 
 _SQL = queries.load("txns")
 NO_EPOCH = -1
 
 
-def _record(row: Any) -> Versioned[TxnRecord]:
+def _record(row: Row) -> Versioned[TxnRecord]:
     return Versioned(
         TxnRecord(
             txn=TxnId(row["txn_high"], row["txn_low"]),
@@ -45,16 +46,15 @@ def _halves(txns: Sequence[TxnId]) -> tuple[list[int], list[int]]:
 
 
 class PgTxnStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def create_txn(
         self, scope: str, name: str, epoch: int, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
-        with translated():
-            row = await self._pool.fetchrow(
-                _SQL["create_txn"], scope, name, epoch, now_ms, lease_ms, max_exec_expiry
-            )
+        row = await self._db.fetchrow(
+            _SQL["create_txn"], scope, name, epoch, now_ms, lease_ms, max_exec_expiry
+        )
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["txn_low"] is None:
@@ -62,8 +62,7 @@ class PgTxnStore:
         return CreatedTxn(TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"])
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
+        row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         active = None if row["status"] is None else _record(row)
@@ -75,17 +74,15 @@ class PgTxnStore:
         return TxnLookup(active, completed)
 
     async def _exists(self, scope: str, name: str, txn: TxnId) -> bool:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
+        row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
         return row is not None and row["status"] is not None
 
     async def extend_lease(
         self, scope: str, name: str, txn: TxnId, lease_ms: int, lease_expiry: int, expected_version: int
     ) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["extend_lease"], scope, name, txn.high, txn.low, lease_expiry, lease_ms, expected_version
-            )
+        version = await self._db.fetchval(
+            _SQL["extend_lease"], scope, name, txn.high, txn.low, lease_expiry, lease_ms, expected_version
+        )
         if version is None:
             raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
         return int(version)
@@ -93,10 +90,9 @@ class PgTxnStore:
     async def extend_open_lease(
         self, scope: str, name: str, txn: TxnId, lease_ms: int, now_ms: int, max_lease_ms: int
     ) -> bool:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["extend_open_lease"], scope, name, txn.high, txn.low, now_ms, lease_ms, max_lease_ms
-            )
+        version = await self._db.fetchval(
+            _SQL["extend_open_lease"], scope, name, txn.high, txn.low, now_ms, lease_ms, max_lease_ms
+        )
         return version is not None
 
     async def move_txn(
@@ -113,21 +109,20 @@ class PgTxnStore:
     ) -> int:
         if target not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
             raise ValueError(f"an open transaction moves to COMMITTING or ABORTING, not {target.value}")
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["move_txn"],
-                scope,
-                name,
-                txn.high,
-                txn.low,
-                target.value,
-                expected_version,
-                writer_id,
-                commit_time,
-                request.processor.value,
-                request.kind.value,
-                request.created_at,
-            )
+        version = await self._db.fetchval(
+            _SQL["move_txn"],
+            scope,
+            name,
+            txn.high,
+            txn.low,
+            target.value,
+            expected_version,
+            writer_id,
+            commit_time,
+            request.processor.value,
+            request.kind.value,
+            request.created_at,
+        )
         if version is None:
             raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
         return int(version)
@@ -135,10 +130,9 @@ class PgTxnStore:
     async def complete_abort(
         self, scope: str, name: str, txn: TxnId, expected_version: int, now_ms: int
     ) -> bool:
-        with translated():
-            gone = await self._pool.fetchval(
-                _SQL["complete_abort"], scope, name, txn.high, txn.low, expected_version, now_ms
-            )
+        gone = await self._db.fetchval(
+            _SQL["complete_abort"], scope, name, txn.high, txn.low, expected_version, now_ms
+        )
         if gone:
             return True
         if await self._exists(scope, name, txn):
@@ -146,25 +140,22 @@ class PgTxnStore:
         return False
 
     async def list_active(self, scope: str, name: str) -> list[Versioned[TxnRecord]]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_active"], scope, name)
-            if not rows and not await self._pool.fetchval(_SQL["stream_exists"], scope, name):
-                raise NotFound(f"stream {scope}/{name} not found")
+        rows = await self._db.fetch(_SQL["list_active"], scope, name)
+        if not rows and not await self._db.fetchval(_SQL["stream_exists"], scope, name):
+            raise NotFound(f"stream {scope}/{name} not found")
         return [_record(row) for row in rows]
 
     async def list_completed(self, scope: str, name: str, limit: int) -> list[CompletedTxn]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_completed"], scope, name, limit)
-            if not rows and not await self._pool.fetchval(_SQL["stream_exists"], scope, name):
-                raise NotFound(f"stream {scope}/{name} not found")
+        rows = await self._db.fetch(_SQL["list_completed"], scope, name, limit)
+        if not rows and not await self._db.fetchval(_SQL["stream_exists"], scope, name):
+            raise NotFound(f"stream {scope}/{name} not found")
         return [
             CompletedTxn(TxnId(r["txn_high"], r["txn_low"]), TxnStatus(r["status"]), r["completion_time"])
             for r in rows
         ]
 
     async def get_committing(self, scope: str, name: str) -> CommittingRecord:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_committing"], scope, name)
+        row = await self._db.fetchrow(_SQL["get_committing"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["version"] is None:
@@ -180,8 +171,7 @@ class PgTxnStore:
         return CommittingRecord(batch, row["version"])
 
     async def next_commit_batch(self, scope: str, name: str, limit: int) -> CommitBatch | None:
-        with translated():
-            rows = await self._pool.fetch(_SQL["next_commit_batch"], scope, name, limit)
+        rows = await self._db.fetch(_SQL["next_commit_batch"], scope, name, limit)
         if not rows:
             return None
         return CommitBatch(rows[0]["epoch"], tuple(TxnId(r["txn_high"], r["txn_low"]) for r in rows))
@@ -215,17 +205,15 @@ class PgTxnStore:
     async def _committing_write(self, sql: str, scope: str, name: str, *args: Any) -> int:
         """A version-checked write of the committing-transactions record; on no row, tells a
         missing stream (NotFound) from a lost race (WriteConflict)."""
-        with translated():
-            version = await self._pool.fetchval(sql, scope, name, *args)
-            if version is None:
-                exists = await self._pool.fetchval(_SQL["stream_exists"], scope, name)
+        version = await self._db.fetchval(sql, scope, name, *args)
+        if version is None:
+            exists = await self._db.fetchval(_SQL["stream_exists"], scope, name)
         if version is None:
             raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
         return int(version)
 
     async def expired(self, buckets: Sequence[int], cutoff_ms: int, limit: int) -> list[ExpiredTxn]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["expired"], list(buckets), cutoff_ms, limit)
+        rows = await self._db.fetch(_SQL["expired"], list(buckets), cutoff_ms, limit)
         return [
             ExpiredTxn(
                 r["scope"], r["name"], TxnId(r["txn_high"], r["txn_low"]), r["version"], r["lease_expiry"]
@@ -234,10 +222,8 @@ class PgTxnStore:
         ]
 
     async def next_expiry(self, buckets: Sequence[int]) -> int | None:
-        with translated():
-            value = await self._pool.fetchval(_SQL["next_expiry"], list(buckets))
+        value = await self._db.fetchval(_SQL["next_expiry"], list(buckets))
         return None if value is None else int(value)
 
     async def gc_completed(self, cutoff_ms: int) -> int:
-        with translated():
-            return int(await self._pool.fetchval(_SQL["gc_completed"], cutoff_ms))
+        return int(await self._db.fetchval(_SQL["gc_completed"], cutoff_ms))

@@ -17,7 +17,8 @@ from app.domain.txns import TxnId
 from app.domain.watermarks import SegmentRange, TrackedMark, Watermark, WriterMark
 from app.ports import MarkChange, StoredWatermark, WatermarkAppend, WatermarkMember
 from app.store import queries
-from app.store.errors import conflict_or_missing, translated
+from app.store.db import Database, Row
+from app.store.errors import conflict_or_missing
 from app.store.rows import cut_from_json, cut_to_json
 
 _SQL = queries.load("watermarks")
@@ -33,7 +34,7 @@ def stream_cut_from_json(doc: Sequence[Sequence[Any]]) -> dict[SegmentRange, int
     return {SegmentRange(int(seg), float(low), float(high)): int(offset) for seg, offset, low, high in doc}
 
 
-def _stored(row: Any) -> StoredWatermark | None:
+def _stored(row: Row) -> StoredWatermark | None:
     if row["seq"] is None:
         return None
     return StoredWatermark(
@@ -45,7 +46,7 @@ def _stored(row: Any) -> StoredWatermark | None:
     )
 
 
-def _member(row: Any) -> WatermarkMember:
+def _member(row: Row) -> WatermarkMember:
     marks = tuple(
         TrackedMark(writer, WriterMark(time, cut_from_json(position), alive), since, version)
         for writer, time, position, alive, since, version in zip(
@@ -81,14 +82,13 @@ def _fence_columns(changes: Sequence[MarkChange]) -> list[list[Any]]:
 
 
 class PgWatermarkStore:
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # --- one writer's mark ----------------------------------------------------------------
 
     async def get_writer_mark(self, scope: str, name: str, writer: str) -> Versioned[WriterMark] | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["get_writer_mark"], scope, name, writer)
+        row = await self._db.fetchrow(_SQL["get_writer_mark"], scope, name, writer)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["version"] is None:
@@ -97,16 +97,15 @@ class PgWatermarkStore:
         return Versioned(mark, row["version"])
 
     async def create_writer_mark(self, scope: str, name: str, writer: str, mark: WriterMark) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["create_writer_mark"],
-                scope,
-                name,
-                writer,
-                mark.timestamp,
-                cut_to_json(mark.position),
-                mark.alive,
-            )
+        version = await self._db.fetchval(
+            _SQL["create_writer_mark"],
+            scope,
+            name,
+            writer,
+            mark.timestamp,
+            cut_to_json(mark.position),
+            mark.alive,
+        )
         if version is None:
             # The stream is gone (NotFound), or the mark was created concurrently (a conflict).
             await self.get_writer_mark(scope, name, writer)
@@ -116,17 +115,16 @@ class PgWatermarkStore:
     async def update_writer_mark(
         self, scope: str, name: str, writer: str, mark: WriterMark, expected_version: int
     ) -> int:
-        with translated():
-            version = await self._pool.fetchval(
-                _SQL["update_writer_mark"],
-                scope,
-                name,
-                writer,
-                mark.timestamp,
-                cut_to_json(mark.position),
-                mark.alive,
-                expected_version,
-            )
+        version = await self._db.fetchval(
+            _SQL["update_writer_mark"],
+            scope,
+            name,
+            writer,
+            mark.timestamp,
+            cut_to_json(mark.position),
+            mark.alive,
+            expected_version,
+        )
         if version is None:
             exists = await self.get_writer_mark(scope, name, writer) is not None
             raise conflict_or_missing(exists, f"mark of writer {writer!r} on {scope}/{name}")
@@ -137,15 +135,11 @@ class PgWatermarkStore:
     async def members(
         self, buckets: Sequence[int], bucket_count: int, after_stream_id: int, limit: int
     ) -> list[WatermarkMember]:
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["members"], bucket_count, list(buckets), after_stream_id, limit
-            )
+        rows = await self._db.fetch(_SQL["members"], bucket_count, list(buckets), after_stream_id, limit)
         return [_member(row) for row in rows]
 
     async def member(self, scope: str, name: str, bucket_count: int) -> WatermarkMember | None:
-        with translated():
-            row = await self._pool.fetchrow(_SQL["member"], scope, name, bucket_count)
+        row = await self._db.fetchrow(_SQL["member"], scope, name, bucket_count)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return None if row["writers"] is None else _member(row)
@@ -153,10 +147,7 @@ class PgWatermarkStore:
     async def segment_ranges(self, wanted: Sequence[tuple[int, int]]) -> dict[tuple[int, int], SegmentRange]:
         if not wanted:
             return {}
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["segment_ranges"], [w[0] for w in wanted], [w[1] for w in wanted]
-            )
+        rows = await self._db.fetch(_SQL["segment_ranges"], [w[0] for w in wanted], [w[1] for w in wanted])
         return {
             (r["stream_id"], r["segment_id"]): SegmentRange(r["segment_id"], r["key_start"], r["key_end"])
             for r in rows
@@ -167,10 +158,7 @@ class PgWatermarkStore:
     ) -> dict[tuple[int, int], tuple[SegmentRange, ...]]:
         if not wanted:
             return {}
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["epoch_segments"], [w[0] for w in wanted], [w[1] for w in wanted]
-            )
+        rows = await self._db.fetch(_SQL["epoch_segments"], [w[0] for w in wanted], [w[1] for w in wanted])
         return {
             (r["stream_id"], r["epoch"]): tuple(
                 SegmentRange(sid, low, high)
@@ -184,45 +172,41 @@ class PgWatermarkStore:
     async def append_watermarks(self, appends: Sequence[WatermarkAppend], keep: int) -> set[int]:
         if not appends:
             return set()
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["append_watermarks"],
-                [a.stream_id for a in appends],
-                [a.fence.service.value for a in appends],
-                [a.fence.bucket for a in appends],
-                [a.fence.generation for a in appends],
-                [a.after_seq for a in appends],
-                [a.watermark.lower_time_bound for a in appends],
-                [a.watermark.upper_time_bound for a in appends],
-                [json.dumps(stream_cut_to_json(a.watermark.stream_cut)) for a in appends],
-                [a.created_at for a in appends],
-                keep,
-            )
+        rows = await self._db.fetch(
+            _SQL["append_watermarks"],
+            [a.stream_id for a in appends],
+            [a.fence.service.value for a in appends],
+            [a.fence.bucket for a in appends],
+            [a.fence.generation for a in appends],
+            [a.after_seq for a in appends],
+            [a.watermark.lower_time_bound for a in appends],
+            [a.watermark.upper_time_bound for a in appends],
+            [json.dumps(stream_cut_to_json(a.watermark.stream_cut)) for a in appends],
+            [a.created_at for a in appends],
+            keep,
+        )
         return {r["stream_id"] for r in rows}
 
     async def remove_marks(self, removals: Sequence[MarkChange]) -> int:
         if not removals:
             return 0
-        with translated():
-            return int(await self._pool.fetchval(_SQL["remove_marks"], *_fence_columns(removals)))
+        return int(await self._db.fetchval(_SQL["remove_marks"], *_fence_columns(removals)))
 
     async def set_inactive_since(self, changes: Sequence[MarkChange]) -> int:
         if not changes:
             return 0
-        with translated():
-            return int(
-                await self._pool.fetchval(
-                    _SQL["set_inactive_since"],
-                    *_fence_columns(changes),
-                    [c.inactive_since for c in changes],
-                )
+        return int(
+            await self._db.fetchval(
+                _SQL["set_inactive_since"],
+                *_fence_columns(changes),
+                [c.inactive_since for c in changes],
             )
+        )
 
     # --- listings and the transaction hook ------------------------------------------------
 
     async def list_watermarks(self, scope: str, name: str, limit: int) -> list[StoredWatermark]:
-        with translated():
-            rows = await self._pool.fetch(_SQL["list_watermarks"], scope, name, limit)
+        rows = await self._db.fetch(_SQL["list_watermarks"], scope, name, limit)
         if not rows:
             raise NotFound(f"stream {scope}/{name} not found")
         return [stored for stored in map(_stored, rows) if stored is not None]
@@ -230,8 +214,7 @@ class PgWatermarkStore:
     async def txn_commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> list[tuple[str, int]]:
         if not txns:
             return []
-        with translated():
-            rows = await self._pool.fetch(
-                _SQL["txn_commit_times"], scope, name, [t.high for t in txns], [t.low for t in txns]
-            )
+        rows = await self._db.fetch(
+            _SQL["txn_commit_times"], scope, name, [t.high for t in txns], [t.low for t in txns]
+        )
         return [(r["writer_id"], r["commit_time"]) for r in rows]

@@ -1,0 +1,259 @@
+"""The stores' typed view of PostgreSQL: a pool (`Database`), its connections (`Connection`) and
+dedicated sessions, over asyncpg. Every call here turns a driver failure into the domain's error
+(app/store/errors.py) exactly once, so store code never translates and never sees asyncpg.
+
+Each query is one thin async call into asyncpg's own: no extra round trip, and nothing per query
+but that call's coroutine. Domain errors raised by store code inside a transaction block pass
+through untouched; a failure to start, commit or roll back the block is translated like a query's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import Any, NoReturn, Protocol
+
+import asyncpg
+
+from app.store.errors import domain_error
+
+
+class Row(Protocol):
+    """One result row (an asyncpg Record): by column name or position; iterating gives values."""
+
+    def __getitem__(self, key: str | int, /) -> Any: ...
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+    def keys(self) -> Iterator[str]: ...
+    def values(self) -> Iterator[Any]: ...
+    def items(self) -> Iterator[tuple[str, Any]]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Queries(Protocol):
+    """The query calls shared by a pool (one pooled connection per call) and a connection."""
+
+    async def fetch(self, query: str, *args: object) -> list[Row]: ...
+    async def fetchrow(self, query: str, *args: object) -> Row | None: ...
+    async def fetchval(self, query: str, *args: object) -> Any: ...
+    async def execute(self, query: str, *args: object) -> str: ...
+    async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None: ...
+    async def copy_records_to_table(
+        self,
+        table_name: str,
+        *,
+        records: Iterable[Sequence[object]],
+        columns: Sequence[str] | None = None,
+    ) -> str: ...
+
+
+class Connection(Queries, Protocol):
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """A transaction block, or a savepoint when one is already open on this connection:
+        committed when the block ends normally, rolled back when it raises."""
+        ...
+
+
+class Database(Queries, Protocol):
+    def acquire(self) -> AbstractAsyncContextManager[Connection]:
+        """One pooled connection for the block (several statements, same session)."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Connection]:
+        """A pooled connection with a transaction open on it for the block."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def _raise_translated(exc: Exception) -> NoReturn:
+    """Re-raises a driver failure as the domain error it stands for; anything else (a domain
+    error from store code included) goes on unchanged."""
+    error = domain_error(exc)
+    if error is None:
+        raise exc
+    raise error from exc
+
+
+class _Calls:
+    """The query calls, made on an asyncpg pool or connection (both have them, same signatures)."""
+
+    __slots__ = ("_target",)
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    async def fetch(self, query: str, *args: object) -> list[Row]:
+        try:
+            rows: list[Row] = await self._target.fetch(query, *args)
+        except Exception as exc:
+            _raise_translated(exc)
+        return rows
+
+    async def fetchrow(self, query: str, *args: object) -> Row | None:
+        try:
+            row: Row | None = await self._target.fetchrow(query, *args)
+        except Exception as exc:
+            _raise_translated(exc)
+        return row
+
+    async def fetchval(self, query: str, *args: object) -> Any:
+        try:
+            return await self._target.fetchval(query, *args)
+        except Exception as exc:
+            _raise_translated(exc)
+
+    async def execute(self, query: str, *args: object) -> str:
+        try:
+            status: str = await self._target.execute(query, *args)
+        except Exception as exc:
+            _raise_translated(exc)
+        return status
+
+    async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None:
+        try:
+            await self._target.executemany(command, args)
+        except Exception as exc:
+            _raise_translated(exc)
+
+    async def copy_records_to_table(
+        self,
+        table_name: str,
+        *,
+        records: Iterable[Sequence[object]],
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        try:
+            status: str = await self._target.copy_records_to_table(
+                table_name, records=records, columns=columns
+            )
+        except Exception as exc:
+            _raise_translated(exc)
+        return status
+
+
+class PgConnection(_Calls):
+    """Connection over an asyncpg connection (a pooled one's proxy, or a dedicated one)."""
+
+    __slots__ = ()
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self._target)
+
+
+class _Transaction:
+    """asyncpg's transaction block, with its BEGIN, COMMIT and ROLLBACK failures translated."""
+
+    __slots__ = ("_block", "_conn")
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._block: Any = None
+
+    async def __aenter__(self) -> None:
+        try:
+            self._block = self._conn.transaction()
+            await self._block.__aenter__()
+        except Exception as exc:
+            _raise_translated(exc)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # asyncpg commits or rolls back and lets the block's own exception propagate; only a
+        # failure of that COMMIT or ROLLBACK is raised here (e.g. a deferred constraint).
+        try:
+            await self._block.__aexit__(exc_type, exc, tb)
+        except Exception as error:
+            _raise_translated(error)
+
+
+class PgSession(PgConnection):
+    """A dedicated connection outside the pool (advisory locks, seeding): its session state is
+    its own, and its end is observable."""
+
+    __slots__ = ()
+
+    def is_closed(self) -> bool:
+        return bool(self._target.is_closed())
+
+    def terminate(self) -> None:
+        """Drops the connection at once, as a crash would (the server ends the session)."""
+        self._target.terminate()
+
+    def add_termination_listener(self, callback: Callable[[PgSession], None]) -> None:
+        """`callback(this session)` once the connection is gone, whatever ended it."""
+        self._target.add_termination_listener(lambda _conn: callback(self))
+
+    async def close(self) -> None:
+        try:
+            await self._target.close()
+        except Exception as exc:
+            _raise_translated(exc)
+
+
+class PgDatabase(_Calls):
+    """Database over an asyncpg pool: each query call borrows a connection for that call only."""
+
+    __slots__ = ()
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        super().__init__(pool)
+
+    def acquire(self) -> _Acquired:
+        return _Acquired(self._target)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PgConnection]:
+        async with self.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def close(self) -> None:
+        try:
+            await self._target.close()
+        except Exception as exc:
+            _raise_translated(exc)
+
+
+class _Acquired:
+    """asyncpg's acquire block: waiting for a connection (or opening one) and releasing it are
+    translated like queries; a closed pool or an unreachable server is StoreUnavailable."""
+
+    __slots__ = ("_context", "_pool")
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._context: Any = None
+
+    async def __aenter__(self) -> PgConnection:
+        try:
+            self._context = self._pool.acquire()
+            return PgConnection(await self._context.__aenter__())
+        except Exception as exc:
+            _raise_translated(exc)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self._context.__aexit__(exc_type, exc, tb)
+        except Exception as error:
+            _raise_translated(error)
+
+
+async def open_pool(dsn: str, **options: Any) -> PgDatabase:
+    """An asyncpg pool (`options` as asyncpg.create_pool takes them) behind the Database calls."""
+    try:
+        return PgDatabase(await asyncpg.create_pool(dsn, **options))
+    except Exception as exc:
+        _raise_translated(exc)
+
+
+async def connect(dsn: str, **options: Any) -> PgSession:
+    """A dedicated connection (`options` as asyncpg.connect takes them: `timeout` bounds the
+    connecting, `command_timeout` every query on it)."""
+    try:
+        return PgSession(await asyncpg.connect(dsn, **options))
+    except Exception as exc:
+        _raise_translated(exc)
