@@ -58,8 +58,6 @@ from app.services.truncation import SEALED_SIZE_SHARD_EPOCHS
 
 log = logging.getLogger("pgcontroller.retention")
 
-# Pravega's retention.frequency.minutes: the period of the cycle and the gap between records.
-DEFAULT_RETENTION_FREQUENCY_MS = 30 * 60 * 1000
 SUBSCRIBER_UPDATE_ATTEMPTS = 10  # StreamMetadataTasks.SUBSCRIBER_OPERATION_RETRIES
 
 _NOT_RETAINED = frozenset({StreamState.CREATING, StreamState.SEALING, StreamState.SEALED})
@@ -130,7 +128,7 @@ class RetentionService:
         segment_store: SegmentStore,
         clock: Clock,
         *,
-        frequency_ms: int = DEFAULT_RETENTION_FREQUENCY_MS,
+        frequency_ms: int,
     ) -> None:
         if frequency_ms <= 0:
             raise InvalidInput(f"the retention frequency must be positive, got {frequency_ms} ms")
