@@ -17,9 +17,7 @@ from pathlib import Path
 from app.analyst_cli import add_create_analyst_parser
 from app.config import Settings, default_instance_id, env, parse_hosts
 from app.dev_cli import add_dev_parser
-from app.domain.cluster import BucketCounts
 from app.domain.errors import InvalidInput
-from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
@@ -227,7 +225,9 @@ def _settings(args: argparse.Namespace) -> Settings:
             segment_store_hosts=parse_hosts(args.segment_store_hosts),
             request_concurrency=args.request_concurrency,
             completion_timeout_s=float(args.completion_timeout),
-            bucket_counts=BucketCounts(args.request_buckets, args.retention_buckets, args.watermark_buckets),
+            request_buckets=args.request_buckets,
+            retention_buckets=args.retention_buckets,
+            watermark_buckets=args.watermark_buckets,
             member_ttl_s=args.member_ttl,
             rebalance_delay_s=args.rebalance_delay,
             container_rebalance_delay_s=args.container_rebalance_delay,
@@ -236,11 +236,11 @@ def _settings(args: argparse.Namespace) -> Settings:
             retention_frequency_ms=args.retention_frequency_ms,
             watermark_period_ms=args.watermark_period_ms,
             traffic_report_period_s=args.traffic_report_period,
-            txn_limits=TxnLimits(
-                min_lease_ms=args.txn_min_lease,
-                max_lease_ms=args.txn_max_lease,
-                completed_ttl_ms=args.txn_ttl_hours * 3_600_000,
-            ),
+            txn_min_lease_ms=args.txn_min_lease,
+            txn_max_lease_ms=args.txn_max_lease,
+            txn_ttl_hours=args.txn_ttl_hours,
+            ready_file=Path(args.ready_file) if args.ready_file else None,
+            log_level=args.log_level,
         )
     except (ValueError, InvalidInput) as exc:
         raise SystemExit(f"pgcontroller: {exc}") from None
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_command(args)
         from app.main import serve
 
-        return asyncio.run(serve(_settings(args), ready_file=args.ready_file))
+        return asyncio.run(serve(_settings(args)))
     except PostgresBinariesNotFound as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1
