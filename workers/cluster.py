@@ -41,9 +41,9 @@ class ClusterNode:
         claims: Mapping[BucketService, BucketClaims],
         counts: BucketCounts,
         *,
-        interval_s: float = 0.5,
-        member_ttl_ms: int = 5_000,
-        rebalance_delay_ms: int = 2_000,
+        interval_s: float,
+        member_ttl_ms: int,
+        rebalance_delay_ms: int,
         leader_duties: Sequence[LeaderDuty] = (),
     ) -> None:
         """`leader_duties` run once per round while this process leads; `on_leadership`

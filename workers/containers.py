@@ -20,9 +20,6 @@ from app.services.containers import ContainerMapService, RebalanceAction
 
 log = logging.getLogger("pgcontroller.containers")
 
-# Pravega's controller.rebalance.interval.seconds.min (reference §12).
-DEFAULT_REBALANCE_DELAY_S = 10.0
-
 
 class PassOutcome(StrEnum):
     WAITING = "waiting"  # the host set changed less than the delay ago
@@ -46,7 +43,7 @@ class ContainerBalancerDuty:
         service: ContainerMapService,
         clock: Clock,
         *,
-        rebalance_delay_s: float = DEFAULT_REBALANCE_DELAY_S,
+        rebalance_delay_s: float,
         tick_s: float = 1.0,
     ) -> None:
         if rebalance_delay_s < 0:

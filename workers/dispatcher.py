@@ -33,8 +33,8 @@ class RequestDispatcher:
         processor: Processor = Processor.REQUESTS,
         key: Callable[[Request], str] = lambda request: request.key,
         one_per_key: bool = False,
-        ceiling: int = 64,
-        poll_s: float = 1.0,
+        ceiling: int,
+        poll_s: float,
         batch: int = 500,
         idle_s: float = 5.0,
     ) -> None:

@@ -22,7 +22,6 @@ from app.services.watermarks import RoundSummary, WatermarkService
 
 log = logging.getLogger("pgcontroller.watermarking")
 
-DEFAULT_PERIOD_MS = 10_000  # Pravega's watermarking.frequency.seconds
 DEFAULT_PAGE_SIZE = 50
 
 
@@ -35,7 +34,7 @@ class WatermarkWorker:
         fence_for: Callable[[int], Fence | None],
         clock: Clock,
         *,
-        period_ms: int = DEFAULT_PERIOD_MS,
+        period_ms: int,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if period_ms <= 0 or page_size <= 0:

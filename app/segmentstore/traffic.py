@@ -162,7 +162,7 @@ class TrafficSimulator:
                 segment.last_access = at
         return SentReport(name, direction, at, splits, silent, result)
 
-    async def run(self, period_s: float = 5.0) -> None:
+    async def run(self, period_s: float) -> None:
         """Runs until cancelled; a failing pass is logged and the next one runs on time."""
         while True:
             try:

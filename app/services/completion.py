@@ -1,7 +1,7 @@
 """Waiting for an asynchronous workflow, as Pravega's API does (EventHelper#checkDone).
 
 The predicate reads the metadata; polling starts fast and backs off, and the whole wait is
-bounded (2 minutes by default), after which the caller gets Timeout (DEADLINE_EXCEEDED).
+bounded (the configured completion timeout), after which the caller gets Timeout (DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ from collections.abc import Awaitable, Callable
 
 from app.domain.errors import Timeout
 
-DEFAULT_COMPLETION_TIMEOUT_S = 120.0
-
 
 async def wait_until(
     done: Callable[[], Awaitable[bool]],
     what: str,
     *,
-    timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+    timeout_s: float,
     first_poll_s: float = 0.005,
     max_poll_s: float = 0.5,
 ) -> None:

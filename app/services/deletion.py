@@ -10,7 +10,7 @@ from app.domain.names import require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 
 _CONFLICT_ATTEMPTS = 20
 
@@ -37,7 +37,7 @@ class Deletion:
         requests: RequestQueue,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        completion_timeout_s: float,
     ) -> None:
         self._scopes = scopes
         self._streams = streams

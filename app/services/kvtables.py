@@ -18,7 +18,7 @@ from app.domain.names import is_valid_user_name, require_present
 from app.domain.records import SegmentRecord
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, KvtStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
 _CONFLICT_ATTEMPTS = 20
@@ -66,7 +66,7 @@ class KvtService:
         kvts: KvtStore,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        completion_timeout_s: float,
     ) -> None:
         self._kvts = kvts
         self._clock = clock

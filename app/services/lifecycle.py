@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S
 from app.services.deletion import Deletion
 from app.services.history import HistoryQueries
 from app.services.scaling import Scaling
@@ -30,8 +29,8 @@ class StreamLifecycle:
         requests: RequestQueue,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
-        seal_busy_first_s: float = 0.1,
+        completion_timeout_s: float,
+        seal_busy_first_s: float,
     ) -> StreamLifecycle:
         return StreamLifecycle(
             updates=StreamUpdates(streams, clock, completion_timeout_s=completion_timeout_s),

@@ -32,7 +32,7 @@ from app.domain.readergroups import (
 from app.domain.records import ScopeState, Versioned
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, ReaderGroupStore, ScopeStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 
 # StreamMetadataTasks.READER_GROUP_OPERATION_MAX_RETRIES: attempts of a read-then-write step.
 _ATTEMPTS = 10
@@ -77,7 +77,7 @@ class ReaderGroupService:
         scopes: ScopeStore,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        completion_timeout_s: float,
     ) -> None:
         self._groups = reader_groups
         self._scopes = scopes

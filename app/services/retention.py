@@ -63,8 +63,6 @@ from app.ports import (
 
 log = logging.getLogger("pgcontroller.retention")
 
-# Pravega's retention.frequency.minutes: the period of the cycle and the gap between records.
-DEFAULT_RETENTION_FREQUENCY_MS = 30 * 60 * 1000
 SUBSCRIBER_UPDATE_ATTEMPTS = 10  # StreamMetadataTasks.SUBSCRIBER_OPERATION_RETRIES
 
 _NOT_RETAINED = frozenset({StreamState.CREATING, StreamState.SEALING, StreamState.SEALED})
@@ -135,7 +133,7 @@ class RetentionService:
         segment_store: SegmentStore,
         clock: Clock,
         *,
-        frequency_ms: int = DEFAULT_RETENTION_FREQUENCY_MS,
+        frequency_ms: int,
     ) -> None:
         if frequency_ms <= 0:
             raise InvalidInput(f"the retention frequency must be positive, got {frequency_ms} ms")

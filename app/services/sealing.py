@@ -11,7 +11,7 @@ from app.domain.records import StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.states import is_allowed
 from app.ports import Clock, StreamStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 from app.services.stream_updates import UpdateOutcome
 
 SEAL_ATTEMPTS = 10
@@ -23,8 +23,8 @@ class Sealing:
         streams: StreamStore,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
-        busy_first_s: float = 0.1,
+        completion_timeout_s: float,
+        busy_first_s: float,
         busy_cap_s: float = 10.0,
     ) -> None:
         self._streams = streams

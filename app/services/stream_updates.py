@@ -12,7 +12,7 @@ from app.domain.records import StreamConfig, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
 from app.ports import Clock, StreamStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 
 
 class UpdateOutcome(enum.Enum):
@@ -30,7 +30,7 @@ class StreamUpdates:
         streams: StreamStore,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        completion_timeout_s: float,
     ) -> None:
         self._streams = streams
         self._clock = clock

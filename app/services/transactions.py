@@ -16,7 +16,6 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import SegmentRecord, Versioned
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.txns import (
-    DEFAULT_TXN_LIMITS,
     CompletedTxn,
     Decision,
     Outcome,
@@ -52,7 +51,7 @@ class TransactionService:
         txns: TxnStore,
         segment_store: SegmentStore,
         clock: Clock,
-        limits: TxnLimits = DEFAULT_TXN_LIMITS,
+        limits: TxnLimits,
         timeouts_running: Callable[[], bool] = lambda: True,
     ) -> None:
         self._streams = streams

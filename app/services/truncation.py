@@ -18,7 +18,7 @@ from app.domain.streamcuts import (
     truncation_epoch_range,
 )
 from app.ports import Clock, StreamStore
-from app.services.completion import DEFAULT_COMPLETION_TIMEOUT_S, wait_until
+from app.services.completion import wait_until
 from app.services.stream_updates import UpdateOutcome
 
 
@@ -28,7 +28,7 @@ class Truncation:
         streams: StreamStore,
         clock: Clock,
         *,
-        completion_timeout_s: float = DEFAULT_COMPLETION_TIMEOUT_S,
+        completion_timeout_s: float,
     ) -> None:
         self._streams = streams
         self._clock = clock

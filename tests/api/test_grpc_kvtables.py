@@ -29,7 +29,7 @@ from app.services.paging import decode_token, encode_token
 from app.store.kvtables import PgKvtStore
 from app.store.pool import create_pool
 from tests.api.conftest import served
-from tests.support.services import Services, running_controller
+from tests.support.services import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.kvtables import kvt_handlers
@@ -70,7 +70,13 @@ async def kvt_api(db_url: str, completion_timeout_s: float = 30.0) -> AsyncItera
         runner = RequestRunner(
             services.requests, kvt_handlers(deps, kvts), services.clock, owns=lambda bucket: bucket in owned
         )
-        dispatcher = RequestDispatcher(services.requests, runner, lambda: frozenset(owned), poll_s=0.02)
+        dispatcher = RequestDispatcher(
+            services.requests,
+            runner,
+            lambda: frozenset(owned),
+            ceiling=TEST_SETTINGS.request_concurrency,
+            poll_s=0.02,
+        )
         task = asyncio.create_task(dispatcher.run())
         service = KvtService(kvts, services.clock, completion_timeout_s=completion_timeout_s)
         try:
@@ -332,7 +338,9 @@ async def test_configuration_of_a_missing_table_is_table_not_found(api: Api) -> 
 async def test_configuration_when_the_store_fails_is_failure(api: Api, db_url: str) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=1)
     await pool.close()
-    broken = KvtService(PgKvtStore(pool), api.services.clock)
+    broken = KvtService(
+        PgKvtStore(pool), api.services.clock, completion_timeout_s=TEST_SETTINGS.completion_timeout_s
+    )
     async with served(api.services, extensions=[KvtRpcs(broken)]) as stub:
         got = await stub.getKeyValueTableConfiguration(info())
     assert got.status == pb.KeyValueTableConfigResponse.FAILURE

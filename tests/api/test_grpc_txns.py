@@ -16,14 +16,14 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name
 from app.domain.requests import RequestKind
-from app.domain.txns import TxnId, TxnLimits, TxnStatus
+from app.domain.txns import TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from tests.api.conftest import Served, serve
 from tests.api.test_grpc_lifecycle import S, current, scale_request, seg, stream_with, wait_scaled
-from tests.support.services import TEST_TXN_LIMITS, Services, running_controller
+from tests.support.services import Services, running_controller
 
 LONG_MIN = -(2**63)
-LEASE = 10_000  # well inside TEST_TXN_LIMITS (10 ms .. 30 s), and long enough for a test
+LEASE = 10_000  # well inside TEST_SETTINGS' leases (10 ms .. 30 s), and long enough for a test
 OTHER = pb.StreamInfo(scope="sc", stream="other")
 MISSING = pb.StreamInfo(scope="sc", stream="nosuch")
 WAIT_S = 20.0
@@ -39,13 +39,8 @@ async def idle(db_url: str) -> AsyncIterator[Served[None]]:
 @pytest.fixture
 async def bounded(db_url: str) -> AsyncIterator[Served[None]]:
     """A 5 s bound on the execution time, so a ping can run past it without racing a timeout."""
-    limits = TxnLimits(
-        min_lease_ms=TEST_TXN_LIMITS.min_lease_ms,
-        max_lease_ms=TEST_TXN_LIMITS.max_lease_ms,
-        max_execution_bound_ms=5_000,
-        timeout_grace_ms=TEST_TXN_LIMITS.timeout_grace_ms,
-    )
-    async with running_controller(db_url, txn_limits=limits) as services, serve(services, None) as served:
+    bound = running_controller(db_url, txn_max_execution_bound_ms=5_000)
+    async with bound as services, serve(services, None) as served:
         yield served
 
 

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from app.api.rest.app import create_app
 from app.api.rest.keys import HEALTH, OPENAPI, STREAMS
 from app.clock import SystemClock
+from app.config import Settings
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
 from app.main import rest_extensions
 from app.segmentstore.embedded import EmbeddedSegmentStore
@@ -48,9 +49,21 @@ def build_app(pool: Any, scopes_cls: type[ScopeService] = ScopeService) -> web.A
     streams = StreamService(
         PgStreamStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
     )
-    lifecycle = StreamLifecycle.build(PgScopeStore(pool), PgStreamStore(pool), PgRequestQueue(pool), clock)
+    defaults = Settings()
+    lifecycle = StreamLifecycle.build(
+        PgScopeStore(pool),
+        PgStreamStore(pool),
+        PgRequestQueue(pool),
+        clock,
+        completion_timeout_s=defaults.completion_timeout_s,
+        seal_busy_first_s=defaults.seal_busy_first_s,
+    )
     transactions = TransactionService(
-        PgStreamStore(pool), PgTxnStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
+        PgStreamStore(pool),
+        PgTxnStore(pool),
+        EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock),
+        clock,
+        defaults.txn_limits,
     )
     return create_app(scopes, streams, HealthService(clock), lifecycle, transactions)
 

@@ -19,7 +19,7 @@ from app.services.readergroups import ReaderGroupService
 from app.services.retention import SubscriberService
 from app.store.readergroups import PgReaderGroupStore
 from app.store.retention import PgRetentionStore
-from tests.support.services import Services
+from tests.support.services import TEST_SETTINGS, Services
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
@@ -69,7 +69,13 @@ async def rig(
     if not workers:
         yield built
         return
-    dispatcher = RequestDispatcher(s.requests, runner, lambda: frozenset(buckets), poll_s=0.02)
+    dispatcher = RequestDispatcher(
+        s.requests,
+        runner,
+        lambda: frozenset(buckets),
+        ceiling=TEST_SETTINGS.request_concurrency,
+        poll_s=0.02,
+    )
     task = asyncio.create_task(dispatcher.run())
     try:
         yield built

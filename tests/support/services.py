@@ -1,27 +1,44 @@
-"""Real services over a real database, wired by app.main exactly as `serve` wires them
-(minus the servers), with the request workers running."""
+"""Real services over a real database, wired by app.wiring exactly as `serve` wires them (minus the
+servers), from test settings, with the background loops running unless `workers=False`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from app.domain.txns import TxnLimits
-from app.main import Controller, build_controller
+from app.config import Settings
 from app.ports import ControllerEndpoint
 from app.segmentstore.hosts import HostAddress
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
+from app.wiring import Controller, open_resources, wire
 
 SEGMENT_STORE_HOSTS = (HostAddress("10.0.0.1", 12345), HostAddress("10.0.0.2", 12346))
 
-# Pravega's test configuration (lease 10 ms .. 30 s) so timeouts happen within a test; the
-# expiry grace is kept small for the same reason.
-TEST_TXN_LIMITS = TxnLimits(min_lease_ms=10, max_lease_ms=30_000, timeout_grace_ms=50)
+# Short polls and retries so a test waits for little. Pravega's test transaction configuration
+# (lease 10 ms .. 30 s) so timeouts happen within a test; the expiry grace is small for the same
+# reason.
+TEST_SETTINGS = Settings(
+    segment_store_hosts=SEGMENT_STORE_HOSTS,
+    pool_max_size=10,
+    request_poll_s=0.2,
+    seal_busy_first_s=0.02,
+    cluster_interval_s=0.2,
+    txn_min_lease_ms=10,
+    txn_max_lease_ms=30_000,
+    txn_timeout_grace_ms=50,
+)
+
+
+def new_member_id() -> str:
+    # Short enough for application_name (63 bytes) with its prefix; unique per controller.
+    return f"{socket.gethostname()[:24]}-{uuid.uuid4().hex[:12]}"
 
 
 class FixedCluster:
@@ -45,37 +62,23 @@ class Services:
 
 @asynccontextmanager
 async def running_controller(
-    url: str,
-    *,
-    completion_timeout_s: float = 30.0,
-    workers: bool = True,
-    txn_limits: TxnLimits = TEST_TXN_LIMITS,
-    **overrides: Any,
+    url: str, *, completion_timeout_s: float = 30.0, workers: bool = True, **overrides: Any
 ) -> AsyncIterator[Services]:
-    """`overrides` go to build_controller as they are (e.g. member_id, rebalance_delay_ms)."""
-    pool = await create_pool(url, min_size=1, max_size=10)
-    cluster = await PgClusterStore(pool).get_settings()
-    controller = build_controller(
-        url,
-        pool,
-        SEGMENT_STORE_HOSTS,
-        counts=cluster.counts,
-        container_count=cluster.container_count,
-        completion_timeout_s=completion_timeout_s,
-        seal_busy_first_s=0.02,
-        poll_s=0.2,
-        txn_limits=txn_limits,
-        **{"cluster_interval_s": 0.2, **overrides},
-    )
-    services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
-    tasks = [asyncio.create_task(c, name=n) for n, c in controller.loops().items()] if workers else []
+    """`overrides` are Settings fields (e.g. instance_id, rebalance_delay_s)."""
+    pool = await create_pool(url, min_size=1, max_size=TEST_SETTINGS.pool_max_size)
+    tasks: list[asyncio.Task[None]] = []
+    controller: Controller | None = None
     try:
+        settings = await _settings(pool, url, {"completion_timeout_s": completion_timeout_s, **overrides})
+        controller = wire(settings, open_resources(settings, url, pool))
+        services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
         if workers:
+            tasks = [asyncio.create_task(loop(), name=name) for name, loop in controller.loops().items()]
             await asyncio.wait_for(controller.listener.connected.wait(), 10)
             await asyncio.wait_for(controller.cluster_node.first_round.wait(), 10)
         yield services
     finally:
-        if workers:
+        if workers and controller is not None:
             await controller.stop_workers(5)
         for task in tasks:
             task.cancel()
@@ -83,6 +86,22 @@ async def running_controller(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await pool.close()
+
+
+async def _settings(pool: Any, url: str, overrides: dict[str, Any]) -> Settings:
+    """The test settings for this database: its cluster's bucket and container counts, as `serve`
+    would have joined them, and a fresh member id unless one is given."""
+    cluster = await PgClusterStore(pool).get_settings()
+    fields: dict[str, Any] = {
+        "db_url": url,
+        "instance_id": new_member_id(),
+        "request_buckets": cluster.counts.requests,
+        "retention_buckets": cluster.counts.retention,
+        "watermark_buckets": cluster.counts.watermarks,
+        "container_count": cluster.container_count,
+        **overrides,
+    }
+    return replace(TEST_SETTINGS, **fields)
 
 
 @asynccontextmanager

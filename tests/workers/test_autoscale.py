@@ -33,7 +33,7 @@ from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.testing.clock import ManualClock
-from tests.support.services import Services, running_controller
+from tests.support.services import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
 from workers.handlers.auto_scale import AutoScaleHandler
@@ -63,7 +63,13 @@ class Harness:
         runner = RequestRunner(
             self.s.requests, handlers, self.s.clock, retry_first_s=0.02, postpone_first_s=0.02
         )
-        dispatcher = RequestDispatcher(self.s.requests, runner, lambda: EVERY_BUCKET, poll_s=0.05)
+        dispatcher = RequestDispatcher(
+            self.s.requests,
+            runner,
+            lambda: EVERY_BUCKET,
+            ceiling=TEST_SETTINGS.request_concurrency,
+            poll_s=0.05,
+        )
         self._tasks.append((dispatcher, asyncio.create_task(dispatcher.run())))
 
     async def stop_workers(self) -> None:

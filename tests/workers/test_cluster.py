@@ -84,7 +84,7 @@ class Cluster:
     async def start(self, member_id: str, **overrides: Any) -> Services:
         stack = AsyncExitStack()
         node = await stack.enter_async_context(
-            running_controller(self.db_url, member_id=member_id, **{"rebalance_delay_ms": 300, **overrides})
+            running_controller(self.db_url, instance_id=member_id, **{"rebalance_delay_s": 0.3, **overrides})
         )
         self.nodes[member_id] = node
         self._stacks[member_id] = stack

@@ -15,7 +15,7 @@ from app.domain.errors import StoreUnavailable
 from app.domain.records import ScaleType, ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.ports import SegmentStore
-from tests.support.services import Services, running_controller
+from tests.support.services import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
@@ -60,7 +60,12 @@ async def dispatching(
         services.requests, handlers, services.clock, processor=processor, retry_first_s=0.05
     )
     dispatcher = RequestDispatcher(
-        services.requests, runner, lambda: ALL_BUCKETS, processor=processor, poll_s=0.05
+        services.requests,
+        runner,
+        lambda: ALL_BUCKETS,
+        processor=processor,
+        ceiling=TEST_SETTINGS.request_concurrency,
+        poll_s=0.05,
     )
     task = asyncio.create_task(dispatcher.run())
     try:

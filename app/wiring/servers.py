@@ -1,0 +1,96 @@
+"""The gRPC and REST listeners over a wired controller: bound before anything is advertised (so an
+ephemeral port is known), closed first on shutdown (so no new work arrives while workers stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from dataclasses import dataclass
+
+import grpclib.server
+from aiohttp import web
+
+from app.api.grpc.service import ControllerService
+from app.api.rest.app import create_app
+from app.config import Settings
+from app.services.health import HealthService
+from app.wiring.controller import Controller, grpc_extensions, rest_extensions
+
+
+@dataclass(frozen=True)
+class Servers:
+    grpc_server: grpclib.server.Server
+    rest_runner: web.AppRunner
+    grpc_port: int
+    rest_port: int
+
+    async def close(self, timeout_s: float) -> None:
+        """Stops intake; each server gets half of `timeout_s` to finish its calls in flight."""
+        self.grpc_server.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.grpc_server.wait_closed(), timeout=timeout_s / 2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.rest_runner.cleanup(), timeout=timeout_s / 2)
+
+
+async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
+    grpc_server, grpc_port = await _start_grpc(settings, controller)
+    try:
+        runner = web.AppRunner(
+            create_app(
+                controller.scopes,
+                controller.streams,
+                health,
+                controller.lifecycle,
+                controller.transactions,
+                rest_extensions(controller),
+            ),
+            handle_signals=False,
+            access_log=None,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, settings.rest_host, settings.rest_port, reuse_address=True)
+        await site.start()
+    except BaseException:
+        grpc_server.close()
+        await grpc_server.wait_closed()
+        raise
+    rest_port = runner.addresses[0][1] if runner.addresses else settings.rest_port
+    return Servers(grpc_server, runner, grpc_port, rest_port)
+
+
+async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpclib.server.Server, int]:
+    # Bind first so an ephemeral port (0) is known before we advertise it.
+    sock = _bind(settings.grpc_host, settings.grpc_port)
+    server = grpclib.server.Server(
+        [
+            ControllerService(
+                controller.scopes,
+                controller.streams,
+                controller.segments,
+                controller.cluster_queries,
+                controller.lifecycle,
+                controller.transactions,
+                grpc_extensions(controller),
+            )
+        ]
+    )
+    await server.start(sock=sock)
+    return server, sock.getsockname()[1]
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted sockets inherit this; without it a response written after an await (a database
+    # read) sits behind Nagle and the peer's delayed ACK: ~40 ms per call instead of ~1 ms.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,90 @@
+"""Streams and workflows: scopes, streams and their lifecycle use cases, and the request runner and
+dispatcher that carry out those workflows for the request buckets this process owns.
+
+Other capabilities add request kinds (reader groups, tables) and what deleting a scope also
+deletes through `RequestExtensions`, so one runner serves every request kind of the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.config import Settings
+from app.domain.cluster import BucketService
+from app.domain.requests import RequestKind
+from app.ports import AutoScaleStore
+from app.services.lifecycle import StreamLifecycle
+from app.services.scopes import ScopeService
+from app.services.segments import SegmentQueries
+from app.services.streams import StreamService
+from app.wiring.cluster import Cluster
+from app.wiring.resources import Contribution, Resources
+from workers.dispatcher import RequestDispatcher
+from workers.handlers import stream_request_handlers
+from workers.handlers.common import WorkflowDeps
+from workers.handlers.delete_scope import ScopeMemberDeletion
+from workers.runner import RequestHandler, RequestRunner
+
+
+@dataclass(frozen=True)
+class RequestExtensions:
+    """Request kinds another capability handles, and its part in deleting a scope."""
+
+    handlers: Mapping[RequestKind, RequestHandler]
+    scope_member_deletions: Sequence[ScopeMemberDeletion]
+
+
+@dataclass(frozen=True)
+class Streams:
+    scopes: ScopeService
+    streams: StreamService
+    segments: SegmentQueries
+    lifecycle: StreamLifecycle
+    dispatcher: RequestDispatcher
+    contribution: Contribution
+
+
+def wire_streams(
+    settings: Settings,
+    resources: Resources,
+    deps: WorkflowDeps,
+    cluster: Cluster,
+    cold_markers: AutoScaleStore,
+    extensions: RequestExtensions,
+) -> Streams:
+    """`cold_markers` are auto-scaling's, read by the scale workflow."""
+    claims = cluster.claims[BucketService.REQUESTS]
+    handlers = {
+        **stream_request_handlers(
+            deps, cold_markers=cold_markers, scope_member_deletions=extensions.scope_member_deletions
+        ),
+        **extensions.handlers,
+    }
+    runner = RequestRunner(
+        resources.requests, handlers, resources.clock, owns=claims.owns, fence_for=claims.fence_for
+    )
+    dispatcher = RequestDispatcher(
+        resources.requests,
+        runner,
+        claims.owned,
+        ceiling=settings.request_concurrency,
+        poll_s=settings.request_poll_s,
+    )
+    cluster.dispatchers.add(dispatcher)
+    lifecycle = StreamLifecycle.build(
+        resources.scope_store,
+        resources.stream_store,
+        resources.requests,
+        resources.clock,
+        completion_timeout_s=settings.completion_timeout_s,
+        seal_busy_first_s=settings.seal_busy_first_s,
+    )
+    return Streams(
+        ScopeService(resources.scope_store, resources.clock),
+        StreamService(resources.stream_store, deps.segment_store, resources.clock),
+        SegmentQueries(resources.stream_store, cluster.locator),
+        lifecycle,
+        dispatcher,
+        Contribution(loops={"request-dispatcher": dispatcher.run}),
+    )

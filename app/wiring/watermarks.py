@@ -1,0 +1,41 @@
+"""Watermarks: writers' marks recorded through the API, and the periodic computation of each
+stream's watermark for the watermark buckets this process owns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.api.grpc.watermarks import WatermarkRpcs
+from app.api.rest import watermarks as watermark_routes
+from app.config import Settings
+from app.services.watermarks import WatermarkService
+from app.store.watermarks import PgWatermarkStore
+from app.wiring.resources import Contribution, Resources
+from workers.buckets import BucketClaims
+from workers.watermarking import WatermarkWorker
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    service: WatermarkService
+    worker: WatermarkWorker
+    contribution: Contribution
+
+
+def wire_watermarks(settings: Settings, resources: Resources, claims: BucketClaims) -> Watermarks:
+    """`claims` are this process's watermark buckets."""
+    service = WatermarkService(PgWatermarkStore(resources.pool), resources.clock)
+    worker = WatermarkWorker(
+        service,
+        claims.owned,
+        settings.bucket_counts.watermarks,
+        claims.fence_for,
+        resources.clock,
+        period_ms=settings.watermark_period_ms,
+    )
+    contribution = Contribution(
+        grpc=(WatermarkRpcs(service),),
+        rest=(watermark_routes.extension(service),),
+        loops={"watermarks": worker.run},
+    )
+    return Watermarks(service, worker, contribution)
