@@ -19,7 +19,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from app.clock import SystemClock
 from app.config import Settings
@@ -27,7 +26,7 @@ from app.domain.errors import IllegalState
 from app.embedded_pg import EmbeddedPostgres
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
 from app.store.cluster import PgClusterStore
-from app.store.errors import translated
+from app.store.db import Database
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
 from app.wiring import (
@@ -104,7 +103,7 @@ def _stop_on_signals(stop: asyncio.Event, stack: contextlib.AsyncExitStack) -> N
         stack.callback(loop.remove_signal_handler, sig)
 
 
-async def _pool(settings: Settings, url: str, stack: contextlib.AsyncExitStack) -> Any:
+async def _pool(settings: Settings, url: str, stack: contextlib.AsyncExitStack) -> Database:
     await ensure_schema(url)
     pool = await create_pool(url, max_size=settings.pool_max_size)
 
@@ -116,7 +115,7 @@ async def _pool(settings: Settings, url: str, stack: contextlib.AsyncExitStack) 
     return pool
 
 
-async def _join_cluster(settings: Settings, pool: Any) -> bool:
+async def _join_cluster(settings: Settings, pool: Database) -> bool:
     """Applies the bucket and container counts, or refuses to join a cluster that uses others;
     once joined, the cluster's counts are exactly the settings'."""
     try:
@@ -134,9 +133,8 @@ async def _stop_loops(controller: Controller, loops: BackgroundLoops, shutdown_t
     await loops.cancel()
 
 
-async def _ping(pool: Any) -> None:
-    with translated():
-        await pool.fetchval("SELECT 1")
+async def _ping(pool: Database) -> None:
+    await pool.fetchval("SELECT 1")
 
 
 def _log_ready(settings: Settings, servers: Servers, started_at: float) -> None:

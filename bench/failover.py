@@ -35,7 +35,7 @@ from app.testing.served import ServedProcess
 from bench._common import create_fixed_stream, throwaway_database
 
 COUNTS = {service.value: DEFAULT_COUNTS.of(service) for service in BucketService}
-FAST = ("--rebalance-delay", "2")
+FAST = ("--rebalance-delay-s", "2")
 SCOPE = "failover"
 
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.store import queries
+from app.testing.controller import Services, running_controller
 from bench._common import throwaway_database
-from tests.support.services import Services, running_controller
 
 SCOPE, STREAM = "bench", "completion"
 _COMPLETE = queries.load("txns")["complete_commit_batch"]

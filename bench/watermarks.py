@@ -27,8 +27,8 @@ from app.domain.cluster import BucketService, Fence
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
+from app.testing.controller import Services, running_controller
 from bench._common import LoadResult, closed_loop, percentile, throwaway_database
-from tests.support.services import Services, running_controller
 from workers.watermarking import WatermarkWorker
 
 SCOPE = "bench"

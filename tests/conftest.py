@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
-from tests.support.services import Services, running_controller
 
 
 @pytest.fixture(scope="session")

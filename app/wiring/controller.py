@@ -8,7 +8,6 @@ capabilities below it; none reaches into another except through what that one re
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from app.clock import SystemClock
 from app.config import Settings
@@ -30,6 +29,7 @@ from app.services.transactions import TransactionService
 from app.services.watermarks import WatermarkService
 from app.store.cache import RecordCache
 from app.store.cluster import PgClusterStore
+from app.store.db import Database
 from app.store.notifications import PgListener
 from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
@@ -108,7 +108,7 @@ class Controller:
     # --- every wired object under its own name (the API servers and the tests use these) ---
 
     @property
-    def pool(self) -> Any:
+    def pool(self) -> Database:
         return self.resources.pool
 
     @property

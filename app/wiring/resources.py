@@ -16,6 +16,7 @@ from app.clock import SystemClock
 from app.config import Settings
 from app.store.cache import RecordCache
 from app.store.cluster import MEMBER_APPLICATION_PREFIX
+from app.store.db import Database
 from app.store.locks import PgAdvisoryLocks
 from app.store.notifications import PgListener
 from app.store.requests import PgRequestQueue
@@ -43,7 +44,7 @@ class Contribution:
 @dataclass(frozen=True)
 class Resources:
     url: str
-    pool: Any  # the asyncpg pool from app.store.pool.create_pool; stores take it as it is
+    pool: Database
     clock: SystemClock
     cache: RecordCache
     listener: PgListener
@@ -56,7 +57,7 @@ class Resources:
     txn_store: PgTxnStore
 
 
-def open_resources(settings: Settings, url: str, pool: Any) -> Resources:
+def open_resources(settings: Settings, url: str, pool: Database) -> Resources:
     """`url` is the database `pool` connects to (settings.db_url, or the embedded one's)."""
     member_id = settings.instance_id[:MAX_MEMBER_ID]
     cache = RecordCache()

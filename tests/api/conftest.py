@@ -20,8 +20,8 @@ from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.services.health import HealthService
+from app.testing.controller import Services
 from tests.api.conftest_rest import Api
-from tests.support.services import Services
 
 Subject = TypeVar("Subject")
 RestExtension = Callable[[web.Application], None]

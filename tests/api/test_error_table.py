@@ -21,8 +21,8 @@ from app.clock import SystemClock
 from app.domain import errors
 from app.domain.records import StreamConfig
 from app.services.health import HealthService
+from app.testing.controller import Services
 from tests.api.conftest import served
-from tests.support.services import Services
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 

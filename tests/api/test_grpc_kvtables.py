@@ -28,8 +28,8 @@ from app.services.kvtables import KvtService
 from app.services.paging import decode_token, encode_token
 from app.store.kvtables import PgKvtStore
 from app.store.pool import create_pool
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from tests.api.conftest import served
-from tests.support.services import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.kvtables import kvt_handlers

@@ -13,9 +13,9 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import StreamState
+from app.testing.controller import Services
 from app.testing.scale import scale_request as build_scale_request
 from tests.api.test_grpc_streams import config, make_scope
-from tests.support.services import Services
 
 S = pb.StreamInfo(scope="sc", stream="s")
 

@@ -22,9 +22,9 @@ from app.api.grpc.subscribers import SubscriberRpcs
 from app.domain.readergroups import ReaderGroupState
 from app.domain.records import ScalingPolicy, ScopeState, StreamConfig
 from app.store.retention import PgRetentionStore
+from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
 from tests.support.readergroups import ZERO_ID, Rig, rg_config, rig, run_pending, stream_cut
-from tests.support.services import Services, running_controller
 
 SC = "rgs"
 CREATE = pb.CreateReaderGroupResponse

@@ -11,10 +11,10 @@ import pytest
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.main import grpc_extensions
+from app.testing.controller import Services
 from tests.api.conftest import served
 from tests.api.test_grpc_streams import config, make_scope
 from tests.support.readergroups import rg_config, stream_cut
-from tests.support.services import Services
 
 AUTOMATIC_RELEASE_AT_LAST_CHECKPOINT = 2
 

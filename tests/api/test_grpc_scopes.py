@@ -9,7 +9,7 @@ from grpclib.exceptions import GRPCError
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.records import ScalingPolicy, StreamConfig
-from tests.support.services import Services
+from app.testing.controller import Services
 
 
 async def test_create_scope_statuses(stub: ControllerServiceStub) -> None:

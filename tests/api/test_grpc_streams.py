@@ -12,7 +12,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
-from tests.support.services import Services
+from app.testing.controller import Services
 
 I64_MAX = 9223372036854775807
 

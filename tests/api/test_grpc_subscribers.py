@@ -16,8 +16,8 @@ from app.api.grpc.subscribers import SubscriberRpcs
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.retention import SubscriberService
 from app.store.retention import PgRetentionStore
+from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
-from tests.support.services import Services, running_controller
 
 SC, ST = "subs", "s"
 RG = uuid.UUID("0c9ae2ba-56b0-4a3c-8c52-5f6a2d1f33aa")

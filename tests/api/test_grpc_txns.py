@@ -18,9 +18,9 @@ from app.domain.ids import qualified_segment_name
 from app.domain.requests import RequestKind
 from app.domain.txns import TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
+from app.testing.controller import Services, running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_grpc_lifecycle import S, current, scale_request, seg, stream_with, wait_scaled
-from tests.support.services import Services, running_controller
 
 LONG_MIN = -(2**63)
 LEASE = 10_000  # well inside TEST_SETTINGS' leases (10 ms .. 30 s), and long enough for a test

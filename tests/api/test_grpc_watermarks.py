@@ -15,8 +15,8 @@ from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.watermarks import WriterMark
 from app.services.watermarks import WatermarkService
 from app.store.watermarks import PgWatermarkStore
+from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
-from tests.support.services import running_controller
 
 S = pb.StreamInfo(scope="sc", stream="s")
 MISSING = pb.StreamInfo(scope="sc", stream="nosuch")

@@ -32,8 +32,8 @@ from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
+from app.testing.controller import running_controller
 from tests.api.conftest_rest import PREFIX, Api, resolve
-from tests.support.services import running_controller
 
 MB = 1024 * 1024
 MINUTE = 60_000

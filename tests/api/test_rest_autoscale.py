@@ -16,9 +16,9 @@ from app.domain.ids import segment_id as seg
 from app.domain.requests import RequestKind
 from app.services.autoscale import AutoScaleIntake
 from app.store.autoscale import PgAutoScaleStore
+from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error, make_scope, make_stream
-from tests.support.services import running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.runner import RequestRunner

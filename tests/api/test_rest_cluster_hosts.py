@@ -17,9 +17,9 @@ from app.ports import SegmentStoreHost
 from app.services.containers import ContainerMapService
 from app.services.health import HealthService
 from app.store.containers import PgContainerMapStore
+from app.testing.controller import Services, running_controller
 from tests.api.conftest_rest import PREFIX, Api
 from tests.api.test_rest import assert_error
-from tests.support.services import Services, running_controller
 
 HOSTS = "/v1/cluster/segment-stores"
 CONTAINERS = "/v1/cluster/containers"

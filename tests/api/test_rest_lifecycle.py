@@ -16,9 +16,9 @@ from app.domain.ids import segment_id
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamState
 from app.services.health import HealthService
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
+from app.testing.controller import Services
 from tests.api.conftest_rest import Api
 from tests.api.test_rest import JSON, MB, assert_error, make_scope, make_stream, stream_names
-from tests.support.services import Services
 
 STREAM = "/v1/scopes/sc/streams/s"
 STATE = f"{STREAM}/state"

@@ -12,10 +12,10 @@ from app.api.rest.readergroups import extension
 from app.domain.readergroups import ReaderGroupConfig, ScopedStream, StreamDataRetention
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.readergroups import CreateStatus
+from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error
 from tests.support.readergroups import Rig, rig
-from tests.support.services import running_controller
 
 SC = "rest"
 GROUPS = f"/v1/scopes/{SC}/readergroups"

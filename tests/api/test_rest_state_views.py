@@ -21,9 +21,9 @@ from app.domain.state_views import MAX_STATE_LENGTH
 from app.services.health import HealthService
 from app.services.state_views import StateViewService, ViewAggregation
 from app.store.state_views import PgStateViewStore
+from app.testing.controller import running_controller
 from tests.api.conftest_rest import PREFIX, Api
 from tests.api.test_rest import assert_error
-from tests.support.services import running_controller
 from workers.state_views import StateViewAggregator
 
 STATES = "/v1/cluster/customized-states"

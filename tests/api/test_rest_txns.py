@@ -16,9 +16,9 @@ from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.domain.txns import TxnId, TxnRecord
 from app.services.health import HealthService
+from app.testing.controller import Services, running_controller
 from tests.api.conftest_rest import Api
 from tests.api.test_rest import assert_error, make_scope, make_stream
-from tests.support.services import Services, running_controller
 
 STREAM = "/v1/scopes/sc/streams/s"
 TXNS = f"{STREAM}/transactions"

@@ -14,9 +14,9 @@ from app.domain.cluster import BucketService, Fence, stream_bucket
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.watermarks import WatermarkService
 from app.store.watermarks import PgWatermarkStore
+from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error
-from tests.support.services import running_controller
 
 PATH = "/v1/scopes/sc/streams/s/watermarks"
 COUNT = 100

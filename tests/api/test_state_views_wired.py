@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from app.api.rest.app import create_app
 from app.main import rest_extensions
 from app.services.health import HealthService
+from app.testing.controller import running_controller
 from tests.api.conftest_rest import Api
-from tests.support.services import running_controller
 
 STATES = "/v1/cluster/customized-states"
 VIEWS = "/v1/cluster/customized-views"

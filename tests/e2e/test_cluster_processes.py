@@ -30,10 +30,10 @@ from app.domain.txns import TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from app.store.migrate import upgrade_to_head
 from app.testing.cluster import is_fair, kill, overlap, owned_by, start_member
+from app.testing.controller import running_controller
 from app.testing.scale import scale_request
 from app.testing.served import ServedProcess
 from tests.support.db import throwaway_cluster
-from tests.support.services import running_controller
 
 COUNTS = {service.value: DEFAULT_COUNTS.of(service) for service in BucketService}
 FAST = ("--rebalance-delay", "0.5")

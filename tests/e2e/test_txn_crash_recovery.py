@@ -22,8 +22,8 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import Outcome, TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
+from app.testing.controller import Services, running_controller
 from app.testing.served import ServedProcess, start_served
-from tests.support.services import Services, running_controller
 
 SC, ST = "crash", "txns"
 

@@ -25,11 +25,11 @@ from app.domain.txns import TxnStatus
 from app.services.stream_updates import UpdateOutcome
 from app.store.history_gen import SeedSpec
 from app.store.seed import seed_history
+from app.testing.controller import Services, running_controller
 from spark.facts import DAILY, STREAM_DAILY
 from spark.pipeline import DAY_MS, day_start_ms, read_since, utc_date
 from tests.spark import expected
 from tests.spark.conftest import pipeline_config, run_pipeline
-from tests.support.services import Services, running_controller
 
 NOW_DAY = day_start_ms(int(time.time() * 1000))
 # The seeded history ends days before today, so activity made now lands on later days.

@@ -14,8 +14,8 @@ from app.domain.ids import segment_id as seg
 from app.domain.records import ScaleType, ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.store.autoscale import PgAutoScaleStore
+from app.testing.controller import Services, running_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.runner import RequestRunner

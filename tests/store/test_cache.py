@@ -15,7 +15,7 @@ from app.domain.records import ScalingPolicy, SegmentRecord, StreamConfig, Strea
 from app.store.cache import RecordCache, StreamView
 from app.store.notifications import PgListener
 from app.store.streams import PgStreamStore
-from tests.support.services import Services
+from app.testing.controller import Services
 
 
 class CountingPool:

@@ -9,8 +9,8 @@ import pytest
 
 from app.domain.cluster import BucketCounts, BucketService, Member
 from app.domain.errors import IllegalState, WriteConflict
+from app.testing.controller import Services, running_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, running_controller
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from app.domain.records import ScalingPolicy, StreamConfig
 from app.services.history import HistoryQueries
 from app.store import queries
 from app.store.streams import PgStreamStore
+from app.testing.controller import Services
 from app.testing.history_seed import SeededHistory, seed_replacement_history
-from tests.support.services import Services
 
 SCOPE = "history"
 SHORT, LONG = 10, 2_000

@@ -16,8 +16,8 @@ from app.domain.records import ScopeState
 from app.domain.requests import Processor, RequestKind
 from app.services.kvtables import create_request, delete_request
 from app.store.kvtables import PgKvtStore
+from app.testing.controller import Services, idle_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, idle_controller
 
 SC = "kvsc"
 T0 = 1_700_000_000_000

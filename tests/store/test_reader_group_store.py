@@ -23,8 +23,8 @@ from app.domain.records import ScopeState
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.services.scopes import ScopeOutcome
 from app.store.readergroups import PgReaderGroupStore
+from app.testing.controller import Services, idle_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, idle_controller
 
 SC = "rgsc"
 T0 = 1_700_000_000_000

@@ -41,8 +41,8 @@ from app.services.scaling import CheckScaleOutcome
 from app.store.analysts import AnalystLimits, create_analyst
 from app.store.retention import PgRetentionStore
 from app.testing.clock import ManualClock
+from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, drop_database, with_database
-from tests.support.services import Services, running_controller
 
 SC = "rep"
 MAIN = "main"

@@ -24,8 +24,8 @@ from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.retention import StreamCutRecord, SubscriberRecord
 from app.ports import RetentionWrite
 from app.store.retention import PgRetentionStore
+from app.testing.controller import Services, idle_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, idle_controller
 
 SC = "retscope"
 ST = "s"

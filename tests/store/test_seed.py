@@ -72,9 +72,9 @@ from app.store.schema import metadata
 from app.store.seed import COLUMNS, seed_history
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
+from app.testing.controller import running_controller
 from app.testing.scale import scale_request
 from tests.api.conftest import served
-from tests.support.services import running_controller
 
 DAY = 86_400_000
 END = 1_800_000_000_000  # fixed, so every run seeds the same history

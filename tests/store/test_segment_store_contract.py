@@ -20,7 +20,7 @@ from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStore
 from app.segmentstore.embedded import transaction_segment_name
-from tests.support.services import Services
+from app.testing.controller import Services
 
 SEG = "scope/stream/0.#epoch.0"
 OTHER = "scope/stream/1.#epoch.0"

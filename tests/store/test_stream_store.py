@@ -21,7 +21,7 @@ from app.services.streams import CreateStreamOutcome
 from app.store.pool import create_pool
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
-from tests.support.services import Services
+from app.testing.controller import Services
 
 SCOPE = "sc"
 CONFIG = StreamConfig(

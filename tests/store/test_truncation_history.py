@@ -11,7 +11,7 @@ import pytest
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.records import ScalingPolicy, StreamConfig, TruncationRecord
 from app.domain.streamcuts import completed_truncation
-from tests.support.services import Services
+from app.testing.controller import Services
 
 SCOPE, STREAM = "hist", "s"
 

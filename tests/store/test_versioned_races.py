@@ -32,7 +32,7 @@ from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.txns import TxnId
 from app.ports import CommitBatch
 from app.store import schema
-from tests.support.services import Services, running_controller
+from app.testing.controller import Services, running_controller
 
 SCOPE = "racescope"
 STREAM = "racestream"

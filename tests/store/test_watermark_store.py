@@ -16,8 +16,8 @@ from app.domain.txns import TxnId
 from app.domain.watermarks import SegmentRange, Watermark, WriterMark
 from app.ports import MarkChange, WatermarkAppend
 from app.store.watermarks import PgWatermarkStore
+from app.testing.controller import Services, idle_controller
 from tests.store.test_versioned_races import race
-from tests.support.services import Services, idle_controller
 
 SC = "wm"
 COUNT = 100

@@ -19,7 +19,7 @@ from app.services.readergroups import ReaderGroupService
 from app.services.retention import SubscriberService
 from app.store.readergroups import PgReaderGroupStore
 from app.store.retention import PgRetentionStore
-from tests.support.services import TEST_SETTINGS, Services
+from app.testing.controller import TEST_SETTINGS, Services
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps

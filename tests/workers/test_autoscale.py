@@ -33,7 +33,7 @@ from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
 from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.testing.clock import ManualClock
-from tests.support.services import TEST_SETTINGS, Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
 from workers.handlers.auto_scale import AutoScaleHandler

@@ -28,9 +28,9 @@ from app.services.health import HealthService
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
+from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
 from tests.api.conftest_rest import Api
-from tests.support.services import Services, running_controller
 
 WAIT_S = 15.0
 SERVICES = tuple(BucketService)

@@ -26,7 +26,7 @@ from app.domain.records import ScopeState
 from app.domain.requests import Processor, Request
 from app.services.kvtables import create_request, delete_request
 from app.store.kvtables import PgKvtStore
-from tests.support.services import Services, running_controller
+from app.testing.controller import Services, running_controller
 from workers import failpoints
 from workers.handlers import kvtables as kvt_handlers_module
 from workers.handlers.common import WorkflowDeps

@@ -19,8 +19,8 @@ from app.domain.records import ScalingPolicy, ScopeState, StreamConfig
 from app.domain.requests import Processor, Request, RequestKind
 from app.services.readergroups import CreateStatus, DeleteStatus, UpdateStatus
 from app.store.retention import PgRetentionStore
+from app.testing.controller import Services, running_controller
 from tests.support.readergroups import Rig, rig, run_pending
-from tests.support.services import Services, running_controller
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.readergroups import (
     CreateReaderGroupHandler,

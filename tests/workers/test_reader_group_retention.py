@@ -20,9 +20,9 @@ from app.domain.readergroups import ReaderGroupConfig, ScopedStream, StreamDataR
 from app.domain.records import RetentionPolicy, RetentionType, ScalingPolicy, StreamConfig
 from app.services.readergroups import CreateStatus, DeleteStatus, UpdateStatus
 from app.services.retention import SubscriberUpdate
+from app.testing.controller import running_controller
 from tests.support.readergroups import Rig as RgRig
 from tests.support.readergroups import rig as rg_rig
-from tests.support.services import running_controller
 from tests.workers.test_retention import Rig, claim, make_rig, records, truncation, write
 from workers.retention import RetentionWorker
 

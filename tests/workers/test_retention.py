@@ -40,7 +40,7 @@ from app.services.retention import (
 )
 from app.store.retention import PgRetentionStore
 from app.testing.clock import ManualClock
-from tests.support.services import Services, running_controller
+from app.testing.controller import Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.retention import RetentionWorker

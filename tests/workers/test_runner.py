@@ -15,7 +15,7 @@ from app.domain.errors import StoreUnavailable
 from app.domain.records import ScaleType, ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.ports import SegmentStore
-from tests.support.services import TEST_SETTINGS, Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler

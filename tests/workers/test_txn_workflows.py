@@ -21,7 +21,7 @@ from app.domain.requests import Processor
 from app.domain.txns import Outcome, PingStatus, TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from app.services.scaling import CheckScaleOutcome
-from tests.support.services import Services, running_controller
+from app.testing.controller import Services, running_controller
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps

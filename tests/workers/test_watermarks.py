@@ -26,7 +26,7 @@ from app.segmentstore.embedded import transaction_segment_name
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
 from app.testing.clock import ManualClock
-from tests.support.services import Services, running_controller
+from app.testing.controller import Services, running_controller
 from workers.handlers import commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
