@@ -100,15 +100,10 @@ def add_dev_parser(
         default=0.25,
         help="share of streams with a TIME retention policy, cuts and truncation (default 0.25)",
     )
-    seed.add_argument(
-        "--retention-frequency-ms",
-        type=int,
-        default=1_800_000,
-        help="retention cycle the recorded cuts follow (default 1800000, the serve default)",
-    )
     seed.add_argument("--tags", type=int, default=10, help="size of the tag pool (default 10; 0: no tags)")
-    seed.add_argument("--txn-min-lease", type=int, default=10_000, help="least lease, ms (default 10000)")
-    seed.add_argument("--txn-max-lease", type=int, default=600_000, help="most lease, ms (default 600000)")
+    # The recorded cuts and the seeded leases follow serve's own settings (and their defaults).
+    for name in ("retention_frequency_ms", "txn_min_lease_ms", "txn_max_lease_ms"):
+        add_setting(seed, name)
     seed.add_argument("--no-mark-streams", action="store_true", help="no _MARK<stream> streams")
     seed.add_argument(
         "--no-segment-store",
@@ -150,7 +145,7 @@ def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
         tag_pool=args.tags,
         mark_streams=not args.no_mark_streams,
         segment_store_rows=not args.no_segment_store,
-        txn_limits=TxnLimits(min_lease_ms=args.txn_min_lease, max_lease_ms=args.txn_max_lease),
+        txn_limits=TxnLimits(min_lease_ms=args.txn_min_lease_ms, max_lease_ms=args.txn_max_lease_ms),
     )
 
 

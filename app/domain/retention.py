@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from app.domain.errors import InvalidInput
 from app.domain.ids import epoch_of
@@ -26,6 +27,10 @@ from app.domain.streamcuts import (
     size_between,
     stream_cut_span,
 )
+
+# How often a stream with a retention policy records a stream cut and is considered for
+# truncation: Pravega's retention.frequency.minutes (30). serve's setting and the seeder default to it.
+DEFAULT_RETENTION_FREQUENCY_MS: Final = 30 * 60_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.domain.cluster import DEFAULT_COUNTS, MAX_BUCKETS, BucketCounts
+from app.domain.retention import DEFAULT_RETENTION_FREQUENCY_MS
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.segmentstore.hosts import HostAddress
 from app.settings.declaration import (
@@ -206,7 +207,7 @@ class Settings:
 
     # Periodic work.
     retention_frequency_ms: int = setting(
-        1_800_000,
+        DEFAULT_RETENTION_FREQUENCY_MS,
         check=positive,
         help="how often a stream with a retention policy records a stream cut and is considered for "
         "truncation (the minimum gap between recorded cuts; Pravega's 30 minutes)",

@@ -23,6 +23,7 @@ from app.domain.errors import InvalidInput
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_valid_scope_or_stream_name, mark_stream_name
 from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, RetentionType, ScaleType
+from app.domain.retention import DEFAULT_RETENTION_FREQUENCY_MS
 from app.domain.scaling import uniform_key_ranges
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 
@@ -102,7 +103,7 @@ class SeedSpec:
     txn_mix: TxnMix = TxnMix()
     max_segments: int = 8
     retention_fraction: float = 0.25
-    retention_frequency_ms: int = 1_800_000
+    retention_frequency_ms: int = DEFAULT_RETENTION_FREQUENCY_MS
     tag_pool: int = 10
     mark_streams: bool = True
     segment_store_rows: bool = True
