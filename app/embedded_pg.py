@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 
 __all__ = [
     "BINDIR_ENV",
-    "DEFAULT_DATA_DIR",
     "EmbeddedPostgres",
     "EmbeddedPostgresError",
     "PostgresBinariesNotFound",
@@ -31,7 +30,6 @@ __all__ = [
 ]
 
 BINDIR_ENV = "PGCONTROLLER_PG_BINDIR"
-DEFAULT_DATA_DIR = pathlib.Path(".pgcontroller")
 DB_NAME = "pgcontroller"
 DB_USER = "pgcontroller"
 HOST = "127.0.0.1"
@@ -355,7 +353,7 @@ def _tail(path: pathlib.Path, offset: int, lines: int = 20) -> str:
 class EmbeddedPostgres:
     """The private cluster of one pgcontroller data dir; see the module docstring for where it lives."""
 
-    data_dir: pathlib.Path = DEFAULT_DATA_DIR
+    data_dir: pathlib.Path
     # For tests: trades crash safety for speed (fsync, synchronous_commit, full_page_writes off; initdb -N).
     fast: bool = False
 

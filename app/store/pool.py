@@ -31,8 +31,9 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(
-    url: str, *, min_size: int = 2, max_size: int = 20, command_timeout: float = 30.0
+    url: str, *, max_size: int, min_size: int = 2, command_timeout: float = 30.0
 ) -> PgDatabase:
+    """`max_size` is the pool_max_size setting (or a test's own bound): its default lives there."""
     return await open_pool(
         asyncpg_dsn(url),
         min_size=min_size,

@@ -235,7 +235,7 @@ async def test_list_streams_pages_by_name(services: Services) -> None:
 
 async def test_unreachable_database_is_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
-        await create_pool("postgresql://pgcontroller@127.0.0.1:1/x")
+        await create_pool("postgresql://pgcontroller@127.0.0.1:1/x", min_size=1, max_size=1)
 
 
 async def test_a_session_ended_by_the_server_mid_query_is_store_unavailable(services: Services) -> None:
