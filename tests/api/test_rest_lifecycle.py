@@ -8,15 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from app.api.rest.app import create_app
-from app.clock import SystemClock
 from app.domain.ids import segment_id
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamState
-from app.services.health import HealthService
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
 from app.testing.controller import Services
+from tests.api.conftest import rest_api
 from tests.api.conftest_rest import Api
 from tests.api.test_rest import JSON, MB, assert_error, make_scope, make_stream, stream_names
 
@@ -32,15 +29,8 @@ STEP = 10_000
 
 @pytest.fixture
 async def api(services: Services) -> AsyncIterator[Api]:
-    app = create_app(
-        services.scopes,
-        services.streams,
-        HealthService(SystemClock()),
-        services.lifecycle,
-        services.transactions,
-    )
-    async with TestClient(TestServer(app)) as client:
-        yield Api(client, app)
+    async with rest_api(services) as served_api:
+        yield served_api
 
 
 async def stream_with(api: Api, segments: int = 2, **extra: Any) -> dict[str, Any]:

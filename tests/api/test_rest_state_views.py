@@ -12,16 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from app.api.rest.app import create_app
 from app.api.rest.state_views import extension
 from app.clock import SystemClock
 from app.domain.state_views import MAX_STATE_LENGTH
-from app.services.health import HealthService
 from app.services.state_views import StateViewService, ViewAggregation
 from app.store.state_views import PgStateViewStore
 from app.testing.controller import running_controller
+from tests.api.conftest import rest_api
 from tests.api.conftest_rest import PREFIX, Api
 from tests.api.test_rest import assert_error
 from workers.state_views import StateViewAggregator
@@ -57,16 +55,8 @@ async def cluster(db_url: str) -> AsyncIterator[Cluster]:
         store = PgStateViewStore(services.pool)
         service = StateViewService(store, SystemClock(), poll_s=0.05)
         aggregator = StateViewAggregator(ViewAggregation(store, SystemClock()), lambda: True, lambda: 1)
-        app = create_app(
-            services.scopes,
-            services.streams,
-            HealthService(SystemClock()),
-            services.lifecycle,
-            services.transactions,
-            extensions=[extension(service)],
-        )
-        async with TestClient(TestServer(app)) as client:
-            yield Cluster(Api(client, app), service, aggregator)
+        async with rest_api(services, [extension(service)]) as served_api:
+            yield Cluster(served_api, service, aggregator)
 
 
 @pytest.fixture
