@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.cluster import stream_bucket
+from app.domain.records import TruncationRecord
 
 
 class Processor(enum.Enum):
@@ -76,7 +77,49 @@ class Request:
     last_error: str | None
     version: int
     processor: Processor = Processor.REQUESTS
+    # Set when the request failed finally and was parked (its error is `last_error`): it is out
+    # of its stream's queue until an operator retries or drops it.
+    parked_at: int | None = None
+    # Failed attempts, not counting postponements for a state transition.
+    failures: int = 0
+
+    @property
+    def parked(self) -> bool:
+        return self.parked_at is not None
 
     @property
     def key(self) -> str:
         return request_key(self.scope, self.stream)
+
+
+# A truncation request carries the record it replaces, so that parking it (a final failure) can
+# put the stream's truncation back exactly as it was; the updating record does not keep it.
+PREVIOUS_TRUNCATION = "previous_truncation"
+
+
+def truncation_payload(previous: TruncationRecord) -> dict[str, Any]:
+    return {
+        PREVIOUS_TRUNCATION: {
+            "stream_cut": {str(k): v for k, v in previous.stream_cut.items()},
+            "span": {str(k): v for k, v in previous.span.items()},
+            "deleted_segments": sorted(previous.deleted_segments),
+            "to_delete": sorted(previous.to_delete),
+            "size_till": previous.size_till,
+        }
+    }
+
+
+def previous_truncation(payload: Mapping[str, Any]) -> TruncationRecord | None:
+    """The record a truncation request replaced (never updating), or None for a request written
+    without it (by a version before parking existed)."""
+    raw = payload.get(PREVIOUS_TRUNCATION)
+    if not isinstance(raw, Mapping):
+        return None
+    return TruncationRecord(
+        stream_cut={int(k): int(v) for k, v in raw["stream_cut"].items()},
+        span={int(k): int(v) for k, v in raw["span"].items()},
+        deleted_segments=frozenset(int(s) for s in raw["deleted_segments"]),
+        to_delete=frozenset(int(s) for s in raw["to_delete"]),
+        size_till=int(raw["size_till"]),
+        updating=False,
+    )

@@ -62,7 +62,12 @@ def wire_streams(
         **extensions.handlers,
     }
     runner = RequestRunner(
-        resources.requests, handlers, resources.clock, owns=claims.owns, fence_for=claims.fence_for
+        resources.requests,
+        handlers,
+        resources.clock,
+        owns=claims.owns,
+        fence_for=claims.fence_for,
+        max_failures=settings.request_max_failures,
     )
     dispatcher = RequestDispatcher(
         resources.requests,

@@ -9,7 +9,7 @@ from app.domain.names import is_internal_stream
 from app.domain.records import StreamState
 from app.domain.requests import Request
 from app.domain.scale_rules import compute_epoch_transition, segment_count_update
-from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
+from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active, retry_conflicts
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
 
@@ -62,3 +62,23 @@ class UpdateStreamHandler:
         await retry_conflicts(step, f"configuration of {scope}/{name}")
         if not is_internal_stream(name):
             await streams.reindex_tags(scope, name)
+
+    # --- rollback of a parked request (a final failure) -----------------------------------------
+
+    async def rollback(self, request: Request) -> None:
+        """Clears the "updating" flag, drops a transition this update had yet to run, and puts
+        the stream back to ACTIVE, so later requests run. The stored configuration stays the
+        requested one (the record keeps no previous configuration). Safe to repeat."""
+        scope, name = request.scope, request.stream
+        streams = self._deps.streams
+
+        async def step() -> None:
+            record = await streams.get_config_record(scope, name)
+            config, updating = record.value
+            if updating:
+                await streams.set_config(scope, name, config, False, record.version)
+
+        await retry_conflicts(step, f"configuration of {scope}/{name}")
+        if (await streams.get_state(scope, name)).value == StreamState.UPDATING:
+            await drop_transition(streams, scope, name)
+        await restore_active(streams, scope, name, StreamState.UPDATING)
