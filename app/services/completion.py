@@ -47,12 +47,13 @@ async def wait_until(
     deadline = time.monotonic() + timeout_s
     poll_s = first_poll_s
     while True:
-        if await done():
-            return
+        # Failure first: a rolled-back workflow can look done (its intent is gone).
         if failed is not None:
             reason = await failed()
             if reason is not None:
                 raise FinalFailure(f"{what} failed and its request is parked: {reason}")
+        if await done():
+            return
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise Timeout(f"{what} did not complete within {timeout_s:g} s; it continues in the background")
