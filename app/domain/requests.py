@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.cluster import stream_bucket
-from app.domain.records import TruncationRecord
+from app.domain.records import (
+    RetentionPolicy,
+    RetentionType,
+    ScaleType,
+    ScalingPolicy,
+    StreamConfig,
+    TruncationRecord,
+)
 
 
 class Processor(enum.Enum):
@@ -122,4 +129,47 @@ def previous_truncation(payload: Mapping[str, Any]) -> TruncationRecord | None:
         to_delete=frozenset(int(s) for s in raw["to_delete"]),
         size_till=int(raw["size_till"]),
         updating=False,
+    )
+
+
+# An update request carries the configuration it replaces, so that parking it can put the stream's
+# configuration back; the "updating" record holds only the new one.
+PREVIOUS_CONFIG = "previous_config"
+
+
+def config_payload(previous: StreamConfig) -> dict[str, Any]:
+    retention = previous.retention
+    return {
+        PREVIOUS_CONFIG: {
+            "scaling": [
+                previous.scaling.scale_type.value,
+                previous.scaling.target_rate,
+                previous.scaling.scale_factor,
+                previous.scaling.min_num_segments,
+            ],
+            "retention": None
+            if retention is None
+            else [retention.retention_type.value, retention.retention_param, retention.retention_max],
+            "tags": list(previous.tags),
+            "timestamp_aggregation_timeout": previous.timestamp_aggregation_timeout,
+            "rollover_size_bytes": previous.rollover_size_bytes,
+        }
+    }
+
+
+def previous_config(payload: Mapping[str, Any]) -> StreamConfig | None:
+    """The configuration an update request replaced, or None for a request written without it."""
+    raw = payload.get(PREVIOUS_CONFIG)
+    if not isinstance(raw, Mapping):
+        return None
+    scale_type, rate, factor, minimum = raw["scaling"]
+    retention = raw["retention"]
+    return StreamConfig(
+        scaling=ScalingPolicy(ScaleType(scale_type), int(rate), int(factor), int(minimum)),
+        retention=None
+        if retention is None
+        else RetentionPolicy(RetentionType(retention[0]), int(retention[1]), int(retention[2])),
+        tags=tuple(str(tag) for tag in raw["tags"]),
+        timestamp_aggregation_timeout=int(raw["timestamp_aggregation_timeout"]),
+        rollover_size_bytes=int(raw["rollover_size_bytes"]),
     )

@@ -9,7 +9,7 @@ import enum
 from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import StreamConfig, StreamState
-from app.domain.requests import NewRequest, RequestKind
+from app.domain.requests import NewRequest, RequestKind, config_payload
 from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
@@ -51,7 +51,13 @@ class StreamUpdates:
                 return UpdateOutcome.FAILURE  # another update is in progress
             if not await self._segment_count_reachable(scope, name, config):
                 return UpdateOutcome.FAILURE
-            request = NewRequest(RequestKind.UPDATE_STREAM, scope, name, self._clock.now_ms())
+            request = NewRequest(
+                RequestKind.UPDATE_STREAM,
+                scope,
+                name,
+                self._clock.now_ms(),
+                payload=config_payload(record.value[0]),
+            )
             try:
                 await self._streams.set_config(scope, name, config, True, record.version, request=request)
             except WriteConflict:

@@ -140,7 +140,11 @@ async def test_an_update_whose_scale_is_refused_is_parked_and_the_stream_active_
     outcome = await answered_promptly(s.lifecycle.updates.update_stream("sc", "s", new), s, runner)
     assert outcome is UpdateOutcome.FAILURE
     assert await state(s) == StreamState.ACTIVE
-    assert (await s.stream_store.get_config_record("sc", "s")).value[1] is False  # not updating
+    # The configuration it replaced is back, not updating.
+    assert (await s.stream_store.get_config_record("sc", "s")).value == (
+        StreamConfig(ScalingPolicy.fixed(2)),
+        False,
+    )
     assert (await s.stream_store.get_epoch_transition("sc", "s")).value is None
     _state, active = await s.stream_store.get_active_epoch("sc", "s")
     assert active.epoch == 0 and len(active.segments) == 2

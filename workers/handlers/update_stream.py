@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_internal_stream
 from app.domain.records import StreamState
-from app.domain.requests import Request
+from app.domain.requests import Request, previous_config
 from app.domain.scale_rules import compute_epoch_transition, segment_count_update
 from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active, retry_conflicts
 from workers.handlers.scale_steps import run_pending_scale
@@ -66,9 +66,9 @@ class UpdateStreamHandler:
     # --- rollback of a parked request (a final failure) -----------------------------------------
 
     async def rollback(self, request: Request) -> None:
-        """Clears the "updating" flag, drops a transition this update had yet to run, and puts
-        the stream back to ACTIVE, so later requests run. The stored configuration stays the
-        requested one (the record keeps no previous configuration). Safe to repeat."""
+        """Puts the configuration the update replaced back (not updating), drops a transition this
+        update had yet to run, and puts the stream back to ACTIVE, so later requests run. Steps
+        the update completed stay (a scale, policies pushed to segments). Safe to repeat."""
         scope, name = request.scope, request.stream
         streams = self._deps.streams
 
@@ -76,8 +76,11 @@ class UpdateStreamHandler:
             record = await streams.get_config_record(scope, name)
             config, updating = record.value
             if updating:
-                await streams.set_config(scope, name, config, False, record.version)
+                # Without the configuration it replaced (a request of an older version), the
+                # requested one stays, no longer "updating".
+                await streams.set_config(scope, name, previous or config, False, record.version)
 
+        previous = previous_config(request.payload)
         await retry_conflicts(step, f"configuration of {scope}/{name}")
         if (await streams.get_state(scope, name)).value == StreamState.UPDATING:
             await drop_transition(streams, scope, name)
