@@ -185,16 +185,17 @@ class RequestRunner:
         the two leaves the row queued: its next run finds the intent gone and finishes as a no-op."""
         error = _describe(exc)
         handler = self._handlers.get(request.kind)
+        fence = None
+        if self._fence_for is not None:
+            fence = self._fence_for(request.bucket)
+            if fence is None:
+                return None  # no longer ours: the new owner runs it again, and parks it
         try:
             if isinstance(handler, RollsBack):
                 await handler.rollback(request)
             if self._barrier and request.stream:
                 await self._queue.clear_waiting_processor(request.scope, request.stream, self._processor)
-            fence = None
-            if self._fence_for is not None:
-                fence = self._fence_for(request.bucket)
-                if fence is None:
-                    return None  # no longer ours: the new owner runs it again
+            # A bucket lost during the rollback: the fence makes this park land nothing.
             parked = await self._queue.park(request.id, error, self._clock.now_ms(), fence)
         except NotFound:
             # The stream went meanwhile: nothing is left to restore or to park.
