@@ -46,6 +46,11 @@ class Refusing:
             raise InvalidInput(f"injected: the segment store refuses to seal {name}")
         return await self.inner.seal_segment(name)
 
+    async def delete_segment(self, name: str) -> None:
+        if "delete_segment" in self.refuse:
+            raise InvalidInput(f"injected: the segment store refuses to delete {name}")
+        await self.inner.delete_segment(name)
+
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
@@ -174,6 +179,20 @@ async def test_a_seal_that_is_refused_is_parked_and_the_stream_active_again(idle
     assert outcome is UpdateOutcome.FAILURE
     assert await state(s) == StreamState.ACTIVE
     assert [r.kind for r in await parked(s)] == [RequestKind.SEAL_STREAM]
+
+
+async def test_a_recursive_scope_deletion_that_is_refused_is_parked_and_the_scope_active_again(
+    idle: Services,
+) -> None:
+    s = idle
+    await stream(s, 1)
+    runner = runner_for(s, frozenset({"delete_segment"}))
+    outcome = await answered_promptly(s.lifecycle.deletion.delete_scope_recursive("sc"), s, runner)
+    assert outcome.value == "FAILURE"
+    assert (await s.scope_store.get_scope("sc")).value.value == "ACTIVE"
+    assert [r.kind for r in await parked(s)] == [RequestKind.DELETE_SCOPE]
+    # The scope takes new streams again.
+    await s.streams.create_stream("sc", "t", StreamConfig(ScalingPolicy.fixed(1)))
 
 
 # --- the queue goes on, crashes, fences, retries ----------------------------------------------
