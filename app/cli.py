@@ -1,5 +1,5 @@
-"""The `pgcontroller` command: `serve`, `db start|stop|url|upgrade|create-analyst`, `dev seed`
-and `pipeline run`.
+"""The `pgcontroller` command: `serve`, `db start|stop|url|upgrade|create-analyst`, `dev seed`,
+`pipeline run` and `request parked list|retry|drop`.
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -18,6 +18,7 @@ from app.analyst_cli import add_create_analyst_parser
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
+from app.request_cli import add_request_parser
 from app.settings import add_global_settings, add_serve_settings, add_setting, resolve
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline = commands.add_parser("pipeline", help="the PySpark reporting pipeline (spark/README.md)")
     pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", required=True)
     add_run_arguments(pipeline_commands.add_parser("run", help="new reporting-view rows into lake and marts"))
+    add_request_parser(commands)
     return parser
 
 
@@ -110,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.dev_cli import run_dev
 
             return run_dev(args)
+        if args.command == "request":
+            from app.request_cli import run_request
+
+            return run_request(args)
         if args.command == "pipeline":
             from spark.cli import run_command
 

@@ -4,18 +4,29 @@ Order of events for one attempt: wait until the row is due; honour the fairness 
 stream whose other processor is waiting postpones requests that have not started); run the
 handler; then acknowledge (delete the row). A handler that cannot get its state transition
 (OperationNotAllowed) records this processor as the stream's waiting one and is postponed;
-any other failure is recorded on the row and retried with backoff. Every step of a handler
-is idempotent, so re-running after a crash or an error is safe.
+a transient failure (lost race, database or connection trouble) is recorded on the row and
+retried with backoff. A final failure (one re-running cannot fix, or an unexpected error that
+kept failing `max_failures` times) is rolled back by the handler (the stream's state restored)
+and the row parked, fenced like an acknowledgement: it leaves its stream's queue, so the
+stream's later requests run, until an operator retries or drops it. Every step of a handler,
+its rollback included, is idempotent, so re-running after a crash or an error is safe.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from app.domain.cluster import Fence
-from app.domain.errors import NotFound, OperationNotAllowed, StoreUnavailable, WriteConflict
+from app.domain.errors import (
+    FinalFailure,
+    InvalidInput,
+    NotFound,
+    OperationNotAllowed,
+    StoreUnavailable,
+    WriteConflict,
+)
 from app.domain.requests import Processor, Request, RequestKind
 from app.ports import Clock, RequestQueue
 from workers.keyed import RetryLater
@@ -33,6 +44,30 @@ class RequestHandler(Protocol):
         """Runs the request's workflow to its end; every step idempotent. Raises
         OperationNotAllowed when the stream's state does not allow it *yet*."""
         ...
+
+
+@runtime_checkable
+class RollsBack(Protocol):
+    async def rollback(self, request: Request) -> None:
+        """Restores what the request's workflow changed that would block the stream (its working
+        state, a pending transition, an "updating" flag) before the request is parked. Must be
+        idempotent: a crash before the park runs the request (and maybe this) again."""
+        ...
+
+
+# Failures that pass by themselves: retried for as long as they last, never parked.
+_TRANSIENT: tuple[type[Exception], ...] = (WriteConflict, StoreUnavailable, OSError, TimeoutError)
+# Failures that running the same request again cannot fix: parked at once. A step's invalid
+# input includes a segment store refusing the operation (a truncation past a segment's end).
+_FINAL: tuple[type[Exception], ...] = (FinalFailure, InvalidInput)
+
+
+class _UnknownKind(Exception):
+    """A kind this process has no handler for; kept for a process that has (never parked)."""
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _backoff(attempts: int, first_s: float, cap_s: float) -> float:
@@ -55,6 +90,7 @@ class RequestRunner:
         postpone_cap_s: float = 1.0,
         retry_first_s: float = 0.1,
         retry_cap_s: float = 10.0,
+        max_failures: int = 50,
     ) -> None:
         self._queue = queue
         self._handlers = handlers
@@ -68,6 +104,7 @@ class RequestRunner:
         self._started_check = started_check
         self._postpone = (postpone_first_s, postpone_cap_s)
         self._retry = (retry_first_s, retry_cap_s)
+        self._max_failures = max_failures
 
     async def attempt(self, request: Request) -> RetryLater[Request] | None:
         """One attempt; RetryLater to be called again with the (updated) request, None when
@@ -95,14 +132,20 @@ class RequestRunner:
             if handler is None:
                 # A kind this process does not know (e.g. written by a newer version): keep it
                 # queued, with the reason on its row, for a process that does.
-                raise LookupError(f"this process has no handler for {request.kind.value} requests")
+                raise _UnknownKind(f"this process has no handler for {request.kind.value} requests")
             await handler.handle(request, mark_started)
         except OperationNotAllowed as exc:
             return await self._on_not_allowed(current, exc)
         except NotFound as exc:
             # The stream or scope the request is about is gone: nothing is left to do.
             log.info("request %d (%s %s): %s; dropping it", request.id, request.kind.value, request.key, exc)
+        except _UnknownKind as exc:
+            return await self._postponed(current, str(exc), True)  # not counted: never parked
+        except _FINAL as exc:
+            return await self._park(current, exc)
         except Exception as exc:
+            if not isinstance(exc, _TRANSIENT) and current.failures + 1 >= self._max_failures:
+                return await self._park(current, exc)
             return await self._on_failure(current, exc)
         return await self._finish(current)
 
@@ -134,13 +177,51 @@ class RequestRunner:
                 request.key,
                 exc_info=exc,
             )
-        return await self._postponed(request, f"{type(exc).__name__}: {exc}", True)
+        # Only unexpected failures count towards parking; transient ones are retried for ever.
+        return await self._postponed(request, _describe(exc), True, counted=not isinstance(exc, _TRANSIENT))
 
-    async def _postponed(self, request: Request, reason: str, failed: bool) -> RetryLater[Request] | None:
+    async def _park(self, request: Request, exc: Exception) -> RetryLater[Request] | None:
+        """Rolls the workflow back, then parks the row. A crash (or a failed store call) between
+        the two leaves the row queued: its next run finds the intent gone and finishes as a no-op."""
+        error = _describe(exc)
+        handler = self._handlers.get(request.kind)
+        fence = None
+        if self._fence_for is not None:
+            fence = self._fence_for(request.bucket)
+            if fence is None:
+                return None  # no longer ours: the new owner runs it again, and parks it
+        try:
+            if isinstance(handler, RollsBack):
+                await handler.rollback(request)
+            if self._barrier and request.stream:
+                await self._queue.clear_waiting_processor(request.scope, request.stream, self._processor)
+            # A bucket lost during the rollback: the fence makes this park land nothing.
+            parked = await self._queue.park(request.id, error, self._clock.now_ms(), fence)
+        except NotFound:
+            # The stream went meanwhile: nothing is left to restore or to park.
+            return await self._finish(request)
+        except _TRANSIENT as store_exc:
+            return await self._on_failure(request, store_exc)
+        if parked:
+            log.error(
+                "request %d (%s %s) failed finally and is parked (its stream's state is restored; "
+                "an operator may retry or drop it): %s",
+                request.id,
+                request.kind.value,
+                request.key,
+                error,
+            )
+        return None
+
+    async def _postponed(
+        self, request: Request, reason: str, failed: bool, *, counted: bool = False
+    ) -> RetryLater[Request] | None:
         first, cap = self._retry if failed else self._postpone
         delay_s = _backoff(request.attempts, first, cap)
         try:
-            updated = await self._queue.postpone(request, self._clock.now_ms() + int(delay_s * 1000), reason)
+            updated = await self._queue.postpone(
+                request, self._clock.now_ms() + int(delay_s * 1000), reason, failed=counted
+            )
         except WriteConflict:
             fresh = await self._fresh(request)
             return None if fresh is None else RetryLater(fresh, 0)

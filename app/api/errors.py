@@ -34,6 +34,7 @@ ERROR_TABLE: tuple[ErrorRow, ...] = (
     ErrorRow(errors.OperationNotAllowed, Status.FAILED_PRECONDITION, HTTPStatus.CONFLICT, retryable=True),
     ErrorRow(errors.StoreUnavailable, Status.UNAVAILABLE, HTTPStatus.SERVICE_UNAVAILABLE, retryable=True),
     ErrorRow(errors.Timeout, Status.DEADLINE_EXCEEDED, HTTPStatus.GATEWAY_TIMEOUT, retryable=True),
+    ErrorRow(errors.FinalFailure, Status.FAILED_PRECONDITION, HTTPStatus.CONFLICT, retryable=False),
     # Reached only by a domain error that has no row of its own: a fault of ours, answered as
     # both surfaces answer any unexpected failure.
     ErrorRow(errors.DomainError, Status.INTERNAL, HTTPStatus.INTERNAL_SERVER_ERROR, retryable=False),

@@ -43,3 +43,8 @@ class StoreUnavailable(DomainError):
 
 class Timeout(DomainError):
     """A workflow the caller waits for did not complete in time (Pravega's 2-minute bound)."""
+
+
+class FinalFailure(DomainError):
+    """A workflow failed in a way running it again cannot fix; its request is parked, the
+    stream's state restored, and an operator may retry or drop it."""

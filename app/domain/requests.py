@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.cluster import stream_bucket
+from app.domain.records import (
+    RetentionPolicy,
+    RetentionType,
+    ScaleType,
+    ScalingPolicy,
+    StreamConfig,
+    TruncationRecord,
+)
 
 
 class Processor(enum.Enum):
@@ -76,7 +84,92 @@ class Request:
     last_error: str | None
     version: int
     processor: Processor = Processor.REQUESTS
+    # Set when the request failed finally and was parked (its error is `last_error`): it is out
+    # of its stream's queue until an operator retries or drops it.
+    parked_at: int | None = None
+    # Failed attempts, not counting postponements for a state transition.
+    failures: int = 0
+
+    @property
+    def parked(self) -> bool:
+        return self.parked_at is not None
 
     @property
     def key(self) -> str:
         return request_key(self.scope, self.stream)
+
+
+# A truncation request carries the record it replaces, so that parking it (a final failure) can
+# put the stream's truncation back exactly as it was; the updating record does not keep it.
+PREVIOUS_TRUNCATION = "previous_truncation"
+
+
+def truncation_payload(previous: TruncationRecord) -> dict[str, Any]:
+    return {
+        PREVIOUS_TRUNCATION: {
+            "stream_cut": {str(k): v for k, v in previous.stream_cut.items()},
+            "span": {str(k): v for k, v in previous.span.items()},
+            "deleted_segments": sorted(previous.deleted_segments),
+            "to_delete": sorted(previous.to_delete),
+            "size_till": previous.size_till,
+        }
+    }
+
+
+def previous_truncation(payload: Mapping[str, Any]) -> TruncationRecord | None:
+    """The record a truncation request replaced (never updating), or None for a request written
+    without it (by a version before parking existed)."""
+    raw = payload.get(PREVIOUS_TRUNCATION)
+    if not isinstance(raw, Mapping):
+        return None
+    return TruncationRecord(
+        stream_cut={int(k): int(v) for k, v in raw["stream_cut"].items()},
+        span={int(k): int(v) for k, v in raw["span"].items()},
+        deleted_segments=frozenset(int(s) for s in raw["deleted_segments"]),
+        to_delete=frozenset(int(s) for s in raw["to_delete"]),
+        size_till=int(raw["size_till"]),
+        updating=False,
+    )
+
+
+# An update request carries the configuration it replaces, so that parking it can put the stream's
+# configuration back; the "updating" record holds only the new one.
+PREVIOUS_CONFIG = "previous_config"
+
+
+def config_payload(previous: StreamConfig) -> dict[str, Any]:
+    retention = previous.retention
+    return {
+        PREVIOUS_CONFIG: {
+            "scaling": [
+                previous.scaling.scale_type.value,
+                previous.scaling.target_rate,
+                previous.scaling.scale_factor,
+                previous.scaling.min_num_segments,
+            ],
+            "retention": None
+            if retention is None
+            else [retention.retention_type.value, retention.retention_param, retention.retention_max],
+            "tags": list(previous.tags),
+            "timestamp_aggregation_timeout": previous.timestamp_aggregation_timeout,
+            "rollover_size_bytes": previous.rollover_size_bytes,
+        }
+    }
+
+
+def previous_config(payload: Mapping[str, Any]) -> StreamConfig | None:
+    """The configuration an update request replaced, or None for a request written without it."""
+    raw = payload.get(PREVIOUS_CONFIG)
+    if not isinstance(raw, Mapping):
+        return None
+    scale_type, rate, factor, minimum = raw["scaling"]
+    retention = raw["retention"]
+    return StreamConfig(
+        scaling=ScalingPolicy(ScaleType(scale_type), int(rate), int(factor), int(minimum)),
+        retention=None
+        if retention is None
+        else RetentionPolicy(RetentionType(retention[0]), int(retention[1]), int(retention[2])),
+        tags=tuple(str(tag) for tag in raw["tags"]),
+        timestamp_aggregation_timeout=int(raw["timestamp_aggregation_timeout"]),
+        rollover_size_bytes=int(raw["rollover_size_bytes"]),
+    )

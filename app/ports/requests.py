@@ -30,7 +30,11 @@ class RequestQueue(Protocol):
 
     async def get(self, request_id: int) -> Request | None: ...
 
-    async def postpone(self, request: Request, not_before: int, error: str | None) -> Request: ...
+    async def postpone(
+        self, request: Request, not_before: int, error: str | None, *, failed: bool = False
+    ) -> Request:
+        """`failed`: the postponement follows a failure and counts towards the attempts cap."""
+        ...
 
     async def mark_started(self, request: Request) -> Request: ...
 
@@ -45,6 +49,26 @@ class RequestQueue(Protocol):
 
     async def ack_many(self, request_ids: Sequence[int], fence: Fence | None = None) -> None:
         """Acknowledges requests another request's run has done the work of; fenced like `ack`."""
+        ...
+
+    async def park(self, request_id: int, error: str, parked_at: int, fence: Fence | None = None) -> bool:
+        """Takes a finally failed request out of its stream's queue, keeping it with its error;
+        fenced like `ack`. False when nothing was parked."""
+        ...
+
+    async def list_parked(self, after_id: int, limit: int) -> list[Request]: ...
+
+    async def parked_since(self, scope: str, stream: str, kind: RequestKind, since_ms: int) -> Request | None:
+        """The latest request of the key and kind parked at or after `since_ms`."""
+        ...
+
+    async def unpark(self, request_id: int) -> bool:
+        """Puts a parked request back into its stream's queue, due now; False when no such
+        parked request exists."""
+        ...
+
+    async def drop_parked(self, request_id: int) -> bool:
+        """Deletes a parked request; False when no such parked request exists."""
         ...
 
     async def has_pending(self, scope: str, stream: str, kind: RequestKind) -> bool: ...

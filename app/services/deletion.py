@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import enum
 
-from app.domain.errors import NotFound, WriteConflict
+from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
-from app.services.completion import wait_until
+from app.services.completion import parked_request, wait_until
 
 _CONFLICT_ATTEMPTS = 20
 
@@ -55,6 +55,7 @@ class Deletion:
             creation_time = await self._streams.get_creation_time(scope, name)
         except NotFound:
             return DeleteStreamOutcome.STREAM_NOT_FOUND
+        since = self._clock.now_ms()
         await self._requests.enqueue(
             NewRequest(
                 RequestKind.DELETE_STREAM,
@@ -64,11 +65,15 @@ class Deletion:
                 payload={"creation_time": creation_time},
             )
         )
-        await wait_until(
-            lambda: self._is_gone(scope, name, creation_time),
-            f"deletion of stream {scope}/{name}",
-            timeout_s=self._timeout_s,
-        )
+        try:
+            await wait_until(
+                lambda: self._is_gone(scope, name, creation_time),
+                f"deletion of stream {scope}/{name}",
+                timeout_s=self._timeout_s,
+                failed=parked_request(self._requests, scope, name, RequestKind.DELETE_STREAM, since),
+            )
+        except FinalFailure:
+            return DeleteStreamOutcome.FAILURE  # parked: the stream stays, sealed
         return DeleteStreamOutcome.SUCCESS
 
     async def _is_gone(self, scope: str, name: str, creation_time: int) -> bool:
@@ -79,6 +84,7 @@ class Deletion:
 
     async def delete_scope_recursive(self, scope: str) -> DeleteScopeOutcome:
         require_present("scope", scope)
+        since = self._clock.now_ms()
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
                 current = await self._scopes.get_scope(scope)
@@ -99,9 +105,15 @@ class Deletion:
                 return DeleteScopeOutcome.SUCCESS
         else:
             return DeleteScopeOutcome.FAILURE
-        await wait_until(
-            lambda: self._scope_gone(scope), f"recursive deletion of scope {scope}", timeout_s=self._timeout_s
-        )
+        try:
+            await wait_until(
+                lambda: self._scope_gone(scope),
+                f"recursive deletion of scope {scope}",
+                timeout_s=self._timeout_s,
+                failed=parked_request(self._requests, scope, "", RequestKind.DELETE_SCOPE, since),
+            )
+        except FinalFailure:
+            return DeleteScopeOutcome.FAILURE  # parked: the scope is ACTIVE again
         return DeleteScopeOutcome.SUCCESS
 
     async def _scope_gone(self, scope: str) -> bool:

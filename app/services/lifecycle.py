@@ -33,11 +33,15 @@ class StreamLifecycle:
         seal_busy_first_s: float,
     ) -> StreamLifecycle:
         return StreamLifecycle(
-            updates=StreamUpdates(streams, clock, completion_timeout_s=completion_timeout_s),
-            scaling=Scaling(streams, clock),
-            truncation=Truncation(streams, clock, completion_timeout_s=completion_timeout_s),
+            updates=StreamUpdates(streams, clock, requests, completion_timeout_s=completion_timeout_s),
+            scaling=Scaling(streams, clock, requests),
+            truncation=Truncation(streams, clock, requests, completion_timeout_s=completion_timeout_s),
             sealing=Sealing(
-                streams, clock, completion_timeout_s=completion_timeout_s, busy_first_s=seal_busy_first_s
+                streams,
+                clock,
+                requests,
+                completion_timeout_s=completion_timeout_s,
+                busy_first_s=seal_busy_first_s,
             ),
             deletion=Deletion(scopes, streams, requests, clock, completion_timeout_s=completion_timeout_s),
             history=HistoryQueries(streams),

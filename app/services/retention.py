@@ -28,7 +28,7 @@ from app.domain.records import (
     TruncationRecord,
     Versioned,
 )
-from app.domain.requests import NewRequest, RequestKind
+from app.domain.requests import NewRequest, RequestKind, truncation_payload
 from app.domain.retention import (
     CutOrdering,
     StreamCutRecord,
@@ -244,7 +244,9 @@ class RetentionService:
         if span is CutVerdict.BEHIND:
             return TruncationStart.BEHIND
         record = next_truncation(current, cut, span, window, await epochs.sealed_sizes())
-        request = NewRequest(RequestKind.TRUNCATE_STREAM, scope, name, now)
+        request = NewRequest(
+            RequestKind.TRUNCATE_STREAM, scope, name, now, payload=truncation_payload(current)
+        )
         written = await self._retention.start_truncation(
             scope, name, record, previous.version, request, fence
         )

@@ -16,12 +16,13 @@ from app.domain.requests import NewRequest, RequestKind
 from app.domain.scale_rules import (
     KeyRange,
     ScaleCheck,
+    ScaleStatus,
     check_scale,
     compute_epoch_transition,
     etr_matches,
     validate_scale,
 )
-from app.ports import Clock, StreamStore
+from app.ports import Clock, RequestQueue, StreamStore
 
 
 class ScaleOutcomeStatus(enum.Enum):
@@ -48,9 +49,10 @@ _FAILED = ScaleOutcome(ScaleOutcomeStatus.FAILURE)
 
 
 class Scaling:
-    def __init__(self, streams: StreamStore, clock: Clock) -> None:
+    def __init__(self, streams: StreamStore, clock: Clock, requests: RequestQueue) -> None:
         self._streams = streams
         self._clock = clock
+        self._requests = requests
 
     async def scale(
         self, scope: str, name: str, to_seal: Sequence[int], new_ranges: Sequence[KeyRange], timestamp: int
@@ -77,7 +79,11 @@ class Scaling:
             time = timestamp if timestamp > 0 else self._clock.now_ms()
             etr = compute_epoch_transition(active, to_seal, new_ranges, time)
             request = NewRequest(
-                RequestKind.SCALE, scope, name, self._clock.now_ms(), payload={"manual": True}
+                RequestKind.SCALE,
+                scope,
+                name,
+                self._clock.now_ms(),
+                payload={"manual": True, "epoch": active.epoch},
             )
             await self._streams.set_epoch_transition(scope, name, etr, etr_v.version, request=request)
             return _started(etr.new_segments, active.epoch, time)
@@ -92,11 +98,17 @@ class Scaling:
         try:
             state, active = await self._streams.get_active_epoch(scope, name)
             etr = (await self._streams.get_epoch_transition(scope, name)).value
+            status = check_scale(epoch, active, state, etr)
+            if status is ScaleStatus.IN_PROGRESS and etr is None and state is not StreamState.SCALING:
+                # Nothing is running: the scale submitted on this epoch was parked (rolled back).
+                parked = await self._requests.parked_since(scope, name, RequestKind.SCALE, 0)
+                if parked is not None and parked.payload.get("epoch") == epoch:
+                    return CheckScaleOutcome.INTERNAL_ERROR
         except NotFound:
             return CheckScaleOutcome.INVALID_INPUT
         except DomainError:
             return CheckScaleOutcome.INTERNAL_ERROR
-        return CheckScaleOutcome(check_scale(epoch, active, state, etr).value)
+        return CheckScaleOutcome(status.value)
 
 
 def _started(new_segments: Sequence[tuple[int, float, float]], epoch: int, time: int) -> ScaleOutcome:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from app.domain.errors import NotFound, WriteConflict
+from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.states import is_allowed
-from app.ports import Clock, StreamStore
-from app.services.completion import wait_until
+from app.ports import Clock, RequestQueue, StreamStore
+from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import UpdateOutcome
 
 SEAL_ATTEMPTS = 10
@@ -22,6 +22,7 @@ class Sealing:
         self,
         streams: StreamStore,
         clock: Clock,
+        requests: RequestQueue,
         *,
         completion_timeout_s: float,
         busy_first_s: float,
@@ -29,12 +30,14 @@ class Sealing:
     ) -> None:
         self._streams = streams
         self._clock = clock
+        self._requests = requests
         self._timeout_s = completion_timeout_s
         self._busy = (busy_first_s, busy_cap_s)
 
     async def seal_stream(self, scope: str, name: str) -> UpdateOutcome:
         require_present("scope", scope)
         require_present("stream", name)
+        since = self._clock.now_ms()
         try:
             if not await self._request_sealing(scope, name):
                 return UpdateOutcome.FAILURE
@@ -42,7 +45,10 @@ class Sealing:
                 lambda: self._is_sealed(scope, name),
                 f"sealing of stream {scope}/{name}",
                 timeout_s=self._timeout_s,
+                failed=parked_request(self._requests, scope, name, RequestKind.SEAL_STREAM, since),
             )
+        except FinalFailure:
+            return UpdateOutcome.FAILURE  # parked: the stream is ACTIVE again
         except NotFound:
             return UpdateOutcome.STREAM_NOT_FOUND
         return UpdateOutcome.SUCCESS

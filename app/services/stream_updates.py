@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import enum
 
-from app.domain.errors import NotFound, WriteConflict
+from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import StreamConfig, StreamState
-from app.domain.requests import NewRequest, RequestKind
+from app.domain.requests import NewRequest, RequestKind, config_payload
 from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
-from app.ports import Clock, StreamStore
-from app.services.completion import wait_until
+from app.ports import Clock, RequestQueue, StreamStore
+from app.services.completion import parked_request, wait_until
 
 
 class UpdateOutcome(enum.Enum):
@@ -29,17 +29,20 @@ class StreamUpdates:
         self,
         streams: StreamStore,
         clock: Clock,
+        requests: RequestQueue,
         *,
         completion_timeout_s: float,
     ) -> None:
         self._streams = streams
         self._clock = clock
+        self._requests = requests
         self._timeout_s = completion_timeout_s
 
     async def update_stream(self, scope: str, name: str, config: StreamConfig) -> UpdateOutcome:
         require_present("scope", scope)
         require_present("stream", name)
         config.validate()
+        since = self._clock.now_ms()
         try:
             if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
                 return UpdateOutcome.STREAM_SEALED
@@ -48,7 +51,13 @@ class StreamUpdates:
                 return UpdateOutcome.FAILURE  # another update is in progress
             if not await self._segment_count_reachable(scope, name, config):
                 return UpdateOutcome.FAILURE
-            request = NewRequest(RequestKind.UPDATE_STREAM, scope, name, self._clock.now_ms())
+            request = NewRequest(
+                RequestKind.UPDATE_STREAM,
+                scope,
+                name,
+                self._clock.now_ms(),
+                payload=config_payload(record.value[0]),
+            )
             try:
                 await self._streams.set_config(scope, name, config, True, record.version, request=request)
             except WriteConflict:
@@ -57,9 +66,12 @@ class StreamUpdates:
                 lambda: self._is_updated(scope, name, config),
                 f"update of stream {scope}/{name}",
                 timeout_s=self._timeout_s,
+                failed=parked_request(self._requests, scope, name, RequestKind.UPDATE_STREAM, since),
             )
             if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
                 return UpdateOutcome.STREAM_SEALED
+        except FinalFailure:
+            return UpdateOutcome.FAILURE  # parked: the stream is ACTIVE again, not updating
         except NotFound:
             return UpdateOutcome.STREAM_NOT_FOUND
         return UpdateOutcome.SUCCESS

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.domain.errors import InvalidInput, NotFound, WriteConflict
+from app.domain.errors import FinalFailure, InvalidInput, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, StreamState
-from app.domain.requests import NewRequest, RequestKind
+from app.domain.requests import NewRequest, RequestKind, truncation_payload
 from app.domain.streamcuts import (
     CutVerdict,
     EpochWindow,
@@ -17,8 +17,8 @@ from app.domain.streamcuts import (
     next_truncation,
     truncation_epoch_range,
 )
-from app.ports import Clock, StreamStore
-from app.services.completion import wait_until
+from app.ports import Clock, RequestQueue, StreamStore
+from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import UpdateOutcome
 
 
@@ -27,11 +27,13 @@ class Truncation:
         self,
         streams: StreamStore,
         clock: Clock,
+        requests: RequestQueue,
         *,
         completion_timeout_s: float,
     ) -> None:
         self._streams = streams
         self._clock = clock
+        self._requests = requests
         self._timeout_s = completion_timeout_s
 
     async def truncate_stream(self, scope: str, name: str, cut: Mapping[int, int]) -> UpdateOutcome:
@@ -39,6 +41,7 @@ class Truncation:
         require_present("stream", name)
         if not cut:
             raise InvalidInput("the stream cut must not be empty")
+        since = self._clock.now_ms()
         try:
             if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
                 return UpdateOutcome.STREAM_SEALED
@@ -54,7 +57,13 @@ class Truncation:
                 return UpdateOutcome.FAILURE
             sizes = await self._sealed_sizes(scope, name, low, high)
             record = next_truncation(previous.value, cut, span, window, sizes)
-            request = NewRequest(RequestKind.TRUNCATE_STREAM, scope, name, self._clock.now_ms())
+            request = NewRequest(
+                RequestKind.TRUNCATE_STREAM,
+                scope,
+                name,
+                self._clock.now_ms(),
+                payload=truncation_payload(previous.value),
+            )
             try:
                 await self._streams.set_truncation(scope, name, record, previous.version, request=request)
             except WriteConflict:
@@ -63,7 +72,10 @@ class Truncation:
                 lambda: self._is_truncated(scope, name),
                 f"truncation of stream {scope}/{name}",
                 timeout_s=self._timeout_s,
+                failed=parked_request(self._requests, scope, name, RequestKind.TRUNCATE_STREAM, since),
             )
+        except FinalFailure:
+            return UpdateOutcome.FAILURE  # parked: the stream's truncation is as it was
         except NotFound:
             return UpdateOutcome.STREAM_NOT_FOUND
         except InvalidInput:

@@ -156,6 +156,13 @@ class Settings:
     request_poll_s: float = setting(
         1.0, check=positive, help="how often dispatchers read the request queue besides being woken by NOTIFY"
     )
+    request_max_failures: int = setting(
+        50,
+        check=positive,
+        help="a request failing this many times with an unexpected error is parked "
+        "(its stream's state restored) instead of retried for ever; lost races, an unreachable "
+        "database and waits for a state transition never count",
+    )
     completion_timeout_s: float = setting(
         120.0,
         check=positive,

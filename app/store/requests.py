@@ -48,6 +48,8 @@ def _request_from_row(row: Row) -> Request:
         last_error=row["last_error"],
         version=row["version"],
         processor=Processor(row["processor"]),
+        parked_at=row["parked_at"],
+        failures=row["failures"],
     )
 
 
@@ -81,15 +83,55 @@ class PgRequestQueue:
         rows = await self._db.fetch(_SQL["list_requests"], after_id, limit)
         return [_request_from_row(row) for row in rows]
 
-    async def postpone(self, request: Request, not_before: int, error: str | None) -> Request:
+    async def postpone(
+        self, request: Request, not_before: int, error: str | None, *, failed: bool = False
+    ) -> Request:
         version = await self._db.fetchval(
-            _SQL["postpone_request"], request.id, not_before, error, request.version
+            _SQL["postpone_request"], request.id, not_before, error, request.version, failed
         )
         if version is None:
             raise WriteConflict(f"request {request.id} was changed or completed concurrently")
         return replace(
-            request, not_before=not_before, attempts=request.attempts + 1, last_error=error, version=version
+            request,
+            not_before=not_before,
+            attempts=request.attempts + 1,
+            failures=request.failures + (1 if failed else 0),
+            last_error=error,
+            version=version,
         )
+
+    # --- parked requests ------------------------------------------------------------------------
+
+    async def park(self, request_id: int, error: str, parked_at: int, fence: Fence | None = None) -> bool:
+        """Parks the request with its error; False when nothing was parked (parked already, gone,
+        or, with a fence, the bucket has a newer owner, who runs the request again)."""
+        if fence is None:
+            version = await self._db.fetchval(_SQL["park_request"], request_id, error, parked_at)
+        else:
+            version = await self._db.fetchval(
+                _SQL["park_request_fenced"],
+                request_id,
+                fence.service.value,
+                fence.bucket,
+                fence.generation,
+                error,
+                parked_at,
+            )
+        return version is not None
+
+    async def list_parked(self, after_id: int, limit: int) -> list[Request]:
+        rows = await self._db.fetch(_SQL["list_parked"], after_id, limit)
+        return [_request_from_row(row) for row in rows]
+
+    async def parked_since(self, scope: str, stream: str, kind: RequestKind, since_ms: int) -> Request | None:
+        row = await self._db.fetchrow(_SQL["parked_since"], scope, stream, kind.value, since_ms)
+        return None if row is None else _request_from_row(row)
+
+    async def unpark(self, request_id: int) -> bool:
+        return await self._db.fetchval(_SQL["unpark_request"], request_id) is not None
+
+    async def drop_parked(self, request_id: int) -> bool:
+        return await self._db.fetchval(_SQL["drop_parked"], request_id) is not None
 
     async def mark_started(self, request: Request) -> Request:
         if request.started:

@@ -258,9 +258,13 @@ requests = Table(
     Column("started", Boolean, nullable=False, server_default=text("false")),
     Column("last_error", Text, nullable=True),
     _version(),
+    # Parked: failed finally; skipped by the consumers until an operator retries or drops it.
+    Column("parked_at", BigInteger, nullable=True),
+    Column("failures", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("processor IN ('requests', 'commits', 'aborts')", name="requests_processor_check"),
     Index("requests_by_bucket", "processor", "bucket", "id"),
     Index("requests_by_key", "scope", "stream", "id"),
+    Index("requests_parked", "id", postgresql_where=text("parked_at IS NOT NULL")),
 )
 
 # Pravega's fairness barrier: while a processor waits for a state transition on a stream,

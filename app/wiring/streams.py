@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from app.api.rest import requests as parked_routes
 from app.config import Settings
 from app.domain.cluster import BucketService
 from app.domain.requests import RequestKind
 from app.ports import AutoScaleStore
 from app.services.lifecycle import StreamLifecycle
+from app.services.parked import ParkedRequests
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
@@ -62,7 +64,12 @@ def wire_streams(
         **extensions.handlers,
     }
     runner = RequestRunner(
-        resources.requests, handlers, resources.clock, owns=claims.owns, fence_for=claims.fence_for
+        resources.requests,
+        handlers,
+        resources.clock,
+        owns=claims.owns,
+        fence_for=claims.fence_for,
+        max_failures=settings.request_max_failures,
     )
     dispatcher = RequestDispatcher(
         resources.requests,
@@ -86,5 +93,8 @@ def wire_streams(
         SegmentQueries(resources.stream_store, cluster.locator),
         lifecycle,
         dispatcher,
-        Contribution(loops={"request-dispatcher": dispatcher.run}),
+        Contribution(
+            rest=(parked_routes.extension(ParkedRequests(resources.requests)),),
+            loops={"request-dispatcher": dispatcher.run},
+        ),
     )

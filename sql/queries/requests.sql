@@ -8,9 +8,9 @@ RETURNING id;
 -- name: pending_requests
 -- Due or not: a postponed request still holds its place in its stream's order.
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version
+       started, last_error, version, parked_at, failures
 FROM requests
-WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[]))
+WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])) AND parked_at IS NULL
 ORDER BY id
 LIMIT $4;
 
@@ -20,9 +20,9 @@ LIMIT $4;
 SELECT * FROM (
     SELECT DISTINCT ON (scope, stream)
            id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-           started, last_error, version
+           started, last_error, version, parked_at, failures
     FROM requests
-    WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[]))
+    WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])) AND parked_at IS NULL
     ORDER BY scope, stream, id
 ) firsts
 ORDER BY id
@@ -30,16 +30,18 @@ LIMIT $4;
 
 -- name: get_request
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version
+       started, last_error, version, parked_at, failures
 FROM requests WHERE id = $1;
 
 -- name: list_requests
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version
+       started, last_error, version, parked_at, failures
 FROM requests WHERE id > $1 ORDER BY id LIMIT $2;
 
 -- name: postpone_request
-UPDATE requests SET not_before = $2, attempts = attempts + 1, last_error = $3, version = version + 1
+-- $5: whether this postponement follows a failure (counted towards the attempts cap).
+UPDATE requests SET not_before = $2, attempts = attempts + 1, last_error = $3, version = version + 1,
+       failures = failures + CASE WHEN $5::boolean THEN 1 ELSE 0 END
 WHERE id = $1 AND version = $4
 RETURNING version;
 
@@ -57,7 +59,8 @@ WHERE id = $1
   AND EXISTS (SELECT 1 FROM bucket_owners WHERE service = $2 AND bucket = $3 AND generation = $4);
 
 -- name: pending_ids_for_key
-SELECT id FROM requests WHERE processor = $1 AND scope = $2 AND stream = $3 ORDER BY id;
+SELECT id FROM requests
+WHERE processor = $1 AND scope = $2 AND stream = $3 AND parked_at IS NULL ORDER BY id;
 
 -- name: ack_many
 DELETE FROM requests WHERE id = ANY($1::bigint[]);
@@ -68,7 +71,48 @@ WHERE id = ANY($1::bigint[])
   AND EXISTS (SELECT 1 FROM bucket_owners WHERE service = $2 AND bucket = $3 AND generation = $4);
 
 -- name: pending_for_key
-SELECT EXISTS (SELECT 1 FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3);
+SELECT EXISTS (
+    SELECT 1 FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3 AND parked_at IS NULL
+);
+
+-- name: park_request_fenced
+-- Fenced like an acknowledgement: a previous owner of the bucket parks nothing. $5: the error.
+UPDATE requests SET parked_at = $6, last_error = $5, version = version + 1
+WHERE id = $1 AND parked_at IS NULL
+  AND EXISTS (SELECT 1 FROM bucket_owners WHERE service = $2 AND bucket = $3 AND generation = $4)
+RETURNING version;
+
+-- name: park_request
+UPDATE requests SET parked_at = $3, last_error = $2, version = version + 1
+WHERE id = $1 AND parked_at IS NULL
+RETURNING version;
+
+-- name: list_parked
+SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+       started, last_error, version, parked_at, failures
+FROM requests WHERE parked_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2;
+
+-- name: parked_since
+-- The latest request of a key and kind parked at or after $4 (what a waiting caller asks).
+SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+       started, last_error, version, parked_at, failures
+FROM requests
+WHERE scope = $1 AND stream = $2 AND kind = $3 AND parked_at >= $4
+ORDER BY id DESC LIMIT 1;
+
+-- name: unpark_request
+-- Back into its stream's queue, due now, with a fresh count of failures; the wake-up the insert
+-- trigger would send is sent here (the dispatcher's poll would find it anyway).
+WITH unparked AS (
+    UPDATE requests SET parked_at = NULL, not_before = 0, failures = 0, started = false,
+           version = version + 1
+    WHERE id = $1 AND parked_at IS NOT NULL
+    RETURNING version, processor, bucket
+)
+SELECT version, pg_notify('pgc_requests', processor || ':' || bucket::text) FROM unparked;
+
+-- name: drop_parked
+DELETE FROM requests WHERE id = $1 AND parked_at IS NOT NULL RETURNING id;
 
 -- name: get_waiting_processor
 SELECT w.processor, w.version

@@ -37,7 +37,7 @@ from app.domain.scale_rules import (
     compute_epoch_transition,
 )
 from app.ports import AutoScaleStore
-from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
+from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active, retry_conflicts
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
 
@@ -90,6 +90,13 @@ class AutoScaleHandler:
         if judged is not None:
             await self._scale(scope, name, *judged, now)
         await move_state(streams, scope, name, StreamState.ACTIVE)
+
+    async def rollback(self, request: Request) -> None:
+        """For a parked report: the transition it had yet to run is dropped, SCALING -> ACTIVE."""
+        streams = self._deps.streams
+        if (await streams.get_state(request.scope, request.stream)).value == StreamState.SCALING:
+            await drop_transition(streams, request.scope, request.stream)
+        await restore_active(streams, request.scope, request.stream, StreamState.SCALING)
 
     async def _settle(self, scope: str, name: str, state: StreamState, mark_started: MarkStarted) -> None:
         streams = self._deps.streams

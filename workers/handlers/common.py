@@ -58,6 +58,30 @@ async def move_state(streams: StreamStore, scope: str, name: str, target: Stream
     return await retry_conflicts(step, f"state of {scope}/{name}")
 
 
+async def restore_active(streams: StreamStore, scope: str, name: str, working: StreamState) -> None:
+    """Rollback of a parked request: the stream leaves `working` (the state its workflow put it
+    in) for ACTIVE. Written directly, not through the state machine, which has no way back from
+    some working states (SEALING); any other state is left alone, so it is safe to repeat."""
+
+    async def step() -> None:
+        current = await streams.get_state(scope, name)
+        if current.value == working:
+            await streams.set_state(scope, name, StreamState.ACTIVE, current.version)
+
+    await retry_conflicts(step, f"state of {scope}/{name}")
+
+
+async def drop_transition(streams: StreamStore, scope: str, name: str) -> None:
+    """Rollback of a parked scale: empties the epoch transition record (safe to repeat)."""
+
+    async def step() -> None:
+        etr_v = await streams.get_epoch_transition(scope, name)
+        if etr_v.value is not None:
+            await streams.set_epoch_transition(scope, name, None, etr_v.version)
+
+    await retry_conflicts(step, f"epoch transition of {scope}/{name}")
+
+
 async def advance_pointer(deps: WorkflowDeps, scope: str, name: str, epoch: int) -> None:
     """Moves the current-epoch pointer forward to `epoch` (never back)."""
 

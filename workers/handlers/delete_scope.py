@@ -36,6 +36,16 @@ class DeleteScopeHandler:
             await delete_members(scope)
         await self._deps.scopes.delete_scope(scope)
 
+    async def rollback(self, request: Request) -> None:
+        """DELETING -> ACTIVE, so the scope takes new streams again; what was deleted stays
+        deleted. Safe to repeat."""
+        try:
+            current = await self._deps.scopes.get_scope(request.scope)
+        except NotFound:
+            return
+        if current.value == ScopeState.DELETING:
+            await self._deps.scopes.set_scope_state(request.scope, ScopeState.ACTIVE, current.version)
+
     async def _seal_and_delete(self, scope: str, name: str) -> None:
         state, active = await self._deps.streams.get_active_epoch(scope, name)
         if state != StreamState.SEALED:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.domain.records import StreamState
 from app.domain.requests import Request
-from workers.handlers.common import WorkflowDeps, move_state
+from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
 
@@ -27,6 +27,14 @@ class ScaleHandler:
             self._deps, request.scope, request.stream, manual=bool(request.payload.get("manual", True))
         )
         await move_state(streams, request.scope, request.stream, StreamState.ACTIVE)
+
+    # --- rollback of a parked request (a final failure) -----------------------------------------
+
+    async def rollback(self, request: Request) -> None:
+        """Removes the epoch transition record and puts the stream back to ACTIVE (checkScale then
+        answers for the epoch as it is). Safe to repeat."""
+        await drop_transition(self._deps.streams, request.scope, request.stream)
+        await restore_active(self._deps.streams, request.scope, request.stream, StreamState.SCALING)
 
 
 async def _back_to_active_if(deps: WorkflowDeps, request: Request, working_state: StreamState) -> None:

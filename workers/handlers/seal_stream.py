@@ -10,7 +10,14 @@ from app.domain.errors import NotFound, OperationNotAllowed, WriteConflict
 from app.domain.records import StreamState
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.domain.txns import TxnStatus
-from workers.handlers.common import WorkflowDeps, log, move_state, record_sealed_sizes, seal_segments
+from workers.handlers.common import (
+    WorkflowDeps,
+    log,
+    move_state,
+    record_sealed_sizes,
+    restore_active,
+    seal_segments,
+)
 from workers.runner import MarkStarted
 
 
@@ -35,6 +42,13 @@ class SealStreamHandler:
         sizes = await seal_segments(self._deps, scope, name, [s.id for s in active.segments])
         await record_sealed_sizes(streams, scope, name, sizes)
         await move_state(streams, scope, name, StreamState.SEALED)
+
+    # --- rollback of a parked request (a final failure) -----------------------------------------
+
+    async def rollback(self, request: Request) -> None:
+        """SEALING -> ACTIVE, so the stream takes its other requests again (a sealed stream stays
+        sealed). Safe to repeat."""
+        await restore_active(self._deps.streams, request.scope, request.stream, StreamState.SEALING)
 
     async def _no_active_transactions(self, scope: str, name: str) -> None:
         """Asks for the abort of every open transaction; OperationNotAllowed (postpone) while

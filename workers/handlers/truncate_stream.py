@@ -4,12 +4,14 @@ record complete, TRUNCATING -> ACTIVE."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.domain.errors import NotFound
 from app.domain.ids import qualified_segment_name
 from app.domain.records import StreamState
-from app.domain.requests import Request
+from app.domain.requests import Request, previous_truncation
 from app.domain.streamcuts import completed_truncation
-from workers.handlers.common import WorkflowDeps, log, move_state, retry_conflicts
+from workers.handlers.common import WorkflowDeps, log, move_state, restore_active, retry_conflicts
 from workers.runner import MarkStarted
 
 
@@ -58,3 +60,24 @@ class TruncateStreamHandler:
                 )
 
         await retry_conflicts(step, f"truncation record of {scope}/{name}")
+
+    # --- rollback of a parked request (a final failure) -----------------------------------------
+
+    async def rollback(self, request: Request) -> None:
+        """Puts the truncation record back as it was before this request (its cut unchanged) and
+        the stream back to ACTIVE. Safe to repeat: a record no longer updating is left alone."""
+        scope, name = request.scope, request.stream
+        streams = self._deps.streams
+        previous = previous_truncation(request.payload)
+
+        async def step() -> None:
+            current = await streams.get_truncation(scope, name)
+            if not current.value.updating:
+                return
+            # Without the record it replaced (a request of an older version), keep the segments
+            # deleted so far and drop only what this truncation had yet to do.
+            restored = previous or replace(current.value, to_delete=frozenset(), updating=False)
+            await streams.set_truncation(scope, name, restored, current.version)
+
+        await retry_conflicts(step, f"truncation record of {scope}/{name}")
+        await restore_active(streams, scope, name, StreamState.TRUNCATING)

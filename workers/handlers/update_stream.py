@@ -7,9 +7,9 @@ from __future__ import annotations
 from app.domain.ids import qualified_segment_name
 from app.domain.names import is_internal_stream
 from app.domain.records import StreamState
-from app.domain.requests import Request
+from app.domain.requests import Request, previous_config
 from app.domain.scale_rules import compute_epoch_transition, segment_count_update
-from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
+from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active, retry_conflicts
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
 
@@ -62,3 +62,26 @@ class UpdateStreamHandler:
         await retry_conflicts(step, f"configuration of {scope}/{name}")
         if not is_internal_stream(name):
             await streams.reindex_tags(scope, name)
+
+    # --- rollback of a parked request (a final failure) -----------------------------------------
+
+    async def rollback(self, request: Request) -> None:
+        """Puts the configuration the update replaced back (not updating), drops a transition this
+        update had yet to run, and puts the stream back to ACTIVE, so later requests run. Steps
+        the update completed stay (a scale, policies pushed to segments). Safe to repeat."""
+        scope, name = request.scope, request.stream
+        streams = self._deps.streams
+
+        async def step() -> None:
+            record = await streams.get_config_record(scope, name)
+            config, updating = record.value
+            if updating:
+                # Without the configuration it replaced (a request of an older version), the
+                # requested one stays, no longer "updating".
+                await streams.set_config(scope, name, previous or config, False, record.version)
+
+        previous = previous_config(request.payload)
+        await retry_conflicts(step, f"configuration of {scope}/{name}")
+        if (await streams.get_state(scope, name)).value == StreamState.UPDATING:
+            await drop_transition(streams, scope, name)
+        await restore_active(streams, scope, name, StreamState.UPDATING)
