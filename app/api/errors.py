@@ -49,17 +49,17 @@ UNMAPPED = _BY_CLASS[errors.DomainError]
 
 
 def message_for(exc: errors.DomainError) -> str:
-    """The text both surfaces send. Domain messages are written to be shown to a caller; what
-    caused one outside the domain (a driver failure: SQL, hosts, ports) is logged here under a
-    correlation id, and only the id travels with the message, so an operator can find the one
-    from the other."""
+    """The text both surfaces send. Domain messages are written to be shown to a caller; what an
+    adapter noted on the error for the log (a driver's failure: SQL, hosts, ports, in the error's
+    `__notes__`) is logged here under a correlation id, and only the id travels with the
+    message, so an operator can find the one from the other."""
     text = str(exc) or type(exc).__name__
-    cause = exc.__cause__
-    if cause is None or isinstance(cause, errors.DomainError):
+    notes = getattr(exc, "__notes__", None)
+    if not notes:
         return text
     ref = secrets.token_hex(6)
     # One line, no traceback: an outage fails every call, and the log must stay readable.
-    log.warning("error %s: %s (%s: %s)", ref, text, type(cause).__name__, cause)
+    log.warning("error %s: %s (%s)", ref, text, "; ".join(str(note) for note in notes))
     return f"{text} (error id {ref})"
 
 

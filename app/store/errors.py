@@ -3,8 +3,8 @@ app/store/db.py to every query). Callers above the store never see an asyncpg ex
 dropped connection, a server restart or a failover all surface as StoreUnavailable (retryable).
 
 Invariant: the message of every error made here is fixed, client-safe text. The driver's own
-text (SQL, constraint and table names, hosts, ports, paths) stays on the chained `__cause__`,
-which the surfaces log under a correlation id and never send.
+text (SQL, constraint and table names, hosts, ports, paths) stays on the chained `__cause__` and
+in a note on the error (`__notes__`), which the surfaces log under a correlation id and never send.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ SLOW = "the metadata store did not answer in time; retry"
 FAILED = "the metadata store could not complete the operation; retry"
 CHANGED = "the record changed concurrently; retry"
 EXISTS = "the record exists already"
+DRIVER_NOTE = "metadata store driver: "
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
@@ -49,8 +50,18 @@ _BAD_VALUE_DEFAULT = "a value cannot be stored as given"
 
 
 def domain_error(exc: BaseException) -> errors.DomainError | None:
-    """The domain error a driver failure stands for; None for anything else (a domain error
-    included), which the caller lets propagate unchanged. The order of the checks matters: the
+    """The domain error a driver failure stands for, with the driver's text in a note for the
+    log; None for anything else (a domain error included), which the caller lets propagate
+    unchanged."""
+    error = _domain_error(exc)
+    if error is not None:
+        # The log's copy of what happened (PEP 678 note); the message itself stays generic.
+        error.add_note(f"{DRIVER_NOTE}{type(exc).__name__}: {exc}")
+    return error
+
+
+def _domain_error(exc: BaseException) -> errors.DomainError | None:
+    """The order of the checks matters: the
     connection failures are PostgresErrors too, and the driver's refusal to encode an argument
     (asyncpg's client-side DataError) is an InterfaceError. A timeout (TimeoutError is an
     OSError) is "unavailable" like a lost connection."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -17,17 +18,21 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import aiohttp
+import asyncpg
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.exceptions import GRPCError
 
+from app.api.errors import message_for
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.rest.app import create_app
 from app.clock import SystemClock
+from app.domain.errors import InvalidInput
 from app.services.health import HealthService, HealthStatus
+from app.store.errors import domain_error
 from app.store.pool import create_pool
 from app.testing.controller import TEST_SETTINGS, running_controller
 from app.wiring import Controller, open_resources, rest_extensions, start_servers, wire
@@ -235,3 +240,18 @@ async def test_defect_5_no_error_answer_carries_sql_driver_text_hosts_paths_or_t
     outages = {a.surface for a in answers if a.outage and a.status in ("UNAVAILABLE", 503)}
     assert outages == {"grpc", "rest"}, outages
     assert len(answers) > 300, len(answers)
+
+
+def test_defect_5_the_log_keeps_what_the_client_is_not_shown(caplog: pytest.LogCaptureFixture) -> None:
+    """The client's message names an error id; the log line with that id has the driver's text."""
+    driver = asyncpg.UniqueViolationError('duplicate key value violates unique constraint "streams_pkey"')
+    error = domain_error(driver)
+    assert error is not None
+    with caplog.at_level(logging.WARNING, logger="app.api.errors"):
+        message = message_for(error)
+    found = re.fullmatch(r"the record exists already \(error id ([0-9a-f]{12})\)", message)
+    assert found is not None, message
+    logged = [r.getMessage() for r in caplog.records if found.group(1) in r.getMessage()]
+    assert len(logged) == 1 and "streams_pkey" in logged[0] and "UniqueViolationError" in logged[0], logged
+    # Errors that no adapter annotated (the caller's own mistakes) go out as they are, unlogged.
+    assert message_for(InvalidInput("stream name is empty")) == "stream name is empty"
