@@ -175,3 +175,62 @@ async def test_defect_7_no_orphan_after_concurrent_create_seal_delete_races(
 
     await _until(quiet, "the workers never finished the aborts")
     assert await _orphans(db_url) == []
+
+
+async def _waiting_on_locks(db_url: str) -> int:
+    conn = await asyncpg.connect(db_url)
+    try:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'"
+        )
+        return int(count)
+    finally:
+        await conn.close()
+
+
+async def test_defect_7_no_transaction_stays_open_on_a_stream_sealed_while_it_was_created(
+    served: Served[None], db_url: str
+) -> None:
+    """A createTransaction that read the stream ACTIVE must not commit its OPEN row after the
+    seal's workflow looked for transactions to abort: that row would outlive the seal (and its
+    segments the stream). The creation is held inside its statement, after reading the state, by
+    an uncommitted row with the id it is about to take; the seal runs meanwhile."""
+    stub = served.stub
+    info = await _create_stream(stub, "held", segments=1)
+    blocker = await asyncpg.connect(db_url)
+    try:
+        transaction = blocker.transaction()
+        await transaction.start()
+        stream_id = await blocker.fetchval(
+            "SELECT id FROM streams WHERE scope = $1 AND name = $2", SCOPE, info.stream
+        )
+        next_low = int(await blocker.fetchval("SELECT nextval('txn_counter')")) + 1
+        await blocker.execute(
+            "INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status,"
+            " creation_time, lease_ms, lease_expiry, max_exec_expiry)"
+            " VALUES ($1, 0, $2, 0, 0, 'OPEN', 0, 1, 1, 1)",
+            stream_id,
+            next_low,
+        )
+        creation = asyncio.create_task(_create_txn(stub, info))
+
+        async def creation_held() -> bool:
+            return await _waiting_on_locks(db_url) == 1
+
+        await _until(creation_held, "the creation never waited on the uncommitted row")
+        seal = asyncio.create_task(stub.sealStream(info))
+
+        async def seal_done_or_held() -> bool:
+            return seal.done() or await _waiting_on_locks(db_url) == 2
+
+        await _until(seal_done_or_held, "the seal neither finished nor waited")
+        await transaction.rollback()
+    finally:
+        await blocker.close()
+    await asyncio.wait_for(creation, WAIT_S)
+    assert (await asyncio.wait_for(seal, WAIT_S)).status == pb.UpdateStreamStatus.SUCCESS
+
+    open_rows = await _txn_rows(db_url, info.stream)
+    assert open_rows == 0, f"{open_rows} transaction(s) left active on the sealed stream"
+    assert await _orphans(db_url) == []
