@@ -61,10 +61,10 @@ def domain_error(exc: BaseException) -> errors.DomainError | None:
 
 
 def _domain_error(exc: BaseException) -> errors.DomainError | None:
-    """The order of the checks matters: the
-    connection failures are PostgresErrors too, and the driver's refusal to encode an argument
-    (asyncpg's client-side DataError) is an InterfaceError. A timeout (TimeoutError is an
-    OSError) is "unavailable" like a lost connection."""
+    """The order of the checks matters: the connection failures are PostgresErrors too, and the
+    driver's refusal to encode an argument (asyncpg's client-side DataError) is an
+    InterfaceError. A timeout (TimeoutError is an OSError) is "unavailable", like a lost
+    connection, and says so."""
     if isinstance(exc, errors.DomainError):
         return None
     if isinstance(exc, asyncpg.UniqueViolationError):
