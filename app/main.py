@@ -29,6 +29,7 @@ from app.store.cluster import PgClusterStore
 from app.store.db import Database
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
+from app.store.probe import PgProbe
 from app.wiring import (
     BackgroundLoops,
     Controller,
@@ -64,6 +65,8 @@ async def serve(settings: Settings) -> int:
         if not await _join_cluster(settings, pool):
             return EXIT_CANNOT_JOIN
         controller = wire(settings, open_resources(settings, url, pool))
+        probe = PgProbe(url)  # closed after the loops, which use it, have stopped
+        stack.push_async_callback(probe.close)
         # Pushed before the servers start, so on the way out intake stops before the workers do.
         stack.push_async_callback(_stop_loops, controller, loops, settings.shutdown_timeout_s)
         servers = await start_servers(settings, controller, health)
@@ -75,8 +78,10 @@ async def serve(settings: Settings) -> int:
         _log_ready(settings, servers, started_at)
         if settings.ready_file is not None:
             _write_ready_file(settings.ready_file, servers)
-        ping = functools.partial(_ping, pool)
-        loops.start("metadata-store-probe", functools.partial(probe_metadata_store, health, ping, clock))
+        loops.start(
+            "metadata-store-probe",
+            functools.partial(probe_metadata_store, health, probe.ping, clock, lost=probe.lost),
+        )
         for name, loop in controller.loops().items():
             loops.start(name, loop)
         await stop.wait()
@@ -131,10 +136,6 @@ async def _stop_loops(controller: Controller, loops: BackgroundLoops, shutdown_t
         # Requests in flight get half the budget; unfinished ones stay queued.
         await controller.stop_workers(shutdown_timeout_s / 2)
     await loops.cancel()
-
-
-async def _ping(pool: Database) -> None:
-    await pool.fetchval("SELECT 1")
 
 
 def _log_ready(settings: Settings, servers: Servers, started_at: float) -> None:

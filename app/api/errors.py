@@ -5,12 +5,16 @@ operator. docs/errors.md explains every row; a test keeps that document equal to
 
 from __future__ import annotations
 
+import logging
+import secrets
 from dataclasses import dataclass
 from http import HTTPStatus
 
 from grpclib.const import Status
 
 from app.domain import errors
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,18 @@ UNMAPPED = _BY_CLASS[errors.DomainError]
 
 
 def message_for(exc: errors.DomainError) -> str:
-    """The text both surfaces send; domain messages are written to be shown to a caller."""
-    return str(exc) or type(exc).__name__
+    """The text both surfaces send. Domain messages are written to be shown to a caller; what an
+    adapter noted on the error for the log (a driver's failure: SQL, hosts, ports, in the error's
+    `__notes__`) is logged here under a correlation id, and only the id travels with the
+    message, so an operator can find the one from the other."""
+    text = str(exc) or type(exc).__name__
+    notes = getattr(exc, "__notes__", None)
+    if not notes:
+        return text
+    ref = secrets.token_hex(6)
+    # One line, no traceback: an outage fails every call, and the log must stay readable.
+    log.warning("error %s: %s (%s)", ref, text, "; ".join(str(note) for note in notes))
+    return f"{text} (error id {ref})"
 
 
 def row_for(exc: errors.DomainError) -> ErrorRow:

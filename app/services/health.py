@@ -1,12 +1,14 @@
 """Process health as Pravega's /health endpoints report it: liveness, readiness, details.
 
 Readiness follows the metadata store: a probe loop marks the process not ready while
-PostgreSQL cannot be reached and ready again once it can, so the loop survives restarts.
+PostgreSQL cannot be reached and ready again once it can, so the loop survives restarts. An
+outage turns readiness false within PROBE_INTERVAL_S + PROBE_TIMEOUT_S (half a second).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -78,20 +80,36 @@ class HealthService:
         self._alive = False
 
 
+# Readiness turns false within PROBE_INTERVAL_S + PROBE_TIMEOUT_S of an outage of any kind (a
+# frozen server answers nothing), and at once when the probe's session is cut (a stopped server).
+PROBE_INTERVAL_S = 0.1
+PROBE_TIMEOUT_S = 0.4
+STORE_DOWN = "the metadata store is unavailable"
+
+
 async def probe_metadata_store(
     health: HealthService,
     ping: Callable[[], Awaitable[None]],
     clock: Clock,
-    interval_s: float = 2.0,
+    interval_s: float = PROBE_INTERVAL_S,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    lost: asyncio.Event | None = None,
 ) -> None:
-    """Runs until cancelled. Store outages are reported, never raised: the loop outlives them."""
+    """Runs until cancelled. Store outages are reported, never raised: the loop outlives them.
+    `lost`, when given, is set by the ping's session the moment it ends, and cuts the wait for
+    the next round short."""
+    wake = lost if lost is not None else asyncio.Event()
     while True:
+        wake.clear()
         try:
-            await asyncio.wait_for(ping(), timeout=max(interval_s, 1.0))
+            await asyncio.wait_for(ping(), timeout=timeout_s)
         except (StoreUnavailable, TimeoutError) as exc:
             if health.contributor("metadata-store").status != HealthStatus.DOWN:
-                log.warning("metadata store unreachable: %s", exc)
-            health.set("metadata-store", HealthStatus.DOWN, error=str(exc))
+                cause = exc.__cause__ or exc
+                log.warning("metadata store unreachable: %s: %s", type(cause).__name__, cause)
+            # Fixed text: the contributor's details are served over REST (no host, no port).
+            health.set("metadata-store", HealthStatus.DOWN, error=STORE_DOWN)
         else:
             health.set("metadata-store", HealthStatus.UP, checked_at=str(clock.now_ms()))
-        await asyncio.sleep(interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=interval_s)

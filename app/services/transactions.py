@@ -8,6 +8,7 @@ those rows, so no timer dies with this process.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -87,14 +88,36 @@ class TransactionService:
         )
         parents = txn_segments(txn_epoch)
         txn = created.txn
+        names = [qualified_segment_name(scope, name, parent.id) for parent in parents]
         # If this fails the record stays OPEN and simply times out (Pravega does the same).
         await self._segment_store.create_transaction_segments(
-            [qualified_segment_name(scope, name, parent.id) for parent in parents],
-            txn.high,
-            txn.low,
-            created.rollover_size_bytes,
+            names, txn.high, txn.low, created.rollover_size_bytes
         )
+        await self._drop_segments_of_a_finished_txn(scope, name, txn, names)
         return CreatedTransaction(txn, parents)
+
+    async def _drop_segments_of_a_finished_txn(
+        self, scope: str, name: str, txn: TxnId, names: list[str]
+    ) -> None:
+        """The transaction can be aborted (its stream sealed, its lease run out) or its stream
+        deleted between its row and its segments; the abort's drop of the segments then ran
+        before they existed, and they would stay forever. Reading the row after creating them
+        closes that window: an abort decided before this read is seen here and the segments are
+        dropped now; one decided after it drops them itself, since its worker runs after the
+        decision and so after the creation. Dropping twice is harmless. NotFound when the
+        stream is gone."""
+        try:
+            lookup: TxnLookup | None = await self._txns.get_txn(scope, name, txn)
+        except NotFound:
+            lookup = None
+        active = None if lookup is None else lookup.active
+        if active is not None and active.value.status in (TxnStatus.OPEN, TxnStatus.COMMITTING):
+            return
+        await asyncio.gather(
+            *(self._segment_store.abort_transaction_segment(n, txn.high, txn.low) for n in names)
+        )
+        if lookup is None:
+            raise NotFound(f"stream {scope}/{name} not found")
 
     async def _lookup(self, scope: str, name: str, txn: TxnId) -> TxnLookup | None:
         try:

@@ -4,12 +4,16 @@
 -- name: create_txn
 -- The id's low half comes from the global counter; refused (no row) while SEALING/SEALED.
 -- Also answers the stream's state and rollover size, so creation needs no other read.
+-- The state row is share-locked: a move to SEALING waits for this insert to commit (so the
+-- seal's workflow finds the transaction and aborts it), or this insert sees SEALING and refuses;
+-- no transaction is left OPEN on a stream sealed after it looked.
 WITH target AS (
     SELECT s.id, s.name_hash, st.state, c.rollover_size_bytes
     FROM streams s
     JOIN stream_states st ON st.stream_id = s.id
     JOIN stream_configs c ON c.stream_id = s.id
     WHERE s.scope = $1 AND s.name = $2
+    FOR SHARE OF st
 ), created AS (
     INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status, creation_time,
                               lease_ms, lease_expiry, max_exec_expiry)
