@@ -33,10 +33,21 @@ class StreamCreation:
 
 class StreamStore(Protocol):
     async def create_stream_metadata(
-        self, scope: str, name: str, config: StreamConfig, creation_time: int
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        creation_time: int,
+        *,
+        request: NewRequest | None = None,
     ) -> StreamCreation:
         """Writes the stream in CREATING with its epoch 0 in one transaction, or returns what
-        exists. Raises NotFound when the scope is missing or being deleted."""
+        exists (also when a concurrent create won the name). Raises NotFound when the scope is
+        missing or being deleted. `request` commits with a new stream only (the outbox)."""
+        ...
+
+    async def get_creation(self, scope: str, name: str) -> StreamCreation:
+        """What creating the stream wrote, to finish it (created=False). Raises NotFound."""
         ...
 
     async def get_state(self, scope: str, name: str) -> Versioned[StreamState]: ...
@@ -58,7 +69,8 @@ class StreamStore(Protocol):
     async def activate_created_stream(
         self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
     ) -> None:
-        """CREATING -> ACTIVE and (unless internal) the tag index, in one transaction."""
+        """CREATING -> ACTIVE, (unless internal) the tag index, and the retirement of the
+        stream's create requests, in one transaction."""
         ...
 
     async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]: ...

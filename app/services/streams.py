@@ -1,8 +1,9 @@
 """Stream creation and stream queries (configuration, existence, listings).
 
-Creation is idempotent and crash-safe: the metadata lands in one transaction in CREATING,
-then segments and the mark stream are created (idempotent calls), then the state moves to
-ACTIVE. A retry, or a later create of the same name, finishes a stream left in CREATING.
+Creation always finishes: the metadata lands in CREATING in one transaction together with a
+create request (the outbox); the call then creates segments and the mark stream (idempotent)
+and moves the state to ACTIVE, which retires the request. Cut off anywhere, the request's worker
+finishes the stream; a retry or a concurrent create of the same name finishes it too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.domain.names import (
     require_present,
 )
 from app.domain.records import EpochRecord, ScalingPolicy, StreamConfig, StreamState
+from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, SegmentStore, StreamCreation, StreamStore
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
@@ -40,22 +42,41 @@ class StreamService:
     async def create_stream(
         self, scope: str, name: str, config: StreamConfig, creation_time: int | None = None
     ) -> CreateStreamOutcome:
+        """SUCCESS for the one call that wrote the stream (or a retry naming its `creation_time`),
+        EXISTS for the others, once the stream is ACTIVE whoever finished it."""
         require_present("scope", scope)
         require_present("stream", name)
         if not is_valid_scope_or_stream_name(name):
             return CreateStreamOutcome.INVALID_NAME
         config.validate()
-        timestamp = self._clock.now_ms() if creation_time is None else creation_time
+        now = self._clock.now_ms()
+        timestamp = now if creation_time is None else creation_time
+        finisher = NewRequest(
+            RequestKind.CREATE_STREAM, scope, name, now, payload={"creation_time": timestamp}
+        )
         try:
-            creation = await self._streams.create_stream_metadata(scope, name, config, timestamp)
+            creation = await self._streams.create_stream_metadata(
+                scope, name, config, timestamp, request=finisher
+            )
         except NotFound:
             return CreateStreamOutcome.SCOPE_NOT_FOUND
         if not creation.created and creation.state != StreamState.CREATING:
             return CreateStreamOutcome.EXISTS
         await self._finish_creation(scope, name, creation, with_mark_stream=True)
-        if creation.created or creation.creation_time == timestamp:
+        # Concurrent callers share a millisecond often enough: only an explicit retry's
+        # timestamp names the creation it repeats.
+        if creation.created or (creation_time is not None and creation.creation_time == creation_time):
             return CreateStreamOutcome.SUCCESS
         return CreateStreamOutcome.EXISTS
+
+    async def finish_interrupted_creation(self, scope: str, name: str, creation_time: int) -> None:
+        """Finishes the stream created at `creation_time` if it is still CREATING (a create cut
+        off after its first write); nothing when it is ACTIVE already, gone, or re-created since.
+        Raises NotFound when the stream is gone."""
+        creation = await self._streams.get_creation(scope, name)
+        if creation.creation_time != creation_time or creation.state != StreamState.CREATING:
+            return
+        await self._finish_creation(scope, name, creation, with_mark_stream=True)
 
     async def _finish_creation(
         self, scope: str, name: str, creation: StreamCreation, *, with_mark_stream: bool

@@ -20,7 +20,7 @@ from app.domain.records import (
     TruncationRecord,
     Versioned,
 )
-from app.domain.requests import NewRequest
+from app.domain.requests import NewRequest, RequestKind
 from app.domain.scaling import initial_segments
 from app.ports import StreamCreation
 from app.store import queries
@@ -40,6 +40,8 @@ from app.store.rows import (
 
 _SQL = queries.load("streams")
 EMPTY_EPOCH_TRANSITION = -1
+# A name created and deleted again between our read and our insert, this many times in a row.
+_CREATE_ATTEMPTS = 5
 
 
 class PgStreamStore:
@@ -51,34 +53,59 @@ class PgStreamStore:
     # --- creation -------------------------------------------------------------------------
 
     async def create_stream_metadata(
-        self, scope: str, name: str, config: StreamConfig, creation_time: int
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        creation_time: int,
+        *,
+        request: NewRequest | None = None,
     ) -> StreamCreation:
-        async with self._db.transaction() as conn:
-            scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
-            if scope_state is None or scope_state == ScopeState.DELETING.value:
-                raise NotFound(f"scope {scope!r} not found")
+        """Writes the stream in CREATING, or answers what exists. A `request` (the one that finishes
+        an interrupted creation) commits with the new stream, never for one that existed."""
+        for _ in range(_CREATE_ATTEMPTS):
+            async with self._db.transaction() as conn:
+                scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
+                if scope_state is None or scope_state == ScopeState.DELETING.value:
+                    raise NotFound(f"scope {scope!r} not found")
+                existing = await self._existing(conn, scope, name)
+                if existing is not None:
+                    return existing
+                last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
+                first_number = 0 if last is None else last + 1
+                stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
+                if stream_id is None:
+                    # A concurrent create won the name and committed while we waited on it: it is
+                    # an existing stream now, read by the next statement's fresh snapshot.
+                    existing = await self._existing(conn, scope, name)
+                    if existing is not None:
+                        return existing
+                    continue  # it was deleted again meanwhile: try afresh
+                epoch_zero = EpochRecord(
+                    epoch=0,
+                    reference_epoch=0,
+                    segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                    creation_time=creation_time,
+                )
+                await conn.execute(
+                    _SQL["insert_stream_records"],
+                    stream_id,
+                    *config_columns(config),
+                    creation_time,
+                    *epoch_columns(epoch_zero),
+                )
+                if request is not None:
+                    await insert_request(conn, request)
+                return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+        raise WriteConflict(f"stream {scope}/{name} kept being created and deleted concurrently")
+
+    async def get_creation(self, scope: str, name: str) -> StreamCreation:
+        """What creating the stream wrote (created=False), to finish it. Raises NotFound."""
+        async with self._db.acquire() as conn:
             existing = await self._existing(conn, scope, name)
-            if existing is not None:
-                return existing
-            last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
-            first_number = 0 if last is None else last + 1
-            stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
-            if stream_id is None:
-                raise WriteConflict(f"stream {scope}/{name} was created concurrently")
-            epoch_zero = EpochRecord(
-                epoch=0,
-                reference_epoch=0,
-                segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
-                creation_time=creation_time,
-            )
-            await conn.execute(
-                _SQL["insert_stream_records"],
-                stream_id,
-                *config_columns(config),
-                creation_time,
-                *epoch_columns(epoch_zero),
-            )
-            return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+        if existing is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return existing
 
     async def _existing(self, conn: Connection, scope: str, name: str) -> StreamCreation | None:
         row = await conn.fetchrow(_SQL["find_stream"], scope, name)
@@ -110,6 +137,9 @@ class PgStreamStore:
                 found = await conn.fetchrow(_SQL["find_stream"], scope, name)
                 assert found is not None, "the stream row was just updated in this transaction"
                 await conn.execute(_SQL["index_tags"], found["id"])
+            # Creation is done: the request standing by to finish it, were we cut off, retires
+            # with the state move, so nothing runs it after (or instead of) us.
+            await conn.execute(_SQL["retire_create_requests"], scope, name, RequestKind.CREATE_STREAM.value)
         self._cache.invalidate_name(scope, name)
 
     # --- reads ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from app.services.streams import StreamService
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
 from workers.dispatcher import RequestDispatcher
-from workers.handlers import stream_request_handlers
+from workers.handlers import creation_handlers, stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.delete_scope import ScopeMemberDeletion
 from workers.runner import RequestHandler, RequestRunner
@@ -55,10 +55,12 @@ def wire_streams(
 ) -> Streams:
     """`cold_markers` are auto-scaling's, read by the scale workflow."""
     claims = cluster.claims[BucketService.REQUESTS]
+    streams = StreamService(resources.stream_store, deps.segment_store, resources.clock)
     handlers = {
         **stream_request_handlers(
             deps, cold_markers=cold_markers, scope_member_deletions=extensions.scope_member_deletions
         ),
+        **creation_handlers(deps, streams, resources.requests, takeover_after_s=settings.create_takeover_s),
         **extensions.handlers,
     }
     runner = RequestRunner(
@@ -82,7 +84,7 @@ def wire_streams(
     )
     return Streams(
         ScopeService(resources.scope_store, resources.clock),
-        StreamService(resources.stream_store, deps.segment_store, resources.clock),
+        streams,
         SegmentQueries(resources.stream_store, cluster.locator),
         lifecycle,
         dispatcher,

@@ -68,6 +68,10 @@ FROM streams s
 WHERE st.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND st.version = $4
 RETURNING st.version;
 
+-- name: retire_create_requests
+-- The requests that would finish the stream's creation, once the stream is ACTIVE.
+DELETE FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3;
+
 -- name: index_tags
 INSERT INTO stream_tags (scope, tag, stream, stream_id)
 SELECT s.scope, t, s.name, s.id
