@@ -28,11 +28,6 @@ MarkStarted = Callable[[], Awaitable[None]]
 StartedCheck = Callable[[Request], Awaitable[bool]]
 
 
-class NotDueYet(Exception):
-    """Raised by a handler whose request must wait for something else to finish first (not for
-    the stream's state): postponed quietly, without the fairness barrier."""
-
-
 class RequestHandler(Protocol):
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         """Runs the request's workflow to its end; every step idempotent. Raises
@@ -104,8 +99,6 @@ class RequestRunner:
             await handler.handle(request, mark_started)
         except OperationNotAllowed as exc:
             return await self._on_not_allowed(current, exc)
-        except NotDueYet as exc:
-            return await self._postponed(current, f"postponed: {exc}", False)
         except NotFound as exc:
             # The stream or scope the request is about is gone: nothing is left to do.
             log.info("request %d (%s %s): %s; dropping it", request.id, request.kind.value, request.key, exc)

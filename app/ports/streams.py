@@ -38,12 +38,15 @@ class StreamStore(Protocol):
         name: str,
         config: StreamConfig,
         creation_time: int,
-        *,
-        request: NewRequest | None = None,
     ) -> StreamCreation:
         """Writes the stream in CREATING with its epoch 0 in one transaction, or returns what
         exists (also when a concurrent create won the name). Raises NotFound when the scope is
-        missing or being deleted. `request` commits with a new stream only (the outbox)."""
+        missing or being deleted."""
+        ...
+
+    async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
+        """Files a create request for each user stream of the request `buckets` still CREATING
+        although its creation started before `started_before`, unless it has one; the count."""
         ...
 
     async def get_creation(self, scope: str, name: str) -> StreamCreation:
@@ -69,8 +72,7 @@ class StreamStore(Protocol):
     async def activate_created_stream(
         self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
     ) -> None:
-        """CREATING -> ACTIVE, (unless internal) the tag index, and the retirement of the
-        stream's create requests, in one transaction."""
+        """CREATING -> ACTIVE and (unless internal) the tag index, in one transaction."""
         ...
 
     async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]: ...

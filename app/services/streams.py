@@ -1,9 +1,10 @@
 """Stream creation and stream queries (configuration, existence, listings).
 
-Creation always finishes: the metadata lands in CREATING in one transaction together with a
-create request (the outbox); the call then creates segments and the mark stream (idempotent)
-and moves the state to ACTIVE, which retires the request. Cut off anywhere, the request's worker
-finishes the stream; a retry or a concurrent create of the same name finishes it too.
+Creation always finishes: the metadata lands in CREATING in one transaction (that row is the
+durable intent); the call then creates segments and the mark stream (idempotent) and moves the
+state to ACTIVE. Cut off anywhere (client timeout, outage, crash), the stream is finished by a
+create request the controller files for a stream left CREATING too long (workers/creation_sweeper)
+or by a retry or a concurrent create of the same name.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from app.domain.names import (
     require_present,
 )
 from app.domain.records import EpochRecord, ScalingPolicy, StreamConfig, StreamState
-from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, SegmentStore, StreamCreation, StreamStore
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
@@ -49,15 +49,9 @@ class StreamService:
         if not is_valid_scope_or_stream_name(name):
             return CreateStreamOutcome.INVALID_NAME
         config.validate()
-        now = self._clock.now_ms()
-        timestamp = now if creation_time is None else creation_time
-        finisher = NewRequest(
-            RequestKind.CREATE_STREAM, scope, name, now, payload={"creation_time": timestamp}
-        )
+        timestamp = self._clock.now_ms() if creation_time is None else creation_time
         try:
-            creation = await self._streams.create_stream_metadata(
-                scope, name, config, timestamp, request=finisher
-            )
+            creation = await self._streams.create_stream_metadata(scope, name, config, timestamp)
         except NotFound:
             return CreateStreamOutcome.SCOPE_NOT_FOUND
         if not creation.created and creation.state != StreamState.CREATING:

@@ -174,7 +174,7 @@ class Settings:
         5.0,
         check=positive,
         help="a stream still CREATING this long after its createStream began (the call was cut off) "
-        "is finished by the request workers",
+        "is finished by the controller itself",
     )
 
     # Transactions.

@@ -58,11 +58,9 @@ class PgStreamStore:
         name: str,
         config: StreamConfig,
         creation_time: int,
-        *,
-        request: NewRequest | None = None,
     ) -> StreamCreation:
-        """Writes the stream in CREATING, or answers what exists. A `request` (the one that finishes
-        an interrupted creation) commits with the new stream, never for one that existed."""
+        """Writes the stream in CREATING, or answers what exists (also when a concurrent create
+        won the name while we were at it)."""
         for _ in range(_CREATE_ATTEMPTS):
             async with self._db.transaction() as conn:
                 scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
@@ -94,10 +92,22 @@ class PgStreamStore:
                     creation_time,
                     *epoch_columns(epoch_zero),
                 )
-                if request is not None:
-                    await insert_request(conn, request)
                 return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
         raise WriteConflict(f"stream {scope}/{name} kept being created and deleted concurrently")
+
+    async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
+        """Files a create request for each user stream of `buckets` still CREATING although its
+        creation started before `started_before` (its call was cut off) and not yet holding one;
+        answers how many were filed."""
+        return int(
+            await self._db.fetchval(
+                _SQL["file_creation_finishers"],
+                started_before,
+                list(buckets),
+                RequestKind.CREATE_STREAM.value,
+                now_ms,
+            )
+        )
 
     async def get_creation(self, scope: str, name: str) -> StreamCreation:
         """What creating the stream wrote (created=False), to finish it. Raises NotFound."""
@@ -137,9 +147,6 @@ class PgStreamStore:
                 found = await conn.fetchrow(_SQL["find_stream"], scope, name)
                 assert found is not None, "the stream row was just updated in this transaction"
                 await conn.execute(_SQL["index_tags"], found["id"])
-            # Creation is done: the request standing by to finish it, were we cut off, retires
-            # with the state move, so nothing runs it after (or instead of) us.
-            await conn.execute(_SQL["retire_create_requests"], scope, name, RequestKind.CREATE_STREAM.value)
         self._cache.invalidate_name(scope, name)
 
     # --- reads ----------------------------------------------------------------------------

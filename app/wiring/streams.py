@@ -20,6 +20,7 @@ from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
+from workers.creation_sweeper import CreationSweeper
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import creation_handlers, stream_request_handlers
 from workers.handlers.common import WorkflowDeps
@@ -60,7 +61,7 @@ def wire_streams(
         **stream_request_handlers(
             deps, cold_markers=cold_markers, scope_member_deletions=extensions.scope_member_deletions
         ),
-        **creation_handlers(deps, streams, resources.requests, takeover_after_s=settings.create_takeover_s),
+        **creation_handlers(deps, streams, resources.requests),
         **extensions.handlers,
     }
     runner = RequestRunner(
@@ -74,6 +75,9 @@ def wire_streams(
         poll_s=settings.request_poll_s,
     )
     cluster.dispatchers.add(dispatcher)
+    sweeper = CreationSweeper(
+        resources.stream_store, resources.clock, claims.owned, takeover_s=settings.create_takeover_s
+    )
     lifecycle = StreamLifecycle.build(
         resources.scope_store,
         resources.stream_store,
@@ -88,5 +92,5 @@ def wire_streams(
         SegmentQueries(resources.stream_store, cluster.locator),
         lifecycle,
         dispatcher,
-        Contribution(loops={"request-dispatcher": dispatcher.run}),
+        Contribution(loops={"request-dispatcher": dispatcher.run, "creation-sweeper": sweeper.run}),
     )

@@ -41,6 +41,22 @@ INSERT INTO segments (stream_id, segment_id, number, creation_epoch, creation_ti
 SELECT $1, sid, (sid & 4294967295)::int, 0, ct, ks, ke
 FROM unnest($13::bigint[], $14::float8[], $15::float8[], $16::bigint[]) AS u(sid, ks, ke, ct);
 
+-- name: file_creation_finishers
+-- A create request ($3) for each user stream of buckets $2 left CREATING since before $1 and
+-- holding none yet; internal streams are finished by their owner (a mark stream by its stream).
+-- The scan reads stream_states whole: cheap beside a creation, and no index serves it yet.
+WITH filed AS (
+    INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
+    SELECT 'requests', $3, s.scope, s.name, pgc_request_bucket(s.scope, s.name),
+           jsonb_build_object('creation_time', s.creation_time), $4
+    FROM stream_states st JOIN streams s ON s.id = st.stream_id
+    WHERE st.state = 'CREATING' AND s.creation_time < $1 AND left(s.name, 1) <> '_'
+      AND pgc_request_bucket(s.scope, s.name) = ANY($2::int[])
+      AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.scope = s.scope AND r.stream = s.name AND r.kind = $3)
+    RETURNING 1
+)
+SELECT count(*) FROM filed;
+
 -- name: get_config
 SELECT c.scale_type, c.target_rate, c.scale_factor, c.min_num_segments, c.retention_type,
        c.retention_param, c.retention_max, c.tags, c.timestamp_aggregation_timeout,
@@ -67,10 +83,6 @@ UPDATE stream_states st SET state = $3, version = st.version + 1
 FROM streams s
 WHERE st.stream_id = s.id AND s.scope = $1 AND s.name = $2 AND st.version = $4
 RETURNING st.version;
-
--- name: retire_create_requests
--- The requests that would finish the stream's creation, once the stream is ACTIVE.
-DELETE FROM requests WHERE scope = $1 AND stream = $2 AND kind = $3;
 
 -- name: index_tags
 INSERT INTO stream_tags (scope, tag, stream, stream_id)

@@ -185,7 +185,7 @@ def test_every_request_kind_has_exactly_one_handler() -> None:
     deps = WorkflowDeps(None, None, None, None, None)  # type: ignore[arg-type]
     tables = [
         stream_request_handlers(deps),
-        creation_handlers(deps, None, None, takeover_after_s=1.0),  # type: ignore[arg-type]
+        creation_handlers(deps, None, None),  # type: ignore[arg-type]
         commit_handlers(CommitTxnsHandler(deps, None)),  # type: ignore[arg-type]
         abort_handlers(deps),
         reader_group_handlers(deps, None, None),  # type: ignore[arg-type]

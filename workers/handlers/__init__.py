@@ -38,12 +38,9 @@ def stream_request_handlers(
 
 
 def creation_handlers(
-    deps: WorkflowDeps, finisher: CreationFinisher, requests: RequestQueue, *, takeover_after_s: float
+    deps: WorkflowDeps, finisher: CreationFinisher, requests: RequestQueue
 ) -> dict[RequestKind, RequestHandler]:
-    handler = CreateStreamHandler(
-        finisher, deps.streams, requests, deps.clock, takeover_after_s=takeover_after_s
-    )
-    return {RequestKind.CREATE_STREAM: handler}
+    return {RequestKind.CREATE_STREAM: CreateStreamHandler(finisher, deps.streams, requests)}
 
 
 def commit_handlers(handler: CommitTxnsHandler) -> dict[RequestKind, RequestHandler]:
