@@ -1,0 +1,60 @@
+"""Issue 16 defect 8 in the store: which streams left CREATING get a create request filed, and
+the create lost to a concurrent one reads the winner's stream instead of failing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.domain.records import ScalingPolicy, StreamConfig, StreamState
+from app.domain.requests import request_bucket
+from app.store.cluster import PgClusterStore
+from app.testing.controller import Services, idle_controller
+
+CONFIG = StreamConfig(ScalingPolicy.fixed(2))
+
+
+async def _filed(services: Services) -> list[tuple[str, str, int]]:
+    rows = await services.pool.fetch(
+        "SELECT scope, stream, (payload->>'creation_time')::bigint AS t FROM requests "
+        "WHERE kind = 'create_stream' ORDER BY scope, stream"
+    )
+    return [(r["scope"], r["stream"], r["t"]) for r in rows]
+
+
+async def test_defect_8_a_create_request_is_filed_once_for_an_old_user_stream_in_creating(
+    db_url: str,
+) -> None:
+    async with idle_controller(db_url, "sc") as services:
+        store = services.stream_store
+        await store.create_stream_metadata("sc", "old", CONFIG, 1_000)
+        await store.create_stream_metadata("sc", "young", CONFIG, 9_000)
+        await store.create_stream_metadata("sc", "_MARKold", CONFIG, 1_000)  # finished by its stream
+        await services.streams.create_stream("sc", "done", CONFIG, creation_time=1_000)  # ACTIVE
+        count = (await PgClusterStore(services.pool).get_settings()).counts.requests
+        buckets = list(range(count))
+
+        assert await store.file_creation_finishers(5_000, buckets, 10_000) == 1
+        assert await _filed(services) == [("sc", "old", 1_000)]
+        assert await store.file_creation_finishers(5_000, buckets, 10_000) == 0, "filed once"
+
+        # Only the buckets this process owns are swept.
+        bucket = request_bucket("sc", "young", count)
+        others = [b for b in buckets if b != bucket]
+        assert await store.file_creation_finishers(10_000, others, 11_000) == 0
+        assert await store.file_creation_finishers(10_000, [bucket], 11_000) == 1
+        assert await _filed(services) == [("sc", "old", 1_000), ("sc", "young", 9_000)]
+
+
+async def test_defect_8_creates_racing_for_one_name_all_read_the_same_stream(db_url: str) -> None:
+    async with idle_controller(db_url, "sc") as services:
+        store = services.stream_store
+        for round_ in range(5):
+            name = f"s{round_}"
+            creations = await asyncio.gather(
+                *(store.create_stream_metadata("sc", name, CONFIG, 100 + i) for i in range(20))
+            )
+            assert sum(c.created for c in creations) == 1
+            assert {c.creation_time for c in creations} == {
+                next(c for c in creations if c.created).creation_time
+            }
+            assert all(c.state is StreamState.CREATING for c in creations)
