@@ -123,8 +123,9 @@ class PgStreamStore:
             return None
         config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
         epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
-        # Both are written in the same transaction as the stream row found above.
-        assert config_row is not None and epoch_row is not None
+        if config_row is None or epoch_row is None:
+            # Written with the stream row, so only a deletion between our reads removes them.
+            return None
         return StreamCreation(
             False,
             StreamState(row["state"]),
