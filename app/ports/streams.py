@@ -45,8 +45,9 @@ class StreamStore(Protocol):
         ...
 
     async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
-        """Files a create request for each user stream of the request `buckets` still CREATING
-        although its creation started before `started_before`, unless it has one; the count."""
+        """Files a create request for each stream of the request `buckets` still CREATING although
+        its creation started before `started_before`, unless it has one (internal streams another
+        workflow finishes are left to it); the count."""
         ...
 
     async def get_creation(self, scope: str, name: str) -> StreamCreation:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
+from app.domain.names import MARK_PREFIX, READER_GROUP_STREAM_PREFIX
 from app.domain.records import (
     EpochRecord,
     EpochTransitionRecord,
@@ -40,6 +41,9 @@ from app.store.rows import (
 
 _SQL = queries.load("streams")
 EMPTY_EPOCH_TRANSITION = -1
+# Internal streams whose creation another workflow finishes: a mark stream is finished with its
+# stream, a reader group's state stream by the group's own request.
+FINISHED_BY_THEIR_OWNER = (MARK_PREFIX, READER_GROUP_STREAM_PREFIX)
 # A name created and deleted again between our read and our insert, this many times in a row.
 _CREATE_ATTEMPTS = 5
 
@@ -96,9 +100,9 @@ class PgStreamStore:
         raise WriteConflict(f"stream {scope}/{name} kept being created and deleted concurrently")
 
     async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
-        """Files a create request for each user stream of `buckets` still CREATING although its
-        creation started before `started_before` (its call was cut off) and not yet holding one;
-        answers how many were filed."""
+        """Files a create request for each stream of `buckets` still CREATING although its
+        creation started before `started_before` (its call was cut off) and not yet holding one,
+        except the internal streams other workflows finish; answers how many were filed."""
         return int(
             await self._db.fetchval(
                 _SQL["file_creation_finishers"],
@@ -106,6 +110,7 @@ class PgStreamStore:
                 list(buckets),
                 RequestKind.CREATE_STREAM.value,
                 now_ms,
+                list(FINISHED_BY_THEIR_OWNER),
             )
         )
 

@@ -29,12 +29,14 @@ async def test_defect_8_a_create_request_is_filed_once_for_an_old_user_stream_in
         await store.create_stream_metadata("sc", "old", CONFIG, 1_000)
         await store.create_stream_metadata("sc", "young", CONFIG, 9_000)
         await store.create_stream_metadata("sc", "_MARKold", CONFIG, 1_000)  # finished by its stream
+        await store.create_stream_metadata("sc", "_RGgroup", CONFIG, 1_000)  # by its group's request
+        await store.create_stream_metadata("sc", "_own", CONFIG, 1_000)  # a user may lead with "_"
         await services.streams.create_stream("sc", "done", CONFIG, creation_time=1_000)  # ACTIVE
         count = (await PgClusterStore(services.pool).get_settings()).counts.requests
         buckets = list(range(count))
 
-        assert await store.file_creation_finishers(5_000, buckets, 10_000) == 1
-        assert await _filed(services) == [("sc", "old", 1_000)]
+        assert await store.file_creation_finishers(5_000, buckets, 10_000) == 2
+        assert await _filed(services) == [("sc", "_own", 1_000), ("sc", "old", 1_000)]
         assert await store.file_creation_finishers(5_000, buckets, 10_000) == 0, "filed once"
 
         # Only the buckets this process owns are swept.
@@ -42,7 +44,7 @@ async def test_defect_8_a_create_request_is_filed_once_for_an_old_user_stream_in
         others = [b for b in buckets if b != bucket]
         assert await store.file_creation_finishers(10_000, others, 11_000) == 0
         assert await store.file_creation_finishers(10_000, [bucket], 11_000) == 1
-        assert await _filed(services) == [("sc", "old", 1_000), ("sc", "young", 9_000)]
+        assert await _filed(services) == [("sc", "_own", 1_000), ("sc", "old", 1_000), ("sc", "young", 9_000)]
 
 
 async def test_defect_8_creates_racing_for_one_name_all_read_the_same_stream(db_url: str) -> None:
