@@ -17,7 +17,8 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.domain.records import StreamState
+from app.domain.records import ScalingPolicy, StreamConfig, StreamState
+from app.services.deletion import DeleteStreamOutcome
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import rest_api, served
 
@@ -192,3 +193,31 @@ async def test_defect_8_create_cut_off_by_lost_database_connections_is_finished_
 
         await _until(finished, "the controller finishing the create the outage cut off")
         await _assert_finished(services, "outage", "s", 2)
+
+
+async def test_defect_8_a_stream_left_creating_can_still_be_deleted_while_the_controller_finishes_others(
+    quick_takeover: Services,
+) -> None:
+    """Deleting a stream left CREATING (Pravega allows it) wins over finishing it, whichever of
+    the two requests is filed first; the other cut-off stream is finished."""
+    services = quick_takeover
+    await services.scopes.create_scope("del")
+    config = StreamConfig(ScalingPolicy.fixed(2))
+    old = services.clock.now_ms() - 60_000  # cut off a minute ago: swept at once
+    await services.stream_store.create_stream_metadata("del", "gone", config, old)
+    await services.stream_store.create_stream_metadata("del", "kept", config, old)
+    outcome = await services.lifecycle.deletion.delete_stream("del", "gone")
+    assert outcome is DeleteStreamOutcome.SUCCESS
+
+    async def settled() -> bool:
+        return await services.pool.fetchval("SELECT count(*) FROM requests") == 0 and (
+            await _state(services, "del", "kept") == StreamState.ACTIVE.value
+        )
+
+    await _until(settled, "the sweep finishing one stream and the delete removing the other")
+    assert await _state(services, "del", "gone") is None
+    assert (
+        await services.pool.fetchval("SELECT count(*) FROM embedded_segments WHERE name LIKE 'del/gone/%'")
+        == 0
+    )
+    await _assert_finished(services, "del", "kept", 2)

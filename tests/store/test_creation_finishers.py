@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
-from app.domain.requests import request_bucket
+from app.domain.requests import NewRequest, Request, RequestKind, request_bucket
 from app.store.cluster import PgClusterStore
 from app.testing.controller import Services, idle_controller
+from workers.handlers.create_stream import CreateStreamHandler
 
 CONFIG = StreamConfig(ScalingPolicy.fixed(2))
 
@@ -60,3 +61,34 @@ async def test_defect_8_creates_racing_for_one_name_all_read_the_same_stream(db_
                 next(c for c in creations if c.created).creation_time
             }
             assert all(c.state is StreamState.CREATING for c in creations)
+
+
+async def _create_request(services: Services, name: str, creation_time: int) -> Request:
+    await services.stream_store.file_creation_finishers(creation_time + 1, list(range(1024)), creation_time)
+    rows = await services.requests.list_requests(0, 100)
+    return next(r for r in rows if r.kind is RequestKind.CREATE_STREAM and r.stream == name)
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def test_defect_8_the_create_request_finishes_the_stream_unless_a_delete_is_queued(db_url: str) -> None:
+    async with idle_controller(db_url, "sc") as services:
+        handler = CreateStreamHandler(services.streams, services.stream_store, services.requests)
+        await services.stream_store.create_stream_metadata("sc", "fin", CONFIG, 1_000)
+        await services.stream_store.create_stream_metadata("sc", "del", CONFIG, 1_000)
+        finish = await _create_request(services, "fin", 1_000)
+        keep = await _create_request(services, "del", 1_000)
+        await services.requests.enqueue(
+            NewRequest(RequestKind.DELETE_STREAM, "sc", "del", 2_000, payload={"creation_time": 1_000})
+        )
+
+        await handler.handle(finish, _nothing)
+        await handler.handle(keep, _nothing)
+
+        assert await services.streams.get_state("sc", "fin") is StreamState.ACTIVE
+        assert await services.streams.get_state("sc", "_MARKfin") is StreamState.ACTIVE
+        assert await services.streams.get_state("sc", "del") is StreamState.CREATING, "left to the delete"
+        await handler.handle(finish, _nothing)  # again: nothing left to do
+        assert await services.streams.get_state("sc", "fin") is StreamState.ACTIVE
