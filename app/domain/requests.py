@@ -47,6 +47,7 @@ class RequestKind(enum.Enum):
     CREATE_READER_GROUP = "create_reader_group"
     UPDATE_READER_GROUP = "update_reader_group"
     DELETE_READER_GROUP = "delete_reader_group"
+    CREATE_STREAM = "create_stream"
 
 
 def request_key(scope: str, stream: str) -> str:

@@ -33,10 +33,25 @@ class StreamCreation:
 
 class StreamStore(Protocol):
     async def create_stream_metadata(
-        self, scope: str, name: str, config: StreamConfig, creation_time: int
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        creation_time: int,
     ) -> StreamCreation:
         """Writes the stream in CREATING with its epoch 0 in one transaction, or returns what
-        exists. Raises NotFound when the scope is missing or being deleted."""
+        exists (also when a concurrent create won the name). Raises NotFound when the scope is
+        missing or being deleted."""
+        ...
+
+    async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
+        """Files a create request for each stream of the request `buckets` still CREATING although
+        its creation started before `started_before`, unless it has one (internal streams another
+        workflow finishes are left to it); the count."""
+        ...
+
+    async def get_creation(self, scope: str, name: str) -> StreamCreation:
+        """What creating the stream wrote, to finish it (created=False). Raises NotFound."""
         ...
 
     async def get_state(self, scope: str, name: str) -> Versioned[StreamState]: ...

@@ -1,8 +1,10 @@
 """Stream creation and stream queries (configuration, existence, listings).
 
-Creation is idempotent and crash-safe: the metadata lands in one transaction in CREATING,
-then segments and the mark stream are created (idempotent calls), then the state moves to
-ACTIVE. A retry, or a later create of the same name, finishes a stream left in CREATING.
+Creation always finishes: the metadata lands in CREATING in one transaction (that row is the
+durable intent); the call then creates segments and the mark stream (idempotent) and moves the
+state to ACTIVE. Cut off anywhere (client timeout, outage, crash), the stream is finished by a
+create request the controller files for a stream left CREATING too long (workers/creation_sweeper)
+or by a retry or a concurrent create of the same name.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class StreamService:
     async def create_stream(
         self, scope: str, name: str, config: StreamConfig, creation_time: int | None = None
     ) -> CreateStreamOutcome:
+        """SUCCESS for the one call that wrote the stream (or a retry naming its `creation_time`),
+        EXISTS for the others, once the stream is ACTIVE whoever finished it."""
         require_present("scope", scope)
         require_present("stream", name)
         if not is_valid_scope_or_stream_name(name):
@@ -53,9 +57,20 @@ class StreamService:
         if not creation.created and creation.state != StreamState.CREATING:
             return CreateStreamOutcome.EXISTS
         await self._finish_creation(scope, name, creation, with_mark_stream=True)
-        if creation.created or creation.creation_time == timestamp:
+        # Concurrent callers share a millisecond often enough: only an explicit retry's
+        # timestamp names the creation it repeats.
+        if creation.created or (creation_time is not None and creation.creation_time == creation_time):
             return CreateStreamOutcome.SUCCESS
         return CreateStreamOutcome.EXISTS
+
+    async def finish_interrupted_creation(self, scope: str, name: str, creation_time: int) -> None:
+        """Finishes the stream created at `creation_time` if it is still CREATING (a create cut
+        off after its first write); nothing when it is ACTIVE already, gone, or re-created since.
+        Raises NotFound when the stream is gone."""
+        creation = await self._streams.get_creation(scope, name)
+        if creation.creation_time != creation_time or creation.state != StreamState.CREATING:
+            return
+        await self._finish_creation(scope, name, creation, with_mark_stream=True)
 
     async def _finish_creation(
         self, scope: str, name: str, creation: StreamCreation, *, with_mark_stream: bool

@@ -177,6 +177,12 @@ class Settings:
         help="first wait before sealing retries a stream that is busy (scaling, updating, ...); "
         "each retry waits twice as long",
     )
+    create_takeover_s: float = setting(
+        5.0,
+        check=positive,
+        help="a stream still CREATING this long after its createStream began (the call was cut off) "
+        "is finished by the controller itself",
+    )
 
     # Transactions.
     txn_min_lease_ms: int = setting(

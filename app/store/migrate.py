@@ -1,5 +1,9 @@
 """Applies Alembic migrations to head; used by `pgcontroller db upgrade` and at `serve` start.
 
+Processes starting together on one database migrate it once: each holds a PostgreSQL advisory
+lock (on a connection of its own) while it checks the revision and upgrades; the others wait,
+then find the database at head.
+
 Runs in a worker thread because Alembic drives its own event loop over asyncpg. The Alembic
 configuration is built here, not read from an alembic.ini, so an installed package migrates from
 any working directory: the scripts are those of the importable `migrations` package.
@@ -43,7 +47,17 @@ def head_revision() -> str:
     return head
 
 
+# The advisory-lock key every migrating process takes: "pgc-migr" in ASCII, a fixed bigint.
+MIGRATION_LOCK_KEY = 0x7067632D6D696772
+
+
 def upgrade_to_head(url: str) -> None:
+    """Blocking (`db upgrade`): runs Alembic's upgrade even at head (it rebuilds the reporting
+    views), under the migration lock like `serve`'s ensure_schema."""
+    asyncio.run(_migrate(url, always=True))
+
+
+def _upgrade_unlocked(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
@@ -57,13 +71,25 @@ async def current_revision(conn: asyncpg.Connection) -> str | None:
 
 
 async def ensure_schema(url: str) -> bool:
-    """Upgrades when the database is behind; returns True if a migration ran."""
+    """Upgrades when the database is behind; returns True if this call ran a migration."""
+    return await _migrate(url, always=False)
+
+
+async def _migrate(url: str, *, always: bool) -> bool:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
-        current = await current_revision(conn)
+        if not always and await current_revision(conn) == head_revision():
+            return False  # the usual start: no lock needed to learn there is nothing to do
+        # A session lock, so it spans Alembic's own connections and transactions; it goes
+        # with this connection if the process dies mid-migration.
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+        try:
+            # Whoever held the lock before us may have migrated already.
+            if not always and await current_revision(conn) == head_revision():
+                return False
+            await asyncio.to_thread(_upgrade_unlocked, url)
+            return True
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     finally:
         await conn.close()
-    if current == head_revision():
-        return False
-    await asyncio.to_thread(upgrade_to_head, url)
-    return True

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
+from app.domain.names import MARK_PREFIX, READER_GROUP_STREAM_PREFIX
 from app.domain.records import (
     EpochRecord,
     EpochTransitionRecord,
@@ -20,7 +21,7 @@ from app.domain.records import (
     TruncationRecord,
     Versioned,
 )
-from app.domain.requests import NewRequest
+from app.domain.requests import NewRequest, RequestKind
 from app.domain.scaling import initial_segments
 from app.ports import StreamCreation
 from app.store import queries
@@ -40,6 +41,11 @@ from app.store.rows import (
 
 _SQL = queries.load("streams")
 EMPTY_EPOCH_TRANSITION = -1
+# Internal streams whose creation another workflow finishes: a mark stream is finished with its
+# stream, a reader group's state stream by the group's own request.
+FINISHED_BY_THEIR_OWNER = (MARK_PREFIX, READER_GROUP_STREAM_PREFIX)
+# A name created and deleted again between our read and our insert, this many times in a row.
+_CREATE_ATTEMPTS = 5
 
 
 class PgStreamStore:
@@ -51,34 +57,70 @@ class PgStreamStore:
     # --- creation -------------------------------------------------------------------------
 
     async def create_stream_metadata(
-        self, scope: str, name: str, config: StreamConfig, creation_time: int
+        self,
+        scope: str,
+        name: str,
+        config: StreamConfig,
+        creation_time: int,
     ) -> StreamCreation:
-        async with self._db.transaction() as conn:
-            scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
-            if scope_state is None or scope_state == ScopeState.DELETING.value:
-                raise NotFound(f"scope {scope!r} not found")
+        """Writes the stream in CREATING, or answers what exists (also when a concurrent create
+        won the name while we were at it)."""
+        for _ in range(_CREATE_ATTEMPTS):
+            async with self._db.transaction() as conn:
+                scope_state = await conn.fetchval(_SQL["scope_state_for_share"], scope)
+                if scope_state is None or scope_state == ScopeState.DELETING.value:
+                    raise NotFound(f"scope {scope!r} not found")
+                existing = await self._existing(conn, scope, name)
+                if existing is not None:
+                    return existing
+                last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
+                first_number = 0 if last is None else last + 1
+                stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
+                if stream_id is None:
+                    # A concurrent create won the name and committed while we waited on it: it is
+                    # an existing stream now, read by the next statement's fresh snapshot.
+                    existing = await self._existing(conn, scope, name)
+                    if existing is not None:
+                        return existing
+                    continue  # it was deleted again meanwhile: try afresh
+                epoch_zero = EpochRecord(
+                    epoch=0,
+                    reference_epoch=0,
+                    segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                    creation_time=creation_time,
+                )
+                await conn.execute(
+                    _SQL["insert_stream_records"],
+                    stream_id,
+                    *config_columns(config),
+                    creation_time,
+                    *epoch_columns(epoch_zero),
+                )
+                return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+        raise WriteConflict(f"stream {scope}/{name} kept being created and deleted concurrently")
+
+    async def file_creation_finishers(self, started_before: int, buckets: Sequence[int], now_ms: int) -> int:
+        """Files a create request for each stream of `buckets` still CREATING although its
+        creation started before `started_before` (its call was cut off) and not yet holding one,
+        except the internal streams other workflows finish; answers how many were filed."""
+        return int(
+            await self._db.fetchval(
+                _SQL["file_creation_finishers"],
+                started_before,
+                list(buckets),
+                RequestKind.CREATE_STREAM.value,
+                now_ms,
+                list(FINISHED_BY_THEIR_OWNER),
+            )
+        )
+
+    async def get_creation(self, scope: str, name: str) -> StreamCreation:
+        """What creating the stream wrote (created=False), to finish it. Raises NotFound."""
+        async with self._db.acquire() as conn:
             existing = await self._existing(conn, scope, name)
-            if existing is not None:
-                return existing
-            last = await conn.fetchval(_SQL["last_deleted_segment_number"], scope, name)
-            first_number = 0 if last is None else last + 1
-            stream_id = await conn.fetchval(_SQL["insert_stream"], scope, name, creation_time)
-            if stream_id is None:
-                raise WriteConflict(f"stream {scope}/{name} was created concurrently")
-            epoch_zero = EpochRecord(
-                epoch=0,
-                reference_epoch=0,
-                segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
-                creation_time=creation_time,
-            )
-            await conn.execute(
-                _SQL["insert_stream_records"],
-                stream_id,
-                *config_columns(config),
-                creation_time,
-                *epoch_columns(epoch_zero),
-            )
-            return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
+        if existing is None:
+            raise NotFound(f"stream {scope}/{name} not found")
+        return existing
 
     async def _existing(self, conn: Connection, scope: str, name: str) -> StreamCreation | None:
         row = await conn.fetchrow(_SQL["find_stream"], scope, name)
@@ -86,8 +128,9 @@ class PgStreamStore:
             return None
         config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
         epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
-        # Both are written in the same transaction as the stream row found above.
-        assert config_row is not None and epoch_row is not None
+        if config_row is None or epoch_row is None:
+            # Written with the stream row, so only a deletion between our reads removes them.
+            return None
         return StreamCreation(
             False,
             StreamState(row["state"]),

@@ -22,8 +22,9 @@ from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
+from workers.creation_sweeper import CreationSweeper
 from workers.dispatcher import RequestDispatcher
-from workers.handlers import stream_request_handlers
+from workers.handlers import creation_handlers, stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.delete_scope import ScopeMemberDeletion
 from workers.runner import RequestHandler, RequestRunner
@@ -57,10 +58,12 @@ def wire_streams(
 ) -> Streams:
     """`cold_markers` are auto-scaling's, read by the scale workflow."""
     claims = cluster.claims[BucketService.REQUESTS]
+    streams = StreamService(resources.stream_store, deps.segment_store, resources.clock)
     handlers = {
         **stream_request_handlers(
             deps, cold_markers=cold_markers, scope_member_deletions=extensions.scope_member_deletions
         ),
+        **creation_handlers(deps, streams, resources.requests),
         **extensions.handlers,
     }
     runner = RequestRunner(
@@ -79,6 +82,9 @@ def wire_streams(
         poll_s=settings.request_poll_s,
     )
     cluster.dispatchers.add(dispatcher)
+    sweeper = CreationSweeper(
+        resources.stream_store, resources.clock, claims.owned, takeover_s=settings.create_takeover_s
+    )
     lifecycle = StreamLifecycle.build(
         resources.scope_store,
         resources.stream_store,
@@ -89,12 +95,12 @@ def wire_streams(
     )
     return Streams(
         ScopeService(resources.scope_store, resources.clock),
-        StreamService(resources.stream_store, deps.segment_store, resources.clock),
+        streams,
         SegmentQueries(resources.stream_store, cluster.locator),
         lifecycle,
         dispatcher,
         Contribution(
             rest=(parked_routes.extension(ParkedRequests(resources.requests)),),
-            loops={"request-dispatcher": dispatcher.run},
+            loops={"request-dispatcher": dispatcher.run, "creation-sweeper": sweeper.run},
         ),
     )

@@ -41,6 +41,24 @@ INSERT INTO segments (stream_id, segment_id, number, creation_epoch, creation_ti
 SELECT $1, sid, (sid & 4294967295)::int, 0, ct, ks, ke
 FROM unnest($13::bigint[], $14::float8[], $15::float8[], $16::bigint[]) AS u(sid, ks, ke, ct);
 
+-- name: file_creation_finishers
+-- A create request ($3) for each stream of buckets $2 left CREATING since before $1 and holding
+-- none yet, except names starting with a prefix of $5: streams another workflow creates and
+-- finishes (a mark stream by its stream, a reader group's state stream by the group's request).
+-- The scan reads stream_states whole: cheap beside a creation, and no index serves it yet.
+WITH filed AS (
+    INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
+    SELECT 'requests', $3, s.scope, s.name, pgc_request_bucket(s.scope, s.name),
+           jsonb_build_object('creation_time', s.creation_time), $4
+    FROM stream_states st JOIN streams s ON s.id = st.stream_id
+    WHERE st.state = 'CREATING' AND s.creation_time < $1
+      AND NOT EXISTS (SELECT 1 FROM unnest($5::text[]) AS p(prefix) WHERE starts_with(s.name, p.prefix))
+      AND pgc_request_bucket(s.scope, s.name) = ANY($2::int[])
+      AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.scope = s.scope AND r.stream = s.name AND r.kind = $3)
+    RETURNING 1
+)
+SELECT count(*) FROM filed;
+
 -- name: get_config
 SELECT c.scale_type, c.target_rate, c.scale_factor, c.min_num_segments, c.retention_type,
        c.retention_param, c.retention_max, c.tags, c.timestamp_aggregation_timeout,

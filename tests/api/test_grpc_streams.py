@@ -273,7 +273,11 @@ async def test_stream_in_creating_is_a_failed_precondition_for_segment_reads(
     stub: ControllerServiceStub, services: Services
 ) -> None:
     await make_scope(stub)
-    await services.stream_store.create_stream_metadata("sc", "half", StreamConfig(ScalingPolicy.fixed(1)), 5)
+    # Created now: a stream left CREATING for --create-takeover-s is finished by the controller.
+    now = services.clock.now_ms()
+    await services.stream_store.create_stream_metadata(
+        "sc", "half", StreamConfig(ScalingPolicy.fixed(1)), now
+    )
     assert (await stub.checkStreamExists(pb.StreamInfo(scope="sc", stream="half"))).exists
     with pytest.raises(GRPCError) as raised:
         await stub.getCurrentSegments(pb.StreamInfo(scope="sc", stream="half"))

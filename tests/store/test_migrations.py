@@ -7,6 +7,7 @@ migrated template, so the migrations themselves build everything that is compare
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -134,3 +135,34 @@ async def test_ensure_schema_on_an_empty_database(empty_db_url: str) -> None:
     assert await stamped_revision(empty_db_url) == migrate.head_revision()
     assert await user_tables(empty_db_url) == DECLARED_TABLES | {"alembic_version"}
     assert await migrate.ensure_schema(empty_db_url) is False
+
+
+async def test_defect_8_concurrent_ensure_schema_calls_migrate_an_empty_database_once(
+    empty_db_url: str,
+) -> None:
+    results = await asyncio.gather(*(migrate.ensure_schema(empty_db_url) for _ in range(4)))
+    assert sorted(results) == [False, False, False, True], "exactly one call migrates, the others wait"
+    assert await stamped_revision(empty_db_url) == migrate.head_revision()
+    assert await schema_diff(empty_db_url) == []
+
+
+async def test_defect_8_concurrent_db_upgrade_processes_all_succeed(empty_db_url: str) -> None:
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app.cli",
+            "db",
+            "upgrade",
+            "--db-url",
+            empty_db_url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        for _ in range(3)
+    ]
+    outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in processes)), timeout=120)
+    for process, (output, _) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, output.decode(errors="replace")
+    assert await stamped_revision(empty_db_url) == migrate.head_revision()
+    assert await schema_diff(empty_db_url) == []

@@ -43,7 +43,9 @@ PER_STREAM_TABLES = (
 
 async def test_creation_writes_every_record_at_version_zero_in_one_transaction(services: Services) -> None:
     await services.scopes.create_scope(SCOPE)
-    creation = await services.stream_store.create_stream_metadata(SCOPE, "st", CONFIG, 1234)
+    # A creation time of now: an old one would be finished by the controller's creation sweep.
+    created_at = services.clock.now_ms()
+    creation = await services.stream_store.create_stream_metadata(SCOPE, "st", CONFIG, created_at)
     assert creation.created is True
     assert creation.state == StreamState.CREATING
     assert creation.config == CONFIG
@@ -55,7 +57,7 @@ async def test_creation_writes_every_record_at_version_zero_in_one_transaction(s
         SCOPE,
         "st",
     )
-    assert stream["creation_time"] == 1234
+    assert stream["creation_time"] == created_at
     sid = stream["id"]
     xmins = {stream["xmin"]}
 
@@ -79,7 +81,7 @@ async def test_creation_writes_every_record_at_version_zero_in_one_transaction(s
         "FROM epochs WHERE stream_id = $1",
         sid,
     )
-    assert [(e["epoch"], e["reference_epoch"], e["creation_time"]) for e in epochs] == [(0, 0, 1234)]
+    assert [(e["epoch"], e["reference_epoch"], e["creation_time"]) for e in epochs] == [(0, 0, created_at)]
     assert epochs[0]["segment_ids"] == epochs[0]["created_segments"] == [0, 1, 2]
     xmins.add(epochs[0]["xmin"])
 
@@ -98,7 +100,7 @@ async def test_creation_writes_every_record_at_version_zero_in_one_transaction(s
             s["version"],
         )
         for s in segments
-    ] == [(i, i, 0, 1234, None, 0) for i in range(3)]
+    ] == [(i, i, 0, created_at, None, 0) for i in range(3)]
     assert segments[0]["key_start"] == 0.0 and segments[-1]["key_end"] == 1.0
     xmins.update(s["xmin"] for s in segments)
 
@@ -154,20 +156,21 @@ async def test_recreated_stream_numbers_segments_after_the_deleted_one(services:
 
 async def test_creating_an_existing_stream_returns_what_is_stored(services: Services) -> None:
     await services.scopes.create_scope(SCOPE)
-    first = await services.stream_store.create_stream_metadata(SCOPE, "st", CONFIG, 1000)
+    now = services.clock.now_ms()  # an old creation time would be finished by the creation sweep
+    first = await services.stream_store.create_stream_metadata(SCOPE, "st", CONFIG, now)
     other_config = StreamConfig(ScalingPolicy.fixed(5))
 
-    again = await services.stream_store.create_stream_metadata(SCOPE, "st", other_config, 2000)
+    again = await services.stream_store.create_stream_metadata(SCOPE, "st", other_config, now + 1000)
     assert again.created is False
     assert again.config == CONFIG
-    assert again.creation_time == 1000
+    assert again.creation_time == now
     assert again.state == StreamState.CREATING
     assert again.epoch_zero == first.epoch_zero
 
     # After activation the state read back follows the stored one.
     version = (await services.stream_store.get_state(SCOPE, "st")).version
     await services.stream_store.activate_created_stream(SCOPE, "st", version, index_tags=True)
-    third = await services.stream_store.create_stream_metadata(SCOPE, "st", other_config, 3000)
+    third = await services.stream_store.create_stream_metadata(SCOPE, "st", other_config, now + 2000)
     assert (third.created, third.state, third.config) == (False, StreamState.ACTIVE, CONFIG)
     assert await services.stream_store.list_streams_for_tag(SCOPE, "a", "", 10) == ["st"]
     stored = await services.stream_store.get_config(SCOPE, "st")

@@ -17,7 +17,7 @@ from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.ports import SegmentStore
 from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
-from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
+from workers.handlers import abort_handlers, commit_handlers, creation_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.kvtables import kvt_handlers
@@ -185,6 +185,7 @@ def test_every_request_kind_has_exactly_one_handler() -> None:
     deps = WorkflowDeps(None, None, None, None, None)  # type: ignore[arg-type]
     tables = [
         stream_request_handlers(deps),
+        creation_handlers(deps, None, None),  # type: ignore[arg-type]
         commit_handlers(CommitTxnsHandler(deps, None)),  # type: ignore[arg-type]
         abort_handlers(deps),
         reader_group_handlers(deps, None, None),  # type: ignore[arg-type]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.domain.requests import RequestKind
-from app.ports import AutoScaleStore
+from app.ports import AutoScaleStore, RequestQueue
 from workers.handlers.abort_txn import AbortTxnHandler
 from workers.handlers.auto_scale import AutoScaleHandler
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
+from workers.handlers.create_stream import CreateStreamHandler, CreationFinisher
 from workers.handlers.delete_scope import DeleteScopeHandler, ScopeMemberDeletion
 from workers.handlers.delete_stream import DeleteStreamHandler
 from workers.handlers.scale import ScaleHandler
@@ -34,6 +35,12 @@ def stream_request_handlers(
         RequestKind.DELETE_STREAM: DeleteStreamHandler(deps),
         RequestKind.DELETE_SCOPE: DeleteScopeHandler(deps, scope_member_deletions),
     }
+
+
+def creation_handlers(
+    deps: WorkflowDeps, finisher: CreationFinisher, requests: RequestQueue
+) -> dict[RequestKind, RequestHandler]:
+    return {RequestKind.CREATE_STREAM: CreateStreamHandler(finisher, deps.streams, requests)}
 
 
 def commit_handlers(handler: CommitTxnsHandler) -> dict[RequestKind, RequestHandler]:
