@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
+import pytest
+
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import qualified_segment_name
@@ -20,7 +22,7 @@ from app.domain.records import StreamState
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
 from tests.api.test_grpc_lifecycle import S, scale_request, seg, stream_with, wait_scaled
-from tests.api.test_grpc_streams import config
+from tests.api.test_grpc_streams import config, make_scope
 
 T = TypeVar("T")
 
@@ -129,21 +131,36 @@ async def test_defect_3_truncation_behind_a_seal_is_carried_out(db_url: str) -> 
         await deleted_cleanly(idle, stub, db_url)
 
 
-async def test_defect_3_update_then_seal_5_ms_apart_leave_the_stream_deletable(services: Services) -> None:
-    """The issue's reproduction with the workers running all along, a few rounds."""
+def racing_call(stub: ControllerServiceStub, kind: str, info: pb.StreamInfo) -> Awaitable[object]:
+    if kind == "update":
+        return stub.updateStream(config(info.scope, info.stream, 3))
+    if kind == "truncate":
+        return stub.truncateStream(pb.StreamCut(streamInfo=info, cut={seg(0): 0, seg(1): 0}))
+    return stub.scale(scale_request([seg(1)], [(0.5, 0.75), (0.75, 1.0)], info))
+
+
+@pytest.mark.parametrize("kind", ["update", "truncate", "scale"])
+async def test_defect_3_seal_5_ms_after_an_update_truncate_or_scale_leaves_the_stream_deletable(
+    services: Services, kind: str
+) -> None:
+    """The issue's reproduction with the workers running all along: createStream(s, 2), then the
+    other call and sealStream 5 ms apart; a few rounds, each on a stream of its own."""
     async with served(services) as stub:
-        await stream_with(stub, 2)
+        await make_scope(stub)
         for round_ in range(3):
-            info = pb.StreamInfo(scope="sc", stream=f"r{round_}")
-            assert (
-                await stub.createStream(config("sc", info.stream, 2))
-            ).status == pb.CreateStreamStatus.SUCCESS
-            update = asyncio.ensure_future(stub.updateStream(config("sc", info.stream, 3)))
+            info = pb.StreamInfo(scope="sc", stream=f"{kind}{round_}")
+            created = await stub.createStream(config("sc", info.stream, 2))
+            assert created.status == pb.CreateStreamStatus.SUCCESS
+            other = asyncio.ensure_future(racing_call(stub, kind, info))
             await asyncio.sleep(0.005)
             sealed = await asyncio.wait_for(stub.sealStream(info), 30)
-            updated = await asyncio.wait_for(update, 30)
+            answered = await asyncio.wait_for(other, 30)
             assert sealed.status == pb.UpdateStreamStatus.SUCCESS
-            assert updated.status in (pb.UpdateStreamStatus.SUCCESS, pb.UpdateStreamStatus.STREAM_SEALED)
+            if isinstance(answered, pb.ScaleResponse):
+                assert answered.status in (pb.ScaleResponse.STARTED, pb.ScaleResponse.FAILURE)
+            else:
+                assert isinstance(answered, pb.UpdateStreamStatus)
+                assert answered.status in (pb.UpdateStreamStatus.SUCCESS, pb.UpdateStreamStatus.STREAM_SEALED)
             deleted = await asyncio.wait_for(stub.deleteStream(info), 30)
             assert deleted.status == pb.DeleteStreamStatus.SUCCESS
         await until(lambda: nothing_queued(services))
