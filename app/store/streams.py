@@ -40,6 +40,7 @@ from app.store.rows import (
 
 _SQL = queries.load("streams")
 EMPTY_EPOCH_TRANSITION = -1
+_REREADS = 3
 
 
 class PgStreamStore:
@@ -81,20 +82,24 @@ class PgStreamStore:
             return StreamCreation(True, StreamState.CREATING, creation_time, config, epoch_zero)
 
     async def _existing(self, conn: Connection, scope: str, name: str) -> StreamCreation | None:
-        row = await conn.fetchrow(_SQL["find_stream"], scope, name)
-        if row is None:
-            return None
-        config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
-        epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
-        # Both are written in the same transaction as the stream row found above.
-        assert config_row is not None and epoch_row is not None
-        return StreamCreation(
-            False,
-            StreamState(row["state"]),
-            row["creation_time"],
-            config_from_row(config_row),
-            epoch_from_row(epoch_row),
-        )
+        for _ in range(_REREADS):
+            row = await conn.fetchrow(_SQL["find_stream"], scope, name)
+            if row is None:
+                return None
+            config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
+            epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
+            # Both are written in the same transaction as the stream row; each statement sees the
+            # latest commits, so one is missing only when a deletion committed between the reads:
+            # read again (the stream is then gone, or a new one took the name).
+            if config_row is not None and epoch_row is not None:
+                return StreamCreation(
+                    False,
+                    StreamState(row["state"]),
+                    row["creation_time"],
+                    config_from_row(config_row),
+                    epoch_from_row(epoch_row),
+                )
+        raise WriteConflict(f"stream {scope}/{name} kept being deleted and created concurrently")
 
     async def activate_created_stream(
         self, scope: str, name: str, expected_state_version: int, *, index_tags: bool
