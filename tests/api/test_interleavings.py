@@ -1,21 +1,23 @@
-"""No stuck states (issue 16): hypothesis drives random interleavings of update, scale (split and
-merge), truncate, seal, delete and transactions (create then commit or abort) on one stream,
-against the in-process controller with its workers, over real gRPC. After quiescence it checks:
-no stream in a transient state, no request left (none will ever run), the current epoch's key
-ranges tile [0, 1), every acknowledged operation applied (once), and no orphaned segments.
+"""No stuck states (issue 16): hypothesis drives random interleavings of create, update, scale
+(split and merge), truncate, seal, delete and transactions (create then commit or abort) on one
+stream, against two in-process controllers with their workers on one database, over real gRPC.
+After quiescence it checks: no stream in a transient state, no request left (none will ever run),
+the current epoch's key ranges tile [0, 1), every acknowledged operation applied (once), no
+orphaned segments, and that the stream can still be sealed and deleted.
 
-Bounded and derandomized: EXAMPLES scenarios of a few concurrent calls each, on one controller
-(each scenario on a stream of its own)."""
+Bounded and derandomized: EXAMPLES scenarios of a few concurrent calls each (each scenario on a
+stream of its own)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import epoch_of, qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamState
-from app.testing.controller import Services
+from app.testing.controller import Services, running_controller
 from app.testing.scale import scale_request
 from tests.api.conftest import served
 from tests.api.test_grpc_streams import config
@@ -157,6 +159,14 @@ async def until(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
     return False
 
 
+@pytest.fixture
+async def second(db_url: str) -> AsyncIterator[Services]:
+    """A second controller on the same database: the buckets, and so the workflows, are split
+    between the two, and calls alternate between them."""
+    async with running_controller(db_url) as running:
+        yield running
+
+
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -164,22 +174,24 @@ async def until(check: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
     database=None,
     # No shrinking: a failing scenario can wait out its timeouts, and it is reported as generated.
     phases=(Phase.explicit, Phase.generate),
-    # One controller serves every example; each example works on a stream of its own.
+    # Two controllers serve every example; each example works on a stream of its own.
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(scenario)
 async def test_no_stuck_states_after_random_interleavings(
-    services: Services, case: tuple[int, list[tuple[str, int, int]]]
+    services: Services, second: Services, case: tuple[int, list[tuple[str, int, int]]]
 ) -> None:
     initial, operations = case
     name = f"s{next(_names)}"
-    async with served(services) as stub:
+    async with served(services) as stub, served(second) as other_stub:
         created = await stub.createScope(pb.ScopeInfo(scope=SCOPE))
         assert created.status in (pb.CreateScopeStatus.SUCCESS, pb.CreateScopeStatus.SCOPE_EXISTS)
         made = await stub.createStream(config(SCOPE, name, initial))
         assert made.status == pb.CreateStreamStatus.SUCCESS
-        run = Scenario(stub, name)
-        outcomes = await asyncio.gather(*(run.run(kind, count, delay) for kind, count, delay in operations))
+        runs = (Scenario(stub, name), Scenario(other_stub, name))
+        outcomes = await asyncio.gather(
+            *(runs[i % 2].run(kind, count, delay) for i, (kind, count, delay) in enumerate(operations))
+        )
         quiet = await until(lambda: quiescent(services, name), QUIESCENCE_S)
         assert quiet, f"not quiescent: {await leftovers(services, name)}; outcomes {outcomes}"
         if await check_final_state(services, stub, name, initial, outcomes):
