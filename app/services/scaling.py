@@ -46,6 +46,7 @@ class CheckScaleOutcome(enum.Enum):
 
 
 _FAILED = ScaleOutcome(ScaleOutcomeStatus.FAILURE)
+_CONFLICT_ATTEMPTS = 5
 
 
 class Scaling:
@@ -60,35 +61,48 @@ class Scaling:
         require_present("scope", scope)
         require_present("stream", name)
         try:
-            state = (await self._streams.get_state(scope, name)).value
-            if state in (StreamState.SEALING, StreamState.SEALED):
-                return _FAILED
-            etr_v = await self._streams.get_epoch_transition(scope, name)
-            if etr_v.value is not None:
-                if etr_matches(etr_v.value, to_seal, new_ranges):
-                    return _started(etr_v.value.new_segments, etr_v.value.active_epoch, timestamp)
-                return _FAILED
-            _state, active = await self._streams.get_active_epoch(scope, name)
-            config = (await self._streams.get_config(scope, name)).value
-            check = validate_scale(active, to_seal, new_ranges, config.scaling.min_num_segments)
-            if check == ScaleCheck.PRECONDITION_FAILED:
-                return ScaleOutcome(ScaleOutcomeStatus.PRECONDITION_FAILED)
-            if check == ScaleCheck.INVALID_RANGES:
-                return _FAILED
-            # The client's timestamp orders the epoch; one that is unset falls back to now.
-            time = timestamp if timestamp > 0 else self._clock.now_ms()
-            etr = compute_epoch_transition(active, to_seal, new_ranges, time)
-            request = NewRequest(
-                RequestKind.SCALE,
-                scope,
-                name,
-                self._clock.now_ms(),
-                payload={"manual": True, "epoch": active.epoch},
-            )
-            await self._streams.set_epoch_transition(scope, name, etr, etr_v.version, request=request)
-            return _started(etr.new_segments, active.epoch, time)
-        except (NotFound, WriteConflict):
+            # A lost race for the transition record is judged again on what won it: an
+            # identical scale submitted at the same moment (a client retrying a timed-out call)
+            # then gets the idempotent STARTED with the same segments, as a later repeat does.
+            for _ in range(_CONFLICT_ATTEMPTS):
+                try:
+                    return await self._submit(scope, name, to_seal, new_ranges, timestamp)
+                except WriteConflict:
+                    continue
+        except NotFound:
             return _FAILED
+        return _FAILED
+
+    async def _submit(
+        self, scope: str, name: str, to_seal: Sequence[int], new_ranges: Sequence[KeyRange], timestamp: int
+    ) -> ScaleOutcome:
+        state = (await self._streams.get_state(scope, name)).value
+        if state in (StreamState.SEALING, StreamState.SEALED):
+            return _FAILED
+        etr_v = await self._streams.get_epoch_transition(scope, name)
+        if etr_v.value is not None:
+            if etr_matches(etr_v.value, to_seal, new_ranges):
+                return _started(etr_v.value.new_segments, etr_v.value.active_epoch, timestamp)
+            return _FAILED
+        _state, active = await self._streams.get_active_epoch(scope, name)
+        config = (await self._streams.get_config(scope, name)).value
+        check = validate_scale(active, to_seal, new_ranges, config.scaling.min_num_segments)
+        if check == ScaleCheck.PRECONDITION_FAILED:
+            return ScaleOutcome(ScaleOutcomeStatus.PRECONDITION_FAILED)
+        if check == ScaleCheck.INVALID_RANGES:
+            return _FAILED
+        # The client's timestamp orders the epoch; one that is unset falls back to now.
+        time = timestamp if timestamp > 0 else self._clock.now_ms()
+        etr = compute_epoch_transition(active, to_seal, new_ranges, time)
+        request = NewRequest(
+            RequestKind.SCALE,
+            scope,
+            name,
+            self._clock.now_ms(),
+            payload={"manual": True, "epoch": active.epoch},
+        )
+        await self._streams.set_epoch_transition(scope, name, etr, etr_v.version, request=request)
+        return _started(etr.new_segments, active.epoch, time)
 
     async def check_scale(self, scope: str, name: str, epoch: int) -> CheckScaleOutcome:
         require_present("scope", scope)
@@ -108,6 +122,10 @@ class Scaling:
             return CheckScaleOutcome.INVALID_INPUT
         except DomainError:
             return CheckScaleOutcome.INTERNAL_ERROR
+        if status is ScaleStatus.IN_PROGRESS and state in (StreamState.SEALING, StreamState.SEALED):
+            # A sealed stream never scales again: a scale still pending behind the seal is
+            # discarded by its workflow, so the caller's wait ends here instead of polling forever.
+            return CheckScaleOutcome.INVALID_INPUT
         return CheckScaleOutcome(status.value)
 
 

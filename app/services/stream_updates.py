@@ -14,6 +14,10 @@ from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
 
+# A seal requested or done: the stream never returns to ACTIVE, so an update or truncation
+# cannot run on it any more (its workflow ends such a request unapplied, or as Pravega's does).
+CLOSED_BY_SEAL = frozenset({StreamState.SEALING, StreamState.SEALED})
+
 
 class UpdateOutcome(enum.Enum):
     """UpdateStreamStatus, shared by update, truncate and seal."""
@@ -44,7 +48,7 @@ class StreamUpdates:
         config.validate()
         since = self._clock.now_ms()
         try:
-            if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
+            if (await self._streams.get_state(scope, name)).value in CLOSED_BY_SEAL:
                 return UpdateOutcome.STREAM_SEALED
             record = await self._streams.get_config_record(scope, name)
             if record.value[1]:
@@ -68,7 +72,8 @@ class StreamUpdates:
                 timeout_s=self._timeout_s,
                 failed=parked_request(self._requests, scope, name, RequestKind.UPDATE_STREAM, since),
             )
-            if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
+            # A seal that overtook the update: its workflow ended it unapplied.
+            if (await self._streams.get_state(scope, name)).value in CLOSED_BY_SEAL:
                 return UpdateOutcome.STREAM_SEALED
         except FinalFailure:
             return UpdateOutcome.FAILURE  # parked: the stream is ACTIVE again, not updating

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from app.domain.errors import FinalFailure, InvalidInput, NotFound, WriteConflict
 from app.domain.names import require_present
-from app.domain.records import SEALED_SIZE_SHARD_EPOCHS, StreamState
+from app.domain.records import SEALED_SIZE_SHARD_EPOCHS
 from app.domain.requests import NewRequest, RequestKind, truncation_payload
 from app.domain.streamcuts import (
     CutVerdict,
@@ -19,7 +19,7 @@ from app.domain.streamcuts import (
 )
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
-from app.services.stream_updates import UpdateOutcome
+from app.services.stream_updates import CLOSED_BY_SEAL, UpdateOutcome
 
 
 class Truncation:
@@ -43,7 +43,7 @@ class Truncation:
             raise InvalidInput("the stream cut must not be empty")
         since = self._clock.now_ms()
         try:
-            if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
+            if (await self._streams.get_state(scope, name)).value in CLOSED_BY_SEAL:
                 return UpdateOutcome.STREAM_SEALED
             previous = await self._streams.get_truncation(scope, name)
             if previous.value.updating:

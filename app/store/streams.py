@@ -46,6 +46,8 @@ EMPTY_EPOCH_TRANSITION = -1
 FINISHED_BY_THEIR_OWNER = (MARK_PREFIX, READER_GROUP_STREAM_PREFIX)
 # A name created and deleted again between our read and our insert, this many times in a row.
 _CREATE_ATTEMPTS = 5
+# A stream deleted (and maybe created again) between our reads of it, this many times in a row.
+_REREADS = 3
 
 
 class PgStreamStore:
@@ -123,21 +125,24 @@ class PgStreamStore:
         return existing
 
     async def _existing(self, conn: Connection, scope: str, name: str) -> StreamCreation | None:
-        row = await conn.fetchrow(_SQL["find_stream"], scope, name)
-        if row is None:
-            return None
-        config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
-        epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
-        if config_row is None or epoch_row is None:
-            # Written with the stream row, so only a deletion between our reads removes them.
-            return None
-        return StreamCreation(
-            False,
-            StreamState(row["state"]),
-            row["creation_time"],
-            config_from_row(config_row),
-            epoch_from_row(epoch_row),
-        )
+        for _ in range(_REREADS):
+            row = await conn.fetchrow(_SQL["find_stream"], scope, name)
+            if row is None:
+                return None
+            config_row = await conn.fetchrow(_SQL["get_config"], scope, name)
+            epoch_row = await conn.fetchrow(_SQL["get_epoch"], scope, name, 0)
+            # Both are written in the same transaction as the stream row; each statement sees the
+            # latest commits, so one is missing only when a deletion committed between the reads:
+            # read again (the stream is then gone, or a new one took the name).
+            if config_row is not None and epoch_row is not None:
+                return StreamCreation(
+                    False,
+                    StreamState(row["state"]),
+                    row["creation_time"],
+                    config_from_row(config_row),
+                    epoch_from_row(epoch_row),
+                )
+        raise WriteConflict(f"stream {scope}/{name} kept being deleted and created concurrently")
 
     async def activate_created_stream(
         self, scope: str, name: str, expected_state_version: int, *, index_tags: bool

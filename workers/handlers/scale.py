@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from app.domain.records import StreamState
 from app.domain.requests import Request
-from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active
-from workers.handlers.scale_steps import run_pending_scale
+from workers.handlers.behind_seal import closed_by_seal
+from workers.handlers.common import WorkflowDeps, drop_transition, log, move_state, restore_active
+from workers.handlers.scale_steps import discard_transition, run_pending_scale
 from workers.runner import MarkStarted
 
 
@@ -20,6 +21,12 @@ class ScaleHandler:
         pending = (await streams.get_epoch_transition(request.scope, request.stream)).value
         if pending is None:
             await _back_to_active_if(self._deps, request, StreamState.SCALING)
+            return
+        if await closed_by_seal(streams, request.scope, request.stream):
+            # Sealed after the scale was accepted: it can never run (SEALING leads only to
+            # SEALED). Its transition is discarded, so checkScale stops answering IN_PROGRESS.
+            log.info("scale of %s found the stream sealed; the scale is discarded", request.key)
+            await discard_transition(self._deps, request.scope, request.stream, pending)
             return
         await move_state(streams, request.scope, request.stream, StreamState.SCALING)
         await mark_started()

@@ -36,11 +36,11 @@ async def run_pending_scale(deps: WorkflowDeps, scope: str, name: str, *, manual
     if not _completed(etr, active):
         fitted = await _fit_to_active(deps, scope, name, etr_v, active, manual=manual)
         if fitted is None:
-            await _reset_transition(deps, scope, name, etr)
+            await discard_transition(deps, scope, name, etr)
             return False
         etr = fitted.value
         await _apply(deps, scope, name, etr, active)
-    await _reset_transition(deps, scope, name, etr)
+    await discard_transition(deps, scope, name, etr)
     return True
 
 
@@ -86,7 +86,7 @@ async def _apply(
     await advance_pointer(deps, scope, name, change.record.epoch)
 
 
-async def _reset_transition(deps: WorkflowDeps, scope: str, name: str, ours: EpochTransitionRecord) -> None:
+async def discard_transition(deps: WorkflowDeps, scope: str, name: str, ours: EpochTransitionRecord) -> None:
     """Empties the record only while it still holds our transition."""
 
     async def step() -> None:

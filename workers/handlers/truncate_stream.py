@@ -11,6 +11,7 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import StreamState
 from app.domain.requests import Request, previous_truncation
 from app.domain.streamcuts import completed_truncation
+from workers.handlers.behind_seal import closed_by_seal
 from workers.handlers.common import WorkflowDeps, log, move_state, restore_active, retry_conflicts
 from workers.runner import MarkStarted
 
@@ -27,7 +28,12 @@ class TruncateStreamHandler:
             if (await streams.get_state(scope, name)).value == StreamState.TRUNCATING:
                 await move_state(streams, scope, name, StreamState.ACTIVE)
             return
-        await move_state(streams, scope, name, StreamState.TRUNCATING)
+        # A truncation accepted before a seal was requested is still carried out: it concerns
+        # data before the cut only, so it needs no state of its own on a SEALING or SEALED stream
+        # (which can never return to ACTIVE, and must not wait for it).
+        closed = await closed_by_seal(streams, scope, name)
+        if not closed:
+            await move_state(streams, scope, name, StreamState.TRUNCATING)
         await mark_started()
         store = self._deps.segment_store
         for segment, offset in sorted(record.stream_cut.items()):
@@ -42,7 +48,8 @@ class TruncateStreamHandler:
         for segment in sorted(record.to_delete):
             await store.delete_segment(qualified_segment_name(scope, name, segment))
         await self._complete(scope, name)
-        await move_state(streams, scope, name, StreamState.ACTIVE)
+        if not closed:
+            await move_state(streams, scope, name, StreamState.ACTIVE)
 
     async def _complete(self, scope: str, name: str) -> None:
         streams = self._deps.streams

@@ -9,7 +9,15 @@ from app.domain.names import is_internal_stream
 from app.domain.records import StreamState
 from app.domain.requests import Request, previous_config
 from app.domain.scale_rules import compute_epoch_transition, segment_count_update
-from workers.handlers.common import WorkflowDeps, drop_transition, move_state, restore_active, retry_conflicts
+from workers.handlers.behind_seal import closed_by_seal
+from workers.handlers.common import (
+    WorkflowDeps,
+    drop_transition,
+    log,
+    move_state,
+    restore_active,
+    retry_conflicts,
+)
 from workers.handlers.scale_steps import run_pending_scale
 from workers.runner import MarkStarted
 
@@ -25,6 +33,13 @@ class UpdateStreamHandler:
         if not updating:
             if (await streams.get_state(scope, name)).value == StreamState.UPDATING:
                 await move_state(streams, scope, name, StreamState.ACTIVE)
+            return
+        if await closed_by_seal(streams, scope, name):
+            # Sealed (or being sealed) after this update was accepted: it can never run. As
+            # Pravega's UpdateStreamTask, the "updating" flag is dropped so the waiting caller
+            # ends (it answers STREAM_SEALED); nothing reaches the segment store.
+            log.info("update of %s/%s found it sealed; the update ends unapplied", scope, name)
+            await self._complete(scope, name)
             return
         await move_state(streams, scope, name, StreamState.UPDATING)
         await mark_started()
