@@ -27,6 +27,7 @@ from app.domain.scale_rules import (
     split_ranges,
     validate_scale,
 )
+from app.domain.validation import check_timestamp
 
 _MAX_ID = 2**63 - 1  # ids, timestamps and counts travel as Java longs
 
@@ -81,6 +82,8 @@ class ScaleReport:
         sid = _require_long("segmentId", segment_id)
         parsed = ScaleDirection.parse(direction)
         ts = _require_long("timestamp", timestamp)
+        # The report's time plus its validity marks a segment cold: it must stay inside a bigint.
+        check_timestamp("timestamp", ts)
         splits = _require_long("numOfSplits", num_of_splits)
         # Java reads numOfSplits as an int.
         if splits > 2**31 - 1:

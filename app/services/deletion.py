@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 
 from app.domain.errors import NotFound, WriteConflict
-from app.domain.names import require_present
+from app.domain.names import require_not_internal_scope, require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
@@ -79,6 +79,7 @@ class Deletion:
 
     async def delete_scope_recursive(self, scope: str) -> DeleteScopeOutcome:
         require_present("scope", scope)
+        require_not_internal_scope(scope)
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
                 current = await self._scopes.get_scope(scope)

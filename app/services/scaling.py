@@ -21,6 +21,7 @@ from app.domain.scale_rules import (
     etr_matches,
     validate_scale,
 )
+from app.domain.validation import check_epoch_size, check_scale_request
 from app.ports import Clock, StreamStore
 
 
@@ -57,6 +58,7 @@ class Scaling:
     ) -> ScaleOutcome:
         require_present("scope", scope)
         require_present("stream", name)
+        check_scale_request(to_seal, new_ranges, timestamp)
         try:
             state = (await self._streams.get_state(scope, name)).value
             if state in (StreamState.SEALING, StreamState.SEALED):
@@ -68,6 +70,7 @@ class Scaling:
                 return _FAILED
             _state, active = await self._streams.get_active_epoch(scope, name)
             config = (await self._streams.get_config(scope, name)).value
+            check_epoch_size(len(active.segments), to_seal, len(new_ranges))
             check = validate_scale(active, to_seal, new_ranges, config.scaling.min_num_segments)
             if check == ScaleCheck.PRECONDITION_FAILED:
                 return ScaleOutcome(ScaleOutcomeStatus.PRECONDITION_FAILED)

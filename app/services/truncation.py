@@ -17,6 +17,7 @@ from app.domain.streamcuts import (
     next_truncation,
     truncation_epoch_range,
 )
+from app.domain.validation import check_truncation_cut
 from app.ports import Clock, StreamStore
 from app.services.completion import wait_until
 from app.services.stream_updates import UpdateOutcome
@@ -39,6 +40,7 @@ class Truncation:
         require_present("stream", name)
         if not cut:
             raise InvalidInput("the stream cut must not be empty")
+        check_truncation_cut(cut)
         try:
             if (await self._streams.get_state(scope, name)).value == StreamState.SEALED:
                 return UpdateOutcome.STREAM_SEALED

@@ -32,8 +32,9 @@ from app.api.grpc.convert import (
 )
 from app.api.grpc.errors import grpc_error_for
 from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.validation import check_strings
 from app.domain.errors import DomainError, InvalidInput, NotFound
-from app.domain.names import is_valid_scope_or_stream_name, require_present
+from app.domain.names import is_valid_scope_or_stream_name, require_scope_name, require_stream_name
 from app.ports import ClusterView
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
@@ -389,9 +390,9 @@ def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScope
 
 
 def _stream_names(info: pb.StreamInfo) -> tuple[str, str]:
-    """Empty names fail before any work, as every stream RPC's service does (InvalidInput)."""
-    require_present("scope", info.scope)
-    require_present("stream", info.stream)
+    """Empty or ill-formed names fail before any work (InvalidInput): no such stream can exist."""
+    require_scope_name(info.scope)
+    require_stream_name(info.stream)
     return info.scope, info.stream
 
 
@@ -408,6 +409,8 @@ def _unary(
         if handler is None:
             raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")
         try:
+            if request is not None:
+                check_strings(request)
             response = await handler(request)
         except DomainError as exc:
             raise grpc_error_for(exc) from exc
