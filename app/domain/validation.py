@@ -16,7 +16,6 @@ from app.domain.limits import (
     MAX_TARGET_RATE,
     MAX_TIMESTAMP_MS,
     MAX_WRITER_ID_LENGTH,
-    NO_TIMESTAMP,
     UNBOUNDED_RETENTION,
 )
 from app.domain.names import require_text
@@ -38,17 +37,16 @@ def check_timestamp(field: str, value: int) -> None:
     check_range(field, value, 0, MAX_TIMESTAMP_MS, "milliseconds since 1970, at most year 9999")
 
 
-def is_timestamp_or_unset(value: int) -> bool:
-    """A writer's time: a real time, or Long.MIN_VALUE, the clients' "no timestamp"."""
-    return value == NO_TIMESTAMP or 0 <= value <= MAX_TIMESTAMP_MS
+def is_writer_time(value: int) -> bool:
+    """A writer's time: anything up to 9999-12-31. Negative values stay accepted as Pravega takes
+    them (Long.MIN_VALUE is the clients' "no timestamp" on commit); only a time no later time
+    could follow, or whose + 1 overflows, is refused."""
+    return value <= MAX_TIMESTAMP_MS
 
 
 def check_writer_timestamp(field: str, value: int) -> None:
-    if not is_timestamp_or_unset(value):
-        raise InvalidInput(
-            f"{field} must be between 0 and {MAX_TIMESTAMP_MS} (at most year 9999), or "
-            f"{NO_TIMESTAMP} for no timestamp, got {value}"
-        )
+    if not is_writer_time(value):
+        raise InvalidInput(f"{field} must be at most {MAX_TIMESTAMP_MS} (year 9999), got {value}")
 
 
 def check_duration(field: str, value: int) -> None:

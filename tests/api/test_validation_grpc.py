@@ -295,7 +295,7 @@ async def test_writer_times_outside_the_timestamp_bound(
         return int((await wm_stub.noteTimestampFromWriter(request)).result)
 
     assert await note(LONG_MAX) == pb.TimestampResponse.INVALID_TIME
-    assert await note(-5) == pb.TimestampResponse.INVALID_TIME
+    assert await note(MAX_TIMESTAMP_MS + 1) == pb.TimestampResponse.INVALID_TIME
     assert await note(MAX_TIMESTAMP_MS) == pb.TimestampResponse.SUCCESS
     txn = (await wm_stub.createTransaction(pb.CreateTxnRequest(streamInfo=S, lease=LEASE))).txnId
     status, message = await grpc_status(
