@@ -307,3 +307,22 @@ async def test_writer_times_outside_the_timestamp_bound(
         pb.TxnRequest(streamInfo=S, txnId=txn, writerId="w", timestamp=LONG_MIN)
     )
     assert committed.status == pb.TxnStatus.SUCCESS
+
+
+async def test_defect_5_ill_formed_names_are_refused_before_any_query(stub: ControllerServiceStub) -> None:
+    """Names outside Pravega's rule can name no stream: the segment, history and transaction
+    RPCs refuse them with the rule, instead of looking them up."""
+    await stream_with(stub, 1)
+    for info in (pb.StreamInfo(scope="sc", stream="a b"), pb.StreamInfo(scope="s/c", stream="s")):
+        calls = [
+            stub.getCurrentSegments(info),
+            stub.getEpochSegments(pb.GetEpochSegmentsRequest(streamInfo=info, epoch=0)),
+            stub.isSegmentValid(pb.SegmentId(streamInfo=info, segmentId=0)),
+            stub.getSegmentsImmediatelyFollowing(pb.SegmentId(streamInfo=info, segmentId=0)),
+            stub.isStreamCutValid(pb.StreamCut(streamInfo=info, cut={0: 0})),
+            stub.createTransaction(pb.CreateTxnRequest(streamInfo=info, lease=LEASE)),
+        ]
+        for call in calls:
+            status, message = await grpc_status(call)
+            assert status == Status.INVALID_ARGUMENT
+            assert "invalid" in message and "name" in message
