@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.domain.limits import MAX_SEGMENTS_PER_EPOCH
-from app.testing.controller import Services
-from tests.api.conftest import rest_api
+from app.api.rest import autoscale as autoscale_rest
+from app.domain.limits import MAX_SEGMENTS_PER_EPOCH, MAX_TIMESTAMP_MS
+from app.services.autoscale import AutoScaleIntake
+from app.store.autoscale import PgAutoScaleStore
+from app.testing.controller import Services, running_controller
+from tests.api.conftest import rest_api, serve
 from tests.api.conftest_rest import Api
 
 INT_MAX = 2**31 - 1
@@ -100,3 +103,21 @@ async def test_defect_9_rest_the_internal_scope_cannot_be_deleted(api: Api, serv
     await services.scopes.create_scope("_system")
     refused(*await api.call("DELETE", "/v1/scopes/_system"), "_system")
     assert await services.scopes.scope_exists("_system")
+
+
+async def test_defect_1_rest_a_scale_report_past_the_timestamp_bound_is_400(db_url: str) -> None:
+    """The report's time plus its validity marks a segment cold: Long.MAX_VALUE would overflow."""
+    async with running_controller(db_url, workers=False) as services:
+        store = PgAutoScaleStore(services.pool)
+        intake = autoscale_rest.extension(AutoScaleIntake(store, services.clock))
+        async with serve(services, store, rest_extensions=[intake]) as served:
+            assert (await served.api.call("POST", "/v1/scopes", json_body={"scopeName": "sc"}))[0] == 201
+            rate = {"type": "BY_RATE_IN_EVENTS_PER_SEC", "targetRate": 10, "scaleFactor": 2, "minSegments": 2}
+            assert (await create(served.api, "s", {"scalingPolicy": rate}))[0] == 201
+            for timestamp in (LONG_MAX, MAX_TIMESTAMP_MS + 1):
+                report = {"segmentId": 1, "direction": "UP", "timestamp": timestamp, "numOfSplits": 2}
+                status, body = await served.api.call(
+                    "POST", "/v1/scopes/sc/streams/s/scale-reports", json_body=report
+                )
+                refused(status, body, "timestamp")
+            assert await services.pool.fetchval("SELECT count(*) FROM requests") == 0
