@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.validation import check_strings
+from app.domain.autoscale import scale_up
 from app.domain.errors import InvalidInput
 from app.domain.kvtables import KvtConfig
 from app.domain.limits import (
@@ -22,7 +23,15 @@ from app.domain.limits import (
     UNBOUNDED_RETENTION,
 )
 from app.domain.names import require_not_internal_scope, require_stream_name, require_text, validate_tags
-from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy, StreamConfig
+from app.domain.records import (
+    EpochRecord,
+    RetentionPolicy,
+    RetentionType,
+    ScaleType,
+    ScalingPolicy,
+    SegmentRecord,
+    StreamConfig,
+)
 from app.domain.validation import (
     check_epoch_size,
     check_ping_lease,
@@ -175,3 +184,20 @@ def test_the_grpc_gate_finds_nul_at_any_depth() -> None:
     for message in nested:
         with pytest.raises(InvalidInput, match="NUL"):
             check_strings(message)
+
+
+def _epoch_of(count: int) -> EpochRecord:
+    width = 1.0 / count
+    segments = tuple(
+        SegmentRecord(i, 0, 0, i * width, 1.0 if i == count - 1 else (i + 1) * width) for i in range(count)
+    )
+    return EpochRecord(0, 0, segments, 0)
+
+
+def test_an_auto_scale_split_keeps_the_epoch_within_the_bound() -> None:
+    policy = ScalingPolicy(ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10, MAX_SCALE_FACTOR, 1)
+    assert scale_up(0, MAX_SCALE_FACTOR, policy, _epoch_of(MAX_SEGMENTS_PER_EPOCH)) is None
+    decision = scale_up(0, MAX_SCALE_FACTOR, policy, _epoch_of(MAX_SEGMENTS_PER_EPOCH - 2))
+    assert decision is not None and len(decision.new_ranges) == 3
+    small = scale_up(0, 4, policy, _epoch_of(2))
+    assert small is not None and len(small.new_ranges) == 4
