@@ -15,7 +15,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.watermarks import WatermarkRpcs
 from app.domain.limits import MAX_SEGMENTS_PER_EPOCH, MAX_TIMESTAMP_MS
-from app.domain.records import StreamState
+from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.services.watermarks import WatermarkService
 from app.store.watermarks import PgWatermarkStore
 from app.testing.controller import Services
@@ -326,3 +326,28 @@ async def test_defect_5_ill_formed_names_are_refused_before_any_query(stub: Cont
             status, message = await grpc_status(call)
             assert status == Status.INVALID_ARGUMENT
             assert "invalid" in message and "name" in message
+
+
+async def test_defect_5_ill_formed_names_answer_the_not_found_status_of_the_contract(
+    stub: ControllerServiceStub, services: Services
+) -> None:
+    """Where the RPC has a status for a missing stream, an ill-formed name gets it, as from
+    Pravega (whose lookup finds nothing), but without a lookup: a row planted under that name
+    behind the API's back is never seen."""
+    await stream_with(stub, 1)
+    planted = StreamConfig(ScalingPolicy.fixed(1))
+    await services.stream_store.create_stream_metadata("sc", "no such", planted, 1)
+    info = pb.StreamInfo(scope="sc", stream="no such")
+    not_found = pb.UpdateStreamStatus.STREAM_NOT_FOUND
+    assert (await stub.updateStream(config("sc", "no such", 1))).status == not_found
+    assert (await stub.truncateStream(pb.StreamCut(streamInfo=info, cut={0: 0}))).status == not_found
+    assert (await stub.sealStream(info)).status == not_found
+    assert (await stub.deleteStream(info)).status == pb.DeleteStreamStatus.STREAM_NOT_FOUND
+    assert (await stub.scale(scale_request([seg(0)], [(0.0, 1.0)], info))).status == pb.ScaleResponse.FAILURE
+    checked = await stub.checkScale(pb.ScaleStatusRequest(streamInfo=info, epoch=0))
+    assert checked.status == pb.ScaleStatusResponse.INVALID_INPUT
+    assert not (await stub.checkStreamExists(info)).exists
+    status, _ = await grpc_status(stub.getStreamConfiguration(info))
+    assert status == Status.NOT_FOUND
+    status, _ = await grpc_status(stub.sealStream(pb.StreamInfo(scope="sc", stream="")))
+    assert status == Status.INVALID_ARGUMENT
