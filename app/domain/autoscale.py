@@ -17,6 +17,7 @@ from typing import Any
 
 from app.domain.errors import InvalidInput
 from app.domain.ids import segment_id as make_segment_id
+from app.domain.limits import MAX_SEGMENTS_PER_EPOCH
 from app.domain.records import EpochRecord, ScaleType, ScalingPolicy
 from app.domain.scale_rules import (
     KeyRange,
@@ -27,6 +28,7 @@ from app.domain.scale_rules import (
     split_ranges,
     validate_scale,
 )
+from app.domain.validation import check_timestamp
 
 _MAX_ID = 2**63 - 1  # ids, timestamps and counts travel as Java longs
 
@@ -81,6 +83,8 @@ class ScaleReport:
         sid = _require_long("segmentId", segment_id)
         parsed = ScaleDirection.parse(direction)
         ts = _require_long("timestamp", timestamp)
+        # The report's time plus its validity marks a segment cold: it must stay inside a bigint.
+        check_timestamp("timestamp", ts)
         splits = _require_long("numOfSplits", num_of_splits)
         # Java reads numOfSplits as an int.
         if splits > 2**31 - 1:
@@ -156,7 +160,12 @@ def scale_up(
     current = next((s for s in active.segments if s.id == segment), None)
     if current is None:
         return None
-    pieces = split_ranges(current, num_of_splits, policy.scale_factor)
+    # The split replaces one segment by its pieces: the epoch after it stays within the bound
+    # every epoch keeps, so a full epoch is not split at all.
+    room = MAX_SEGMENTS_PER_EPOCH - (len(active.segments) - 1)
+    if room < 2:
+        return None
+    pieces = split_ranges(current, min(num_of_splits, room), min(policy.scale_factor, room))
     return AutoScaleDecision((segment,), tuple(pieces))
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from app.domain.errors import InvalidInput, OperationNotAllowed
 from app.domain.ids import epoch_of, number_of
+from app.domain.limits import MAX_BYTES, MAX_SEGMENTS_PER_EPOCH
 from app.domain.records import SegmentRecord
+from app.domain.validation import check_range
 
 # NameUtils.KVTABLE_SUFFIX: a table's segments live under the pseudo-stream "<kvt>_kvtable",
 # which can never clash with a user stream ("_" is not allowed inside user names).
@@ -40,6 +42,10 @@ class KvtConfig:
         # ControllerService#createKeyValueTable's preconditions.
         if self.partition_count <= 0:
             raise InvalidInput(f"partitionCount must be a positive integer, got {self.partition_count}")
+        # One segment per partition, all created at once: the same bound as a stream's epoch.
+        check_range(
+            "partitionCount", self.partition_count, 1, MAX_SEGMENTS_PER_EPOCH, "segments of one table"
+        )
         if self.primary_key_length <= 0:
             raise InvalidInput(f"primaryKeyLength must be a positive integer, got {self.primary_key_length}")
         if self.secondary_key_length < 0:
@@ -48,6 +54,7 @@ class KvtConfig:
             )
         if self.rollover_size_bytes < 0:
             raise InvalidInput(f"rolloverSizeBytes must not be negative, got {self.rollover_size_bytes}")
+        check_range("rolloverSizeBytes", self.rollover_size_bytes, 0, MAX_BYTES)
         if self.key_length > MAX_TOTAL_KEY_LENGTH:
             raise InvalidInput(
                 f"primaryKeyLength + secondaryKeyLength must be at most {MAX_TOTAL_KEY_LENGTH}, "

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from app.domain.errors import InvalidInput
+from app.domain.limits import MAX_DURATION_MS, MAX_SEGMENTS_PER_EPOCH
 from app.domain.names import READER_GROUP_STREAM_PREFIX, is_valid_user_name
+from app.domain.validation import check_range
 
 # ReaderGroupConfig.DEFAULT_UUID: "no id yet, assign one".
 DEFAULT_READER_GROUP_ID = uuid.UUID(int=0)
@@ -109,6 +111,20 @@ class ReaderGroupConfig:
                 "maxOutstandingCheckpointRequest must be greater than zero, "
                 f"got {self.max_outstanding_checkpoint_request}"
             )
+        # Bounds beyond Java's builder: intervals the clock arithmetic can carry, and cuts no
+        # larger than an epoch (a cut names at most one segment per key range of an epoch).
+        check_range("groupRefreshTimeMillis", self.group_refresh_time_ms, -MAX_DURATION_MS, MAX_DURATION_MS)
+        check_range(
+            "automaticCheckpointIntervalMillis",
+            self.automatic_checkpoint_interval_ms,
+            -MAX_DURATION_MS,
+            MAX_DURATION_MS,
+        )
+        for stream, cut in (*self.starting_stream_cuts.items(), *self.ending_stream_cuts.items()):
+            if len(cut) > MAX_SEGMENTS_PER_EPOCH:
+                raise InvalidInput(
+                    f"the stream cut of {stream} names {len(cut)} segments; at most {MAX_SEGMENTS_PER_EPOCH}"
+                )
 
 
 def _check_start_before_end(stream: ScopedStream, start: Cut, end: Cut) -> None:

@@ -9,9 +9,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
-from app.domain.errors import InvalidInput
 from app.domain.ids import segment_id
 from app.domain.names import validate_tags
+from app.domain.validation import check_retention, check_scaling, check_stream_limits
 
 T = TypeVar("T")
 
@@ -39,14 +39,10 @@ class ScalingPolicy:
         return ScalingPolicy(ScaleType.FIXED_NUM_SEGMENTS, 0, 0, segments)
 
     def validate(self) -> None:
-        # Pravega's server trusts the decoded protobuf; we refuse what its client factories refuse.
-        if self.min_num_segments <= 0:
-            raise InvalidInput(f"minNumSegments must be positive, got {self.min_num_segments}")
-        if self.scale_type != ScaleType.FIXED_NUM_SEGMENTS:
-            if self.target_rate <= 0:
-                raise InvalidInput(f"targetRate must be positive for {self.scale_type.name}")
-            if self.scale_factor <= 0:
-                raise InvalidInput(f"scaleFactor must be positive for {self.scale_type.name}")
+        # Pravega's server trusts the decoded protobuf; we refuse what its client factories refuse,
+        # and counts or factors no epoch could hold.
+        fixed = self.scale_type == ScaleType.FIXED_NUM_SEGMENTS
+        check_scaling(self.scale_type.name, fixed, self.target_rate, self.scale_factor, self.min_num_segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +52,7 @@ class RetentionPolicy:
     retention_max: int
 
     def validate(self) -> None:
-        if self.retention_param < 0:
-            raise InvalidInput(f"retentionParam must not be negative, got {self.retention_param}")
-        if self.retention_max < 0:
-            raise InvalidInput(f"retentionMax must not be negative, got {self.retention_max}")
+        check_retention(self.retention_type == RetentionType.TIME, self.retention_param, self.retention_max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +72,7 @@ class StreamConfig:
         if self.retention is not None:
             self.retention.validate()
         validate_tags(self.tags)
-        if self.timestamp_aggregation_timeout < 0:
-            raise InvalidInput("timestampAggregationTimeout must not be negative")
-        if self.rollover_size_bytes < 0:
-            raise InvalidInput("rolloverSizeBytes must not be negative")
+        check_stream_limits(self.timestamp_aggregation_timeout, self.rollover_size_bytes)
 
     def equal_ignoring_tags(self, other: StreamConfig) -> bool:
         return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 
 from app.domain.errors import FinalFailure, NotFound, WriteConflict
-from app.domain.names import require_present
+from app.domain.names import require_not_internal_scope, require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
@@ -84,6 +84,7 @@ class Deletion:
 
     async def delete_scope_recursive(self, scope: str) -> DeleteScopeOutcome:
         require_present("scope", scope)
+        require_not_internal_scope(scope)
         since = self._clock.now_ms()
         for _ in range(_CONFLICT_ATTEMPTS):
             try:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.domain.errors import InvalidInput
-from app.domain.names import require_present
+from app.domain.names import require_scope_name, require_stream_name
 from app.domain.records import EpochRecord, SegmentRecord
 from app.domain.streamcuts import (
     EpochWindow,
@@ -83,5 +83,6 @@ def _event(record: EpochRecord) -> ScalingEvent:
 
 
 def _require_stream(scope: str, name: str) -> None:
-    require_present("scope", scope)
-    require_present("stream", name)
+    # A name outside Pravega's rule names no stream: refused before any query.
+    require_scope_name(scope)
+    require_stream_name(name)

@@ -22,6 +22,7 @@ from app.domain.scale_rules import (
     etr_matches,
     validate_scale,
 )
+from app.domain.validation import check_epoch_size, check_scale_request
 from app.ports import Clock, RequestQueue, StreamStore
 
 
@@ -60,6 +61,7 @@ class Scaling:
     ) -> ScaleOutcome:
         require_present("scope", scope)
         require_present("stream", name)
+        check_scale_request(to_seal, new_ranges, timestamp)
         try:
             # A lost race for the transition record is judged again on what won it: an
             # identical scale submitted at the same moment (a client retrying a timed-out call)
@@ -86,6 +88,7 @@ class Scaling:
             return _FAILED
         _state, active = await self._streams.get_active_epoch(scope, name)
         config = (await self._streams.get_config(scope, name)).value
+        check_epoch_size(len(active.segments), to_seal, len(new_ranges))
         check = validate_scale(active, to_seal, new_ranges, config.scaling.min_num_segments)
         if check == ScaleCheck.PRECONDITION_FAILED:
             return ScaleOutcome(ScaleOutcomeStatus.PRECONDITION_FAILED)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from app.domain.errors import AlreadyExists, NotEmpty, NotFound
-from app.domain.names import is_valid_scope_or_stream_name, require_present
+from app.domain.names import is_valid_scope_or_stream_name, require_not_internal_scope, require_present
 from app.ports import Clock, ScopeStore
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
@@ -39,6 +39,7 @@ class ScopeService:
 
     async def delete_scope(self, name: str) -> ScopeOutcome:
         require_present("scope", name)
+        require_not_internal_scope(name)
         try:
             await self._scopes.delete_scope(name)
         except NotFound:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app.domain.errors import IllegalState, InvalidInput
 from app.domain.ids import qualified_segment_name
-from app.domain.names import require_present
+from app.domain.names import require_present, require_scope_name, require_stream_name
 from app.domain.records import SegmentRecord, StreamState
 from app.ports import SegmentStoreLocator, StreamStore
 
@@ -15,8 +15,9 @@ _NOT_YET_READABLE = (StreamState.UNKNOWN, StreamState.CREATING)
 
 
 def _require_stream(scope: str, stream: str) -> None:
-    require_present("scope", scope)
-    require_present("stream", stream)
+    # A name outside Pravega's rule names no stream: refused before any query.
+    require_scope_name(scope)
+    require_stream_name(stream)
 
 
 class SegmentQueries:
@@ -57,6 +58,8 @@ class SegmentQueries:
 
     def uri(self, scope: str, stream: str, segment: int) -> tuple[str, int]:
         """Where the segment's container lives. No existence check: clients ask for reader-group
-        table segments the controller never created."""
-        _require_stream(scope, stream)
+        table segments the controller never created (their names, e.g. `<kvt>_kvtable`, are
+        outside the stream-name rule), and nothing is queried: only presence is checked."""
+        require_present("scope", scope)
+        require_present("stream", stream)
         return self._locator.endpoint_for_segment(qualified_segment_name(scope, stream, segment))

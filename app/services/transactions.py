@@ -31,6 +31,7 @@ from app.domain.txns import (
     ping_of_completed,
     txn_segments,
 )
+from app.domain.validation import check_ping_lease, check_writer_id, check_writer_timestamp
 from app.ports import Clock, SegmentStore, StreamStore, TxnLookup, TxnStore
 
 # Pravega retries a versioned txn update 3 times before the error reaches the caller.
@@ -131,7 +132,9 @@ class TransactionService:
 
     async def ping(self, scope: str, name: str, txn: TxnId, lease_ms: int) -> PingStatus:
         """Pravega's pingTxn checks, in its order: timeouts not running, no longer open, lease too large,
-        past the maximum execution time. The minimum lease is not enforced here (Pravega neither)."""
+        past the maximum execution time. The minimum lease is not enforced here (Pravega neither),
+        but a lease of zero or less, which would end the transaction at once, is refused."""
+        check_ping_lease(lease_ms)
         if not self._timeouts_running():
             return PingStatus.DISCONNECTED
         # One statement for an open transaction within its bounds; every other answer (and a
@@ -164,6 +167,9 @@ class TransactionService:
         self, scope: str, name: str, txn: TxnId, writer_id: str = "", timestamp: int | None = None
     ) -> Outcome:
         writer = writer_id or None
+        check_writer_id(writer_id)
+        if writer is not None and timestamp is not None:
+            check_writer_timestamp("timestamp", timestamp)
         return await self._seal(
             scope,
             name,

@@ -17,6 +17,7 @@ from app.domain.streamcuts import (
     next_truncation,
     truncation_epoch_range,
 )
+from app.domain.validation import check_truncation_cut
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import CLOSED_BY_SEAL, UpdateOutcome
@@ -41,6 +42,7 @@ class Truncation:
         require_present("stream", name)
         if not cut:
             raise InvalidInput("the stream cut must not be empty")
+        check_truncation_cut(cut)
         since = self._clock.now_ms()
         try:
             if (await self._streams.get_state(scope, name)).value in CLOSED_BY_SEAL:

@@ -18,6 +18,7 @@ from app.domain.cluster import Fence
 from app.domain.errors import DomainError, InvalidInput, NotFound, StoreUnavailable, WriteConflict
 from app.domain.names import require_present
 from app.domain.txns import TxnId
+from app.domain.validation import check_writer_id, is_writer_time
 from app.domain.watermarks import (
     CutDraft,
     NoteOutcome,
@@ -100,6 +101,11 @@ class WatermarkService:
         require_present("stream", stream)
         if not writer:
             raise InvalidInput("writer id must not be empty")
+        check_writer_id(writer)
+        # A time past year 9999 could never be followed by a later one: the proto's own answer
+        # for a time that cannot be taken.
+        if not is_writer_time(timestamp):
+            return NoteOutcome.INVALID_TIME
         for _ in range(_WRITE_ATTEMPTS):
             current = await self._store.get_writer_mark(scope, stream, writer)
             outcome = note_decision(None if current is None else current.value, timestamp, position)

@@ -32,8 +32,14 @@ from app.api.grpc.convert import (
 )
 from app.api.grpc.errors import grpc_error_for
 from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.validation import check_strings
 from app.domain.errors import DomainError, InvalidInput, NotFound
-from app.domain.names import is_valid_scope_or_stream_name, require_present
+from app.domain.names import (
+    is_valid_scope_or_stream_name,
+    require_present,
+    require_scope_name,
+    require_stream_name,
+)
 from app.ports import ClusterView
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
@@ -178,10 +184,14 @@ class ControllerService:
         return pb.CreateStreamStatus(status=_CREATE_STREAM[outcome])
 
     async def rpc_getStreamConfiguration(self, request: pb.StreamInfo) -> pb.StreamConfig:
+        if not _well_formed(request):
+            raise NotFound(f"stream {request.scope}/{request.stream} not found")
         config = await self._streams.get_config(request.scope, request.stream)
         return stream_config_to_proto(request.scope, request.stream, config)
 
     async def rpc_checkStreamExists(self, request: pb.StreamInfo) -> pb.ExistsResponse:
+        if not _well_formed(request):
+            return pb.ExistsResponse(exists=False)
         return pb.ExistsResponse(exists=await self._streams.stream_exists(request.scope, request.stream))
 
     async def rpc_listStreamsInScope(self, request: pb.StreamsInScopeRequest) -> pb.StreamsInScopeResponse:
@@ -214,25 +224,35 @@ class ControllerService:
 
     async def rpc_updateStream(self, request: pb.StreamConfig) -> pb.UpdateStreamStatus:
         info = request.streamInfo
+        if not _well_formed(info):
+            return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.STREAM_NOT_FOUND)
         config = stream_config_from_proto(request)
         outcome = await self._lifecycle.updates.update_stream(info.scope, info.stream, config)
         return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
 
     async def rpc_truncateStream(self, request: pb.StreamCut) -> pb.UpdateStreamStatus:
         info = request.streamInfo
+        if not _well_formed(info):
+            return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.STREAM_NOT_FOUND)
         outcome = await self._lifecycle.truncation.truncate_stream(info.scope, info.stream, dict(request.cut))
         return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
 
     async def rpc_sealStream(self, request: pb.StreamInfo) -> pb.UpdateStreamStatus:
+        if not _well_formed(request):
+            return pb.UpdateStreamStatus(status=pb.UpdateStreamStatus.STREAM_NOT_FOUND)
         outcome = await self._lifecycle.sealing.seal_stream(request.scope, request.stream)
         return pb.UpdateStreamStatus(status=_UPDATE_STREAM[outcome])
 
     async def rpc_deleteStream(self, request: pb.StreamInfo) -> pb.DeleteStreamStatus:
+        if not _well_formed(request):
+            return pb.DeleteStreamStatus(status=pb.DeleteStreamStatus.STREAM_NOT_FOUND)
         outcome = await self._lifecycle.deletion.delete_stream(request.scope, request.stream)
         return pb.DeleteStreamStatus(status=_DELETE_STREAM[outcome])
 
     async def rpc_scale(self, request: pb.ScaleRequest) -> pb.ScaleResponse:
         info = request.streamInfo
+        if not _well_formed(info):
+            return pb.ScaleResponse(status=pb.ScaleResponse.FAILURE)  # Pravega's answer for a missing stream
         ranges = [(entry.start, entry.end) for entry in request.newKeyRanges]
         outcome = await self._lifecycle.scaling.scale(
             info.scope, info.stream, list(request.sealedSegments), ranges, request.scaleTimestamp
@@ -245,6 +265,8 @@ class ControllerService:
 
     async def rpc_checkScale(self, request: pb.ScaleStatusRequest) -> pb.ScaleStatusResponse:
         info = request.streamInfo
+        if not _well_formed(info):
+            return pb.ScaleStatusResponse(status=pb.ScaleStatusResponse.INVALID_INPUT)
         outcome = await self._lifecycle.scaling.check_scale(info.scope, info.stream, request.epoch)
         return pb.ScaleStatusResponse(status=_CHECK_SCALE[outcome])
 
@@ -388,10 +410,18 @@ def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScope
     )
 
 
-def _stream_names(info: pb.StreamInfo) -> tuple[str, str]:
-    """Empty names fail before any work, as every stream RPC's service does (InvalidInput)."""
+def _well_formed(info: pb.StreamInfo) -> bool:
+    """False for names outside Pravega's rule, which can name no stream: the RPC then answers its
+    contract's not-found status without a query. Empty names still fail (InvalidInput), as before."""
     require_present("scope", info.scope)
     require_present("stream", info.stream)
+    return is_valid_scope_or_stream_name(info.scope) and is_valid_scope_or_stream_name(info.stream)
+
+
+def _stream_names(info: pb.StreamInfo) -> tuple[str, str]:
+    """Empty or ill-formed names fail before any work (InvalidInput): no such stream can exist."""
+    require_scope_name(info.scope)
+    require_stream_name(info.stream)
     return info.scope, info.stream
 
 
@@ -408,6 +438,8 @@ def _unary(
         if handler is None:
             raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")
         try:
+            if request is not None:
+                check_strings(request)
             response = await handler(request)
         except DomainError as exc:
             raise grpc_error_for(exc) from exc

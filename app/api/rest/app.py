@@ -15,7 +15,7 @@ from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
 from app.api.rest import transactions as txn_routes
-from app.api.rest.http import error_response
+from app.api.rest.http import error_response, text_inputs
 from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS, TRANSACTIONS
 from app.domain.errors import DomainError
 from app.services.health import HealthService
@@ -95,7 +95,7 @@ def create_app(
     extensions: Sequence[Callable[[web.Application], None]] = (),
 ) -> web.Application:
     """`extensions` each add one capability's app keys and routes (e.g. cluster views)."""
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[json_errors, text_inputs])
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health

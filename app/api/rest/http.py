@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 from aiohttp import hdrs, web
 
 from app.domain.errors import InvalidInput
+from app.domain.names import require_text
 from app.services.paging import Page
 
 
@@ -45,7 +46,36 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidInput(f"request body must be a JSON object, got {json_type_name(body)}")
+    _check_json_text(body, "body")
     return body
+
+
+def _check_json_text(value: Any, where: str) -> None:
+    """No string in the body, key or value, carries NUL (PostgreSQL text cannot hold it).
+    Depth is bounded by json.loads' recursion limit, already passed."""
+    if isinstance(value, str):
+        require_text(where, value)
+    elif isinstance(value, dict):
+        for key, member in value.items():
+            require_text(f"{where} member name", key)
+            _check_json_text(member, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_text(item, f"{where}[{i}]")
+
+
+@web.middleware
+async def text_inputs(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Path segments and query values are checked for NUL before any handler runs, so no route
+    can pass one on to the store."""
+    for name, value in request.match_info.items():
+        require_text(f"path parameter {name!r}", value)
+    for name, value in request.query.items():
+        require_text(f"query parameter {name!r}", name)
+        require_text(f"query parameter {name!r}", value)
+    return await handler(request)
 
 
 def json_type_name(value: object) -> str:
