@@ -20,3 +20,7 @@ MAX_TIMESTAMP_MS: Final = 253_402_300_799_999
 # bodies are small JSON documents.
 MAX_GRPC_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 MAX_REST_BODY_BYTES: Final = 1024 * 1024
+
+# Work proportional to a request's size (segments created, rows written) runs in batches of at
+# most this many, each one await, so the event loop serves other clients between them.
+SEGMENTS_PER_BATCH: Final = 1_000
