@@ -106,6 +106,11 @@ class StreamService:
         require_present("stream", name)
         return (await self._streams.get_config(scope, name)).value
 
+    async def get_configs(self, scope: str, names: list[str]) -> dict[str, StreamConfig]:
+        """The configurations of the named streams of `scope` that exist (one read for all)."""
+        require_present("scope", scope)
+        return await self._streams.get_configs(scope, names)
+
     async def get_state(self, scope: str, name: str) -> StreamState:
         return (await self._streams.get_state(scope, name)).value
 

@@ -123,6 +123,10 @@ class PgStreamStore:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned(config_from_row(row), row["version"])
 
+    async def get_configs(self, scope: str, names: Sequence[str]) -> dict[str, StreamConfig]:
+        rows = await self._db.fetch(_SQL["get_configs"], scope, list(names))
+        return {row["name"]: config_from_row(row) for row in rows}
+
     async def get_config_record(self, scope: str, name: str) -> Versioned[tuple[StreamConfig, bool]]:
         """The configuration with its `updating` flag (set while an update is in flight)."""
         row = await self._db.fetchrow(_SQL["get_config"], scope, name)
