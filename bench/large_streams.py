@@ -81,6 +81,32 @@ async def _baseline(url: str, segments: int) -> float:
         await conn.close()
 
 
+async def _scale(
+    stub: ControllerServiceStub, stream: str, what: str, sealed: int, ranges: list[tuple[float, float]]
+) -> tuple[str, float, float]:
+    """A scale sealing segments 0..sealed-1 into `ranges`, timed until checkScale says SUCCESS."""
+    info = pb.StreamInfo(scope=SCOPE, stream=stream)
+    with Ticker() as ticker:
+        started = time.perf_counter()
+        response = await stub.scale(
+            pb.ScaleRequest(
+                streamInfo=info,
+                sealedSegments=list(range(sealed)),
+                newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in ranges],
+                scaleTimestamp=int(time.time() * 1000),
+            ),
+            timeout=300,
+        )
+        assert response.status == pb.ScaleResponse.STARTED, response
+        while True:
+            check = await stub.checkScale(pb.ScaleStatusRequest(streamInfo=info, epoch=0), timeout=60)
+            if check.status == pb.ScaleStatusResponse.SUCCESS:
+                break
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+    return f"scale: {what}", elapsed, ticker.max_late_s
+
+
 async def main(segments: int, rounds: int) -> None:
     async with throwaway_database() as url, running_controller(url) as services:
         settings = replace(TEST_SETTINGS, grpc_port=0, rest_port=0)
@@ -117,6 +143,17 @@ async def main(segments: int, rounds: int) -> None:
                         elapsed = time.perf_counter() - started
                     rows.append(("REST POST streams", elapsed, ticker.max_late_s))
                     rows.append(("baseline: one multi-row INSERT", await _baseline(url, segments), 0.0))
+                    ranges = [(i / segments, (i + 1) / segments) for i in range(segments)]
+                    # A fixed stream keeps its minimum: replacing every segment is the largest scale.
+                    rows.append(await _scale(stub, f"grpc{n}", f"replace all {segments}", segments, ranges))
+                    one = f"one{n}"
+                    await stub.createStream(
+                        pb.StreamConfig(
+                            streamInfo=pb.StreamInfo(scope=SCOPE, stream=one),
+                            scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+                        )
+                    )
+                    rows.append(await _scale(stub, one, f"split 1 into {segments}", 1, ranges))
         finally:
             channel.close()
             await servers.close(5)
