@@ -6,10 +6,12 @@ stream is either wholly absent or present in CREATING with everything it needs t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
+from app.domain.limits import SEGMENTS_PER_BATCH
 from app.domain.records import (
     EpochRecord,
     EpochTransitionRecord,
@@ -42,6 +44,19 @@ _SQL = queries.load("streams")
 EMPTY_EPOCH_TRANSITION = -1
 
 
+async def _initial_segments(count: int, first_number: int, creation_time: int) -> tuple[SegmentRecord, ...]:
+    """Epoch 0's segments built a batch at a time, yielding to the event loop between batches:
+    10,000 of them are tens of milliseconds of Python, more on a busy machine."""
+    segments: list[SegmentRecord] = []
+    for start in range(0, count, SEGMENTS_PER_BATCH):
+        segments.extend(
+            initial_segments(count, first_number, creation_time, start, start + SEGMENTS_PER_BATCH)
+        )
+        if start + SEGMENTS_PER_BATCH < count:
+            await asyncio.sleep(0)
+    return tuple(segments)
+
+
 class PgStreamStore:
     def __init__(self, db: Database, cache: RecordCache | None = None) -> None:
         self._db = db
@@ -68,7 +83,9 @@ class PgStreamStore:
             epoch_zero = EpochRecord(
                 epoch=0,
                 reference_epoch=0,
-                segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                segments=await _initial_segments(
+                    config.scaling.min_num_segments, first_number, creation_time
+                ),
                 creation_time=creation_time,
             )
             await conn.execute(

