@@ -62,12 +62,17 @@ def scope_info_of_size(size: int) -> bytes:
 
 
 async def test_defect_9_grpc_message_over_the_limit_is_resource_exhausted(
-    raw_stub: ControllerServiceStub,
+    raw_stub: ControllerServiceStub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with pytest.raises(GRPCError) as raised:
-        await raw_stub.createScope(scope_info_of_size(MAX_GRPC_MESSAGE_BYTES + 1), timeout=10)
-    assert raised.value.status == Status.RESOURCE_EXHAUSTED
-    assert f"exceeds maximum size {MAX_GRPC_MESSAGE_BYTES}" in (raised.value.message or "")
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        with pytest.raises(GRPCError) as raised:
+            await raw_stub.createScope(scope_info_of_size(MAX_GRPC_MESSAGE_BYTES + 1), timeout=10)
+        assert raised.value.status == Status.RESOURCE_EXHAUSTED
+        assert f"exceeds maximum size {MAX_GRPC_MESSAGE_BYTES}" in (raised.value.message or "")
+    # Three refusals, one short log line naming the method.
+    assert [r.name for r in caplog.records] == [LIMITS_LOGGER]
+    assert "createScope" in caplog.records[0].getMessage() and caplog.records[0].exc_info is None
     # The connection and the server stay usable.
     ok = await raw_stub.createScope(pb.ScopeInfo(scope="after"), timeout=10)
     assert ok.status == pb.CreateScopeStatus.SUCCESS

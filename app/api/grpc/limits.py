@@ -81,20 +81,25 @@ class BoundedService:
     def __mapping__(self) -> dict[str, Handler]:
         return {
             path: Handler(
-                self._bounded(handler.func), handler.cardinality, handler.request_type, handler.reply_type
+                self._bounded(path, handler.func),
+                handler.cardinality,
+                handler.request_type,
+                handler.reply_type,
             )
             for path, handler in self._inner.__mapping__().items()
         }
 
-    def _bounded(self, func: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    def _bounded(self, path: str, func: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
         async def call(stream: grpclib.server.Stream[Any, Any]) -> None:
-            _limit_reads(stream, self._max, self._refusals)
+            _limit_reads(stream, path, self._max, self._refusals)
             await func(stream)
 
         return call
 
 
-def _limit_reads(stream: grpclib.server.Stream[Any, Any], max_bytes: int, refusals: RateLimitedLog) -> None:
+def _limit_reads(
+    stream: grpclib.server.Stream[Any, Any], path: str, max_bytes: int, refusals: RateLimitedLog
+) -> None:
     # grpclib reads a message as recv_data(5) (flag and length) then recv_data(length), and
     # acknowledges HTTP/2 data only as it is read: refusing the length here means the body is
     # never read, at most one flow-control window of it is ever buffered, and the stream is
@@ -105,7 +110,7 @@ def _limit_reads(stream: grpclib.server.Stream[Any, Any], max_bytes: int, refusa
 
     async def recv_data(size: int) -> bytes:
         if size > max_bytes:
-            refusals.warning(f"refused a {size}-byte message to {stream._method_name}: over {max_bytes}")
+            refusals.warning(f"refused a {size}-byte message to {path}: over {max_bytes}")
             raise GRPCError(
                 Status.RESOURCE_EXHAUSTED, f"gRPC message exceeds maximum size {max_bytes}: {size}"
             )
