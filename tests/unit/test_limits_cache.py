@@ -41,3 +41,23 @@ def test_defect_4_an_epoch_larger_than_the_budget_is_not_kept() -> None:
     cache = RecordCache(max_epoch_segments=100)
     cache.remember_epoch(1, _epoch(0, 101))
     assert cache.epoch(1, 0) is None and cache.cached_epoch_segments == 0
+
+
+async def test_defect_4_a_large_epoch_read_in_batches_is_the_epoch_read_whole() -> None:
+    from app.store.rows import epoch_from_row
+    from app.store.streams import _epoch_record
+
+    for count in (1, 1000, 1001, MAX_SEGMENTS_PER_EPOCH):
+        segments = initial_segments(count, 3, 77)
+        row = {
+            "epoch": 0,
+            "reference_epoch": 0,
+            "creation_time": 77,
+            "splits": 2,
+            "merges": 1,
+            "segment_ids": [s.id for s in segments],
+            "key_starts": [s.key_start for s in segments],
+            "key_ends": [s.key_end for s in segments],
+            "segment_creation_times": [s.creation_time for s in segments],
+        }
+        assert await _epoch_record(row) == epoch_from_row(row)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import InvalidInput
@@ -76,15 +77,18 @@ def stream_config_to_proto(scope: str, stream: str, config: StreamConfig) -> pb.
     return msg
 
 
-async def segment_ranges(scope: str, stream: str, segments: Sequence[SegmentRecord]) -> list[pb.SegmentRange]:
-    """The ranges of `segments`, built a batch at a time with the event loop served in between:
-    an epoch of 10,000 segments is most of 100 ms of message building."""
-    ranges: list[pb.SegmentRange] = []
+async def add_segment_ranges(target: Any, scope: str, stream: str, segments: Sequence[SegmentRecord]) -> None:
+    """Appends the ranges of `segments` to the repeated field `target`, a batch at a time with the
+    event loop served in between: an epoch of 10,000 segments is most of 100 ms of message
+    building. Appending to the field itself spares the copy a constructor argument costs."""
+    info = pb.StreamInfo(scope=scope, stream=stream)
     for start in range(0, len(segments), SEGMENTS_PER_BATCH):
         if start:
             await asyncio.sleep(0)
-        ranges.extend(segment_range(scope, stream, s) for s in segments[start : start + SEGMENTS_PER_BATCH])
-    return ranges
+        for segment in segments[start : start + SEGMENTS_PER_BATCH]:
+            added = target.add(minKey=segment.key_start, maxKey=segment.key_end)
+            added.segmentId.streamInfo.CopyFrom(info)
+            added.segmentId.segmentId = segment.id
 
 
 def segment_range(scope: str, stream: str, segment: SegmentRecord) -> pb.SegmentRange:

@@ -20,11 +20,11 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from app.api.grpc.convert import (
+    add_segment_ranges,
     completed_txns_to_proto,
     outcome_to_proto,
     ping_status_to_proto,
     segment_range,
-    segment_ranges,
     stream_config_from_proto,
     stream_config_to_proto,
     txn_id_from_proto,
@@ -238,11 +238,9 @@ class ControllerService:
         outcome = await self._lifecycle.scaling.scale(
             info.scope, info.stream, list(request.sealedSegments), ranges, request.scaleTimestamp
         )
-        return pb.ScaleResponse(
-            status=_SCALE[outcome.status],
-            segments=await segment_ranges(info.scope, info.stream, outcome.segments),
-            epoch=outcome.epoch,
-        )
+        response = pb.ScaleResponse(status=_SCALE[outcome.status], epoch=outcome.epoch)
+        await add_segment_ranges(response.segments, info.scope, info.stream, outcome.segments)
+        return response
 
     async def rpc_checkScale(self, request: pb.ScaleStatusRequest) -> pb.ScaleStatusResponse:
         info = request.streamInfo
@@ -288,18 +286,16 @@ class ControllerService:
 
     async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
         segments = await self._segments.current_segments(request.scope, request.stream)
-        return pb.SegmentRanges(
-            segmentRanges=await segment_ranges(request.scope, request.stream, segments),
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.segmentRanges, request.scope, request.stream, segments)
+        return response
 
     async def rpc_getEpochSegments(self, request: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
         info = request.streamInfo
         segments = await self._segments.epoch_segments(info.scope, info.stream, request.epoch)
-        return pb.SegmentRanges(
-            segmentRanges=await segment_ranges(info.scope, info.stream, segments),
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.segmentRanges, info.scope, info.stream, segments)
+        return response
 
     async def rpc_getSegments(self, request: pb.GetSegmentsRequest) -> pb.SegmentsAtTime:
         info = request.streamInfo
@@ -331,11 +327,9 @@ class ControllerService:
         # scaleGracePeriod is deprecated and ignored, as in Pravega.
         scope, stream = _stream_names(request.streamInfo)
         created = await self._transactions.create(scope, stream, request.lease)
-        return pb.CreateTxnResponse(
-            txnId=txn_id_to_proto(created.txn),
-            activeSegments=await segment_ranges(scope, stream, created.segments),
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn), delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.activeSegments, scope, stream, created.segments)
+        return response
 
     async def rpc_pingTransaction(self, request: pb.PingTxnRequest) -> pb.PingTxnStatus:
         scope, stream = _stream_names(request.streamInfo)
