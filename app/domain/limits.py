@@ -46,3 +46,7 @@ NO_TIMESTAMP: Final = -(2**63)
 # Free-form strings a client names things by that are stored as text (writer ids, tags are
 # bounded by the tag rule): bounded so an index entry stays small.
 MAX_WRITER_ID_LENGTH: Final = 1024
+
+# Work proportional to a request's size (segments created, rows written) runs in batches of at
+# most this many, each one await, so the event loop serves other clients between them.
+SEGMENTS_PER_BATCH: Final = 1_000

@@ -6,6 +6,7 @@ Key ranges are IEEE doubles compared exactly, as Pravega's controller does.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -45,7 +46,10 @@ def validate_scale(
 ) -> ScaleCheck:
     """Segments to seal all active, ranges replacing them exactly, at least the minimum segment count
     left: in Java's order, for a submission that found no pending transition."""
-    if not all(active.contains(segment) for segment in to_seal):
+    # One set of ids, not a scan of the epoch per sealed segment: that is quadratic, and a scale
+    # of 10,000 segments held the event loop for seconds.
+    active_ids = {segment.id for segment in active.segments}
+    if not all(segment in active_ids for segment in to_seal):
         return ScaleCheck.PRECONDITION_FAILED
     if not ranges_replace_sealed(active, to_seal, new_ranges):
         return ScaleCheck.INVALID_RANGES
@@ -276,5 +280,15 @@ def _require_in_epoch(epoch: EpochRecord, segments: AbstractSet[int]) -> None:
 
 
 def _spread_count(reference: Sequence[SegmentRecord], target: Sequence[SegmentRecord]) -> int:
-    """How many reference segments overlap more than one target segment: splits forward, merges backward."""
-    return sum(1 for r in reference if sum(1 for t in target if t.overlaps(r)) > 1)
+    """How many reference segments overlap more than one target segment: splits forward, merges backward.
+
+    Counted with two sorted lists in O((n + m) log m), not by testing every pair: an epoch holds up
+    to MAX_SEGMENTS_PER_EPOCH segments, and pairs of two such epochs are 10^8 tests. For ranges with
+    start < end, the targets overlapping r are those starting before r ends less those ending at or
+    before r starts (the latter all start before r ends too)."""
+    if not all(s.key_start < s.key_end for s in (*reference, *target)):
+        # Not a real epoch (an empty or NaN range): count pair by pair, exactly as defined.
+        return sum(1 for r in reference if sum(1 for t in target if t.overlaps(r)) > 1)
+    starts = sorted(t.key_start for t in target)
+    ends = sorted(t.key_end for t in target)
+    return sum(1 for r in reference if bisect_left(starts, r.key_end) - bisect_right(ends, r.key_start) > 1)

@@ -13,14 +13,19 @@ def uniform_key_ranges(count: int) -> list[tuple[float, float]]:
     return [(i * chunk, (i + 1) * chunk) for i in range(count)]
 
 
-def initial_segments(count: int, first_number: int, creation_time: int) -> tuple[SegmentRecord, ...]:
+def initial_segments(
+    count: int, first_number: int, creation_time: int, start: int = 0, stop: int | None = None
+) -> tuple[SegmentRecord, ...]:
+    """Epoch 0's segments of a stream of `count`, or only those at positions [start, stop): a
+    caller building a large epoch in slices gets the same doubles as building it whole."""
+    chunk = 1.0 / count
     return tuple(
         SegmentRecord(
             number=first_number + i,
             creation_epoch=0,
             creation_time=creation_time,
-            key_start=start,
-            key_end=end,
+            key_start=i * chunk,
+            key_end=(i + 1) * chunk,
         )
-        for i, (start, end) in enumerate(uniform_key_ranges(count))
+        for i in range(start, count if stop is None else min(stop, count))
     )

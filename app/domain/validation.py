@@ -112,14 +112,18 @@ def check_scale_request(
     """What a manual scale may ask before its stream is read: a time inside the timestamp bound
     (0 means "now"), and no more new segments than an epoch may hold."""
     check_timestamp("scaleTimestamp", timestamp)
-    if len(new_ranges) > MAX_SEGMENTS_PER_EPOCH:
-        raise InvalidInput(
-            f"a scale may create at most {MAX_SEGMENTS_PER_EPOCH} segments, got {len(new_ranges)}"
-        )
-    if len(sealed) > MAX_SEGMENTS_PER_EPOCH:
-        raise InvalidInput(f"a scale may seal at most {MAX_SEGMENTS_PER_EPOCH} segments, got {len(sealed)}")
+    check_scale_counts(len(sealed), len(new_ranges))
     for segment in sealed:
         check_range("sealedSegments", segment, 0, INT64_MAX, "segment ids")
+
+
+def check_scale_counts(sealed: int, new: int) -> None:
+    """At most MAX_SEGMENTS_PER_EPOCH segments sealed or created by one scale; adapters call this
+    on the counts alone, before converting a large request."""
+    if new > MAX_SEGMENTS_PER_EPOCH:
+        raise InvalidInput(f"a scale may create at most {MAX_SEGMENTS_PER_EPOCH} segments, got {new}")
+    if sealed > MAX_SEGMENTS_PER_EPOCH:
+        raise InvalidInput(f"a scale may seal at most {MAX_SEGMENTS_PER_EPOCH} segments, got {sealed}")
 
 
 def check_epoch_size(active: int, sealed: Iterable[int], new_count: int) -> None:

@@ -26,6 +26,13 @@ class SegmentStore(Protocol):
         self, name: str, scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
     ) -> None: ...
 
+    async def create_segments(
+        self, names: Sequence[str], scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
+    ) -> None:
+        """Every named segment with one policy, as one batch (a stream's epoch 0): all of them,
+        or (on error) some, never a half-created one; idempotent like the single create."""
+        ...
+
     async def seal_segment(self, name: str) -> int:
         """Seals and returns the final length. Raises NotFound for a missing segment."""
         ...

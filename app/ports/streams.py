@@ -78,6 +78,10 @@ class StreamStore(Protocol):
 
     async def get_config(self, scope: str, name: str) -> Versioned[StreamConfig]: ...
 
+    async def get_configs(self, scope: str, names: Sequence[str]) -> dict[str, StreamConfig]:
+        """The configurations of those of `names` that exist in `scope`, by name."""
+        ...
+
     async def stream_exists(self, scope: str, name: str) -> bool: ...
 
     async def list_streams(self, scope: str, after: str, limit: int) -> list[str]:

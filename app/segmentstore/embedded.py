@@ -59,6 +59,13 @@ class EmbeddedSegmentStore:
             [name], "stream", int(scale_type), target_rate, rollover_size_bytes, 0, self._clock.now_ms()
         )
 
+    async def create_segments(
+        self, names: Sequence[str], scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
+    ) -> None:
+        await self._rows.create(
+            names, "stream", int(scale_type), target_rate, rollover_size_bytes, 0, self._clock.now_ms()
+        )
+
     async def seal_segment(self, name: str) -> int:
         return await self._rows.seal(name)
 

@@ -195,6 +195,14 @@ class TrafficRecordingSegmentStore:
         if not self._simulator.is_tracked(name):
             self._simulator.track(name, scale_type, target_rate)
 
+    async def create_segments(
+        self, names: Sequence[str], scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
+    ) -> None:
+        await self._inner.create_segments(names, scale_type, target_rate, rollover_size_bytes)
+        for name in names:
+            if not self._simulator.is_tracked(name):
+                self._simulator.track(name, scale_type, target_rate)
+
     async def seal_segment(self, name: str) -> int:
         length = await self._inner.seal_segment(name)
         self._simulator.forget(name)

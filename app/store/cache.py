@@ -9,18 +9,30 @@ NOTIFY says they changed; a read that raced with an invalidation is not stored (
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.domain.records import EpochRecord, StreamState
+
+# The epoch cache holds at most this many segments in all (a few hundred MB at most): a hundred
+# epochs of the largest size, or far more of the usual few segments each.
+MAX_CACHED_SEGMENTS = 1_000_000
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
 class _Lru(Generic[K, V]):
-    def __init__(self, capacity: int) -> None:
+    """At most `capacity` items and, when `weigh` is given, at most `max_weight` in total weight
+    (an epoch weighs its segment count: a count of epochs alone does not bound memory when one
+    epoch may hold 10,000 segments)."""
+
+    def __init__(self, capacity: int, weigh: Callable[[V], int] | None = None, max_weight: int = 0) -> None:
         self._capacity = capacity
+        self._weigh = weigh
+        self._max_weight = max_weight
+        self._weight = 0
         self._items: OrderedDict[K, V] = OrderedDict()
 
     def get(self, key: K) -> V | None:
@@ -30,16 +42,31 @@ class _Lru(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
+        self.pop(key)
         self._items[key] = value
-        self._items.move_to_end(key)
-        if len(self._items) > self._capacity:
-            self._items.popitem(last=False)
+        self._weight += self._weight_of(value)
+        while len(self._items) > self._capacity or (
+            self._weigh is not None and self._weight > self._max_weight
+        ):
+            _, evicted = self._items.popitem(last=False)
+            self._weight -= self._weight_of(evicted)
 
     def pop(self, key: K) -> V | None:
-        return self._items.pop(key, None)
+        value = self._items.pop(key, None)
+        if value is not None:
+            self._weight -= self._weight_of(value)
+        return value
 
     def clear(self) -> None:
         self._items.clear()
+        self._weight = 0
+
+    @property
+    def weight(self) -> int:
+        return self._weight
+
+    def _weight_of(self, value: V) -> int:
+        return 0 if self._weigh is None else self._weigh(value)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -55,10 +82,17 @@ class StreamView:
 
 
 class RecordCache:
-    def __init__(self, max_streams: int = 10_000, max_epochs: int = 100_000) -> None:
+    def __init__(
+        self,
+        max_streams: int = 10_000,
+        max_epochs: int = 100_000,
+        max_epoch_segments: int = MAX_CACHED_SEGMENTS,
+    ) -> None:
         self._views: _Lru[tuple[str, str], StreamView] = _Lru(max_streams)
         self._names_by_id: dict[int, tuple[str, str]] = {}
-        self._epochs: _Lru[tuple[int, int], EpochRecord] = _Lru(max_epochs)
+        self._epochs: _Lru[tuple[int, int], EpochRecord] = _Lru(
+            max_epochs, lambda record: len(record.segments), max_epoch_segments
+        )
         self._sealed_in: _Lru[tuple[int, int], int] = _Lru(max_epochs)
         self._generation = 0
         self._trusted = False
@@ -120,6 +154,10 @@ class RecordCache:
 
     def epoch(self, stream_id: int, epoch: int) -> EpochRecord | None:
         return self._epochs.get((stream_id, epoch))
+
+    @property
+    def cached_epoch_segments(self) -> int:
+        return self._epochs.weight
 
     def remember_epoch(self, stream_id: int, record: EpochRecord) -> None:
         self._epochs.put((stream_id, record.epoch), record)

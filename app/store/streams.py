@@ -6,10 +6,13 @@ stream is either wholly absent or present in CREATING with everything it needs t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from app.domain.errors import NotFound, WriteConflict
+from app.domain.ids import epoch_of, number_of
+from app.domain.limits import SEGMENTS_PER_BATCH
 from app.domain.names import MARK_PREFIX, READER_GROUP_STREAM_PREFIX
 from app.domain.records import (
     EpochRecord,
@@ -50,6 +53,44 @@ _CREATE_ATTEMPTS = 5
 _REREADS = 3
 
 
+async def _initial_segments(count: int, first_number: int, creation_time: int) -> tuple[SegmentRecord, ...]:
+    """Epoch 0's segments built a batch at a time, yielding to the event loop between batches:
+    10,000 of them are tens of milliseconds of Python, more on a busy machine."""
+    segments: list[SegmentRecord] = []
+    for start in range(0, count, SEGMENTS_PER_BATCH):
+        segments.extend(
+            initial_segments(count, first_number, creation_time, start, start + SEGMENTS_PER_BATCH)
+        )
+        if start + SEGMENTS_PER_BATCH < count:
+            await asyncio.sleep(0)
+    return tuple(segments)
+
+
+async def _epoch_record(row: Any) -> EpochRecord:
+    """epoch_from_row, except that a large epoch's segments are built a batch at a time with the
+    event loop served in between (10,000 of them are tens of milliseconds of Python)."""
+    ids = row["segment_ids"]
+    if len(ids) <= SEGMENTS_PER_BATCH:
+        return epoch_from_row(row)
+    columns = list(zip(ids, row["key_starts"], row["key_ends"], row["segment_creation_times"], strict=True))
+    segments: list[SegmentRecord] = []
+    for first in range(0, len(columns), SEGMENTS_PER_BATCH):
+        if first:
+            await asyncio.sleep(0)
+        segments.extend(
+            SegmentRecord(number_of(sid), epoch_of(sid), ct, ks, ke)
+            for sid, ks, ke, ct in columns[first : first + SEGMENTS_PER_BATCH]
+        )
+    return EpochRecord(
+        epoch=row["epoch"],
+        reference_epoch=row["reference_epoch"],
+        segments=tuple(segments),
+        creation_time=row["creation_time"],
+        splits=row["splits"],
+        merges=row["merges"],
+    )
+
+
 class PgStreamStore:
     def __init__(self, db: Database, cache: RecordCache | None = None) -> None:
         self._db = db
@@ -88,7 +129,9 @@ class PgStreamStore:
                 epoch_zero = EpochRecord(
                     epoch=0,
                     reference_epoch=0,
-                    segments=initial_segments(config.scaling.min_num_segments, first_number, creation_time),
+                    segments=await _initial_segments(
+                        config.scaling.min_num_segments, first_number, creation_time
+                    ),
                     creation_time=creation_time,
                 )
                 await conn.execute(
@@ -140,7 +183,7 @@ class PgStreamStore:
                     StreamState(row["state"]),
                     row["creation_time"],
                     config_from_row(config_row),
-                    epoch_from_row(epoch_row),
+                    await _epoch_record(epoch_row),
                 )
         raise WriteConflict(f"stream {scope}/{name} kept being deleted and created concurrently")
 
@@ -170,6 +213,10 @@ class PgStreamStore:
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
         return Versioned(config_from_row(row), row["version"])
+
+    async def get_configs(self, scope: str, names: Sequence[str]) -> dict[str, StreamConfig]:
+        rows = await self._db.fetch(_SQL["get_configs"], scope, list(names))
+        return {row["name"]: config_from_row(row) for row in rows}
 
     async def get_config_record(self, scope: str, name: str) -> Versioned[tuple[StreamConfig, bool]]:
         """The configuration with its `updating` flag (set while an update is in flight)."""
@@ -208,7 +255,7 @@ class PgStreamStore:
         row = await self._db.fetchrow(_SQL["get_active_epoch"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
-        record = epoch_from_row(row)
+        record = await _epoch_record(row)
         state = StreamState(row["state"])
         self._cache.remember_epoch(row["stream_id"], record)
         self._cache.remember_view(scope, name, StreamView(row["stream_id"], state, record.epoch), generation)
@@ -223,7 +270,7 @@ class PgStreamStore:
         row = await self._db.fetchrow(_SQL["get_epoch"], scope, name, epoch)
         if row is None:
             raise NotFound(f"epoch {epoch} of stream {scope}/{name} not found")
-        record = epoch_from_row(row)
+        record = await _epoch_record(row)
         self._cache.remember_epoch(row["stream_id"], record)
         return record
 

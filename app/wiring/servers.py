@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import grpclib.server
 from aiohttp import web
 
+from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.config import Settings
@@ -63,7 +64,8 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
 async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpclib.server.Server, int]:
     # Bind first so an ephemeral port (0) is known before we advertise it.
     sock = _bind(settings.grpc_host, settings.grpc_port)
-    server = grpclib.server.Server(
+    # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
+    server = bounded_server(
         [
             ControllerService(
                 controller.scopes,

@@ -66,6 +66,14 @@ SELECT c.scale_type, c.target_rate, c.scale_factor, c.min_num_segments, c.retent
 FROM streams s JOIN stream_configs c ON c.stream_id = s.id
 WHERE s.scope = $1 AND s.name = $2;
 
+-- name: get_configs
+-- The configurations of the named streams ($2) of one scope: a listing's page in one query.
+SELECT s.name, c.scale_type, c.target_rate, c.scale_factor, c.min_num_segments, c.retention_type,
+       c.retention_param, c.retention_max, c.tags, c.timestamp_aggregation_timeout,
+       c.rollover_size_bytes
+FROM streams s JOIN stream_configs c ON c.stream_id = s.id
+WHERE s.scope = $1 AND s.name = ANY($2::text[]);
+
 -- name: set_config
 UPDATE stream_configs c SET scale_type = $3, target_rate = $4, scale_factor = $5,
     min_num_segments = $6, retention_type = $7, retention_param = $8, retention_max = $9,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import InvalidInput
+from app.domain.limits import SEGMENTS_PER_BATCH
 from app.domain.records import (
     RetentionPolicy,
     RetentionType,
@@ -72,6 +75,20 @@ def stream_config_to_proto(scope: str, stream: str, config: StreamConfig) -> pb.
             )
         )
     return msg
+
+
+async def add_segment_ranges(target: Any, scope: str, stream: str, segments: Sequence[SegmentRecord]) -> None:
+    """Appends the ranges of `segments` to the repeated field `target`, a batch at a time with the
+    event loop served in between: an epoch of 10,000 segments is most of 100 ms of message
+    building. Appending to the field itself spares the copy a constructor argument costs."""
+    info = pb.StreamInfo(scope=scope, stream=stream)
+    for start in range(0, len(segments), SEGMENTS_PER_BATCH):
+        if start:
+            await asyncio.sleep(0)
+        for segment in segments[start : start + SEGMENTS_PER_BATCH]:
+            added = target.add(minKey=segment.key_start, maxKey=segment.key_end)
+            added.segmentId.streamInfo.CopyFrom(info)
+            added.segmentId.segmentId = segment.id
 
 
 def segment_range(scope: str, stream: str, segment: SegmentRecord) -> pb.SegmentRange:

@@ -20,6 +20,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from app.api.grpc.convert import (
+    add_segment_ranges,
     completed_txns_to_proto,
     outcome_to_proto,
     ping_status_to_proto,
@@ -40,6 +41,7 @@ from app.domain.names import (
     require_scope_name,
     require_stream_name,
 )
+from app.domain.validation import check_scale_counts
 from app.ports import ClusterView
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
@@ -253,15 +255,15 @@ class ControllerService:
         info = request.streamInfo
         if not _well_formed(info):
             return pb.ScaleResponse(status=pb.ScaleResponse.FAILURE)  # Pravega's answer for a missing stream
+        # Counted before anything is converted: a 4 MiB request can carry some 200,000 ranges.
+        check_scale_counts(len(request.sealedSegments), len(request.newKeyRanges))
         ranges = [(entry.start, entry.end) for entry in request.newKeyRanges]
         outcome = await self._lifecycle.scaling.scale(
             info.scope, info.stream, list(request.sealedSegments), ranges, request.scaleTimestamp
         )
-        return pb.ScaleResponse(
-            status=_SCALE[outcome.status],
-            segments=[segment_range(info.scope, info.stream, s) for s in outcome.segments],
-            epoch=outcome.epoch,
-        )
+        response = pb.ScaleResponse(status=_SCALE[outcome.status], epoch=outcome.epoch)
+        await add_segment_ranges(response.segments, info.scope, info.stream, outcome.segments)
+        return response
 
     async def rpc_checkScale(self, request: pb.ScaleStatusRequest) -> pb.ScaleStatusResponse:
         info = request.streamInfo
@@ -309,18 +311,16 @@ class ControllerService:
 
     async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
         segments = await self._segments.current_segments(request.scope, request.stream)
-        return pb.SegmentRanges(
-            segmentRanges=[segment_range(request.scope, request.stream, s) for s in segments],
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.segmentRanges, request.scope, request.stream, segments)
+        return response
 
     async def rpc_getEpochSegments(self, request: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
         info = request.streamInfo
         segments = await self._segments.epoch_segments(info.scope, info.stream, request.epoch)
-        return pb.SegmentRanges(
-            segmentRanges=[segment_range(info.scope, info.stream, s) for s in segments],
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.segmentRanges, info.scope, info.stream, segments)
+        return response
 
     async def rpc_getSegments(self, request: pb.GetSegmentsRequest) -> pb.SegmentsAtTime:
         info = request.streamInfo
@@ -352,11 +352,9 @@ class ControllerService:
         # scaleGracePeriod is deprecated and ignored, as in Pravega.
         scope, stream = _stream_names(request.streamInfo)
         created = await self._transactions.create(scope, stream, request.lease)
-        return pb.CreateTxnResponse(
-            txnId=txn_id_to_proto(created.txn),
-            activeSegments=[segment_range(scope, stream, s) for s in created.segments],
-            delegationToken=_NO_TOKEN,
-        )
+        response = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn), delegationToken=_NO_TOKEN)
+        await add_segment_ranges(response.activeSegments, scope, stream, created.segments)
+        return response
 
     async def rpc_pingTransaction(self, request: pb.PingTxnRequest) -> pb.PingTxnStatus:
         scope, stream = _stream_names(request.streamInfo)

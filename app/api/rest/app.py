@@ -18,6 +18,7 @@ from app.api.rest import transactions as txn_routes
 from app.api.rest.http import error_response, text_inputs
 from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS, TRANSACTIONS
 from app.domain.errors import DomainError
+from app.domain.limits import MAX_REST_BODY_BYTES
 from app.services.health import HealthService
 from app.services.lifecycle import StreamLifecycle
 from app.services.scopes import ScopeService
@@ -95,7 +96,9 @@ def create_app(
     extensions: Sequence[Callable[[web.Application], None]] = (),
 ) -> web.Application:
     """`extensions` each add one capability's app keys and routes (e.g. cluster views)."""
-    app = web.Application(middlewares=[json_errors, text_inputs])
+    # A body over the limit is refused while it is read (413, as JSON through json_errors), so
+    # no more than the limit of it is ever held.
+    app = web.Application(middlewares=[json_errors, text_inputs], client_max_size=MAX_REST_BODY_BYTES)
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health

@@ -10,14 +10,20 @@ from aiohttp import web
 from app.api.rest.http import collect_names, read_json_object
 from app.api.rest.keys import SCOPES
 from app.api.rest.models import scope_name_from_json
+from app.api.rest.paging import page_request, with_continuation
 from app.domain.errors import AlreadyExists, InvalidInput, NotEmpty, NotFound
 from app.services.scopes import ScopeOutcome
 
 
 async def list_scopes(request: web.Request) -> web.Response:
     service = request.app[SCOPES]
-    names = await collect_names(lambda token: service.list_scopes(token))
-    return web.json_response({"scopes": [{"scopeName": name} for name in names]})
+    asked = page_request(request)
+    if asked is None:
+        names = await collect_names(lambda token: service.list_scopes(token))
+        return web.json_response({"scopes": [{"scopeName": name} for name in names]})
+    page = await service.list_scopes(asked.token, asked.limit)
+    body = {"scopes": [{"scopeName": name} for name in page.names]}
+    return web.json_response(with_continuation(body, page, asked))
 
 
 async def create_scope(request: web.Request) -> web.Response:

@@ -6,6 +6,7 @@ raised as one, so the error table decides its status; the others are Pravega's o
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -20,9 +21,11 @@ from app.api.rest.models import (
     stream_property,
     stream_state_from_json,
 )
+from app.api.rest.paging import page_request, with_continuation
 from app.domain.errors import AlreadyExists, InvalidInput, NotFound
 from app.domain.names import is_internal_stream
 from app.services.deletion import DeleteStreamOutcome
+from app.services.paging import PAGE_LIMIT, Page
 from app.services.stream_updates import UpdateOutcome
 from app.services.streams import CreateStreamOutcome, StreamService
 
@@ -38,23 +41,38 @@ async def list_streams(request: web.Request) -> web.Response:
     filter_type = request.query.get("filter_type")
     tag = request.query.get("filter_value")
     # As in Pravega: an unknown filter_type, or `tag` without a value, lists user streams.
-    if filter_type == TAG and tag is not None:
-        names = await collect_names(lambda token: service.list_streams_for_tag(scope, tag, token))
-    else:
-        internal_only = filter_type == SHOW_INTERNAL_STREAMS
-        every = await collect_names(lambda token: service.list_streams(scope, token))
-        names = [name for name in every if is_internal_stream(name) == internal_only]
-    return web.json_response({"streams": await _properties(service, scope, names)})
+    by_tag = filter_type == TAG and tag is not None
+    internal_only = filter_type == SHOW_INTERNAL_STREAMS
+
+    def fetch(token: str, limit: int = PAGE_LIMIT) -> Awaitable[Page]:
+        if by_tag:
+            assert tag is not None
+            return service.list_streams_for_tag(scope, tag, token, limit)
+        return service.list_streams(scope, token, limit)
+
+    def shown(names: list[str]) -> list[str]:
+        # As in Pravega: without the tag filter, internal and user streams are listed apart.
+        return names if by_tag else [name for name in names if is_internal_stream(name) == internal_only]
+
+    asked = page_request(request)
+    if asked is None:
+        names = await collect_names(fetch)
+        return web.json_response({"streams": await _properties(service, scope, shown(names))})
+    # A page counts the names before the internal/user filter, so a page may hold fewer
+    # streams than `limit` (even none) while a token says more may follow.
+    page = await fetch(asked.token, asked.limit)
+    body = {"streams": await _properties(service, scope, shown(page.names))}
+    return web.json_response(with_continuation(body, page, asked))
 
 
 async def _properties(service: StreamService, scope: str, names: list[str]) -> list[dict[str, Any]]:
-    properties = []
-    for name in names:
-        try:
-            config = await service.get_config(scope, name)
-        except NotFound:
-            continue  # deleted since it was listed
-        properties.append(stream_property(scope, name, config))
+    """Each stream's property, its configuration read a page at a time (one query per page, not
+    one per stream); a stream deleted since it was listed is left out."""
+    properties: list[dict[str, Any]] = []
+    for start in range(0, len(names), PAGE_LIMIT):
+        chunk = names[start : start + PAGE_LIMIT]
+        configs = await service.get_configs(scope, chunk)
+        properties.extend(stream_property(scope, name, configs[name]) for name in chunk if name in configs)
     return properties
 
 
