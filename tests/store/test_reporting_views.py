@@ -57,6 +57,8 @@ REPORTING_DIR = README.parent
 FREQUENCY = 1_800_000
 # Large enough that no retention cycle here truncates: cuts are recorded, nothing is trimmed.
 RETENTION_MIN = 10**12
+# A maximum must not be below the minimum (validation refuses such a policy).
+RETENTION_MAX = 2 * RETENTION_MIN
 
 
 def sid(number: int, epoch: int) -> int:
@@ -178,7 +180,7 @@ async def build_history(s: Services, history: History) -> None:
     b = Builder(s, history)
     await s.scopes.create_scope(SC)
     await s.scopes.create_scope(EMPTY_SCOPE)
-    policy = RetentionPolicy(RetentionType.SIZE, RETENTION_MIN, 0)
+    policy = RetentionPolicy(RetentionType.SIZE, RETENTION_MIN, RETENTION_MAX)
     await s.streams.create_stream(SC, MAIN, StreamConfig(ScalingPolicy.fixed(2), policy, TAGS, 0, 4096))
     await b.write(0, 50)
     await b.write(1, 70)
@@ -347,7 +349,7 @@ async def test_streams(history: History) -> None:
     assert (main["retention_type"], main["retention_min"], main["retention_max"]) == (
         "SIZE",
         RETENTION_MIN,
-        0,
+        RETENTION_MAX,
     )
     assert (main["tags"], main["rollover_size_bytes"], main["config_updating"]) == (list(TAGS), 4096, False)
     assert (main["current_epoch"], main["current_reference_epoch"], main["segment_count"]) == (5, 5, 2)
