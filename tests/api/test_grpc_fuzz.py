@@ -16,7 +16,6 @@ from grpclib.const import Status
 from hypothesis import HealthCheck, given, settings
 
 from app.api.grpc.proto import controller_pb2 as pb
-
 from tests.support.grpc_fuzz import MAX_HANGS_PER_RPC, SERVICE, Campaign, Violation, report, strategy_for
 
 RPCS = [method.name for method in SERVICE.methods]
@@ -86,7 +85,11 @@ def test_grpc_fuzz(campaign: Campaign, rpc: str) -> None:
         deadline=None,
         derandomize=True,
         database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
     @given(strategy_for(rpc, world))
     def campaign_of(message: object) -> None:

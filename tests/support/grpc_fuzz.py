@@ -6,6 +6,7 @@ UNKNOWN, UNAVAILABLE with the database up, internals in details, a hang), groupe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import threading
 import time
@@ -77,7 +78,9 @@ class Violation:
 def describe(msg: Message) -> str:
     """One line, long runs of one character folded (a 70,000-character name stays readable)."""
     text = text_format.MessageToString(msg, as_one_line=True)
-    return re.sub(r"((?:\\\d{3})|[^\\])\1{15,}", lambda m: f"{m.group(1)}×{len(m.group(0)) // len(m.group(1))}", text)
+    return re.sub(
+        r"((?:\\\d{3})|[^\\])\1{15,}", lambda m: f"{m.group(1)}x{len(m.group(0)) // len(m.group(1))}", text
+    )
 
 
 def report(violations: list[Violation]) -> str:
@@ -118,7 +121,7 @@ class _Raw:
     def __init__(self, data: bytes) -> None:
         self.data = data
 
-    def SerializeToString(self) -> bytes:  # noqa: N802 - protobuf's spelling, called by the codec
+    def SerializeToString(self) -> bytes:  # protobuf's spelling: the codec calls it
         return self.data
 
 
@@ -183,7 +186,7 @@ class Campaign:
             async with channel.request(
                 path, Cardinality.UNARY_UNARY, _Raw, reply_type, timeout=CALL_TIMEOUT_S
             ) as stream:
-                await stream.send_message(_Raw(body), end=True)  # type: ignore[arg-type]
+                await stream.send_message(_Raw(body), end=True)
                 reply: Message | None = await stream.recv_message()
                 assert reply is not None
                 return reply
@@ -247,7 +250,10 @@ class Campaign:
             FIXED1: pb.ScalingPolicy(scaleType=fixed, minNumSegments=1),
             FIXED3: pb.ScalingPolicy(scaleType=fixed, minNumSegments=3),
             RATE: pb.ScalingPolicy(
-                scaleType=pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC, targetRate=10, scaleFactor=2, minNumSegments=2
+                scaleType=pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC,
+                targetRate=10,
+                scaleFactor=2,
+                minNumSegments=2,
             ),
             SEALED: pb.ScalingPolicy(scaleType=fixed, minNumSegments=2),
             TAGGED: pb.ScalingPolicy(scaleType=fixed, minNumSegments=2),
@@ -307,14 +313,18 @@ class Campaign:
                 world.segments.pop(stream, None)
                 continue
             world.segments[stream] = sorted(
-                ((r.segmentId.segmentId, r.minKey, r.maxKey) for r in ranges.segmentRanges), key=lambda s: s[1]
+                ((r.segmentId.segmentId, r.minKey, r.maxKey) for r in ranges.segmentRanges),
+                key=lambda s: s[1],
             )
 
     def learn(self, rpc: str, reply: Message | None, world: World, request: Message) -> None:
         """Keeps the world current with what a successful call created or changed."""
         if isinstance(reply, pb.CreateTxnResponse) and isinstance(request, pb.CreateTxnRequest):
             world.txns.append((request.streamInfo.stream, reply.txnId.highBits, reply.txnId.lowBits))
-        if isinstance(reply, pb.UpdateReaderGroupResponse) and reply.status == pb.UpdateReaderGroupResponse.SUCCESS:
+        if (
+            isinstance(reply, pb.UpdateReaderGroupResponse)
+            and reply.status == pb.UpdateReaderGroupResponse.SUCCESS
+        ):
             world.rg_generation = reply.generation
 
     # --- after a campaign ---------------------------------------------------------------------
@@ -364,7 +374,9 @@ class Campaign:
 # --- biased strategies -----------------------------------------------------------------------
 
 
-def mostly(known: st.SearchStrategy[Any], generic: st.SearchStrategy[Any], share: int = 7) -> st.SearchStrategy[Any]:
+def mostly(
+    known: st.SearchStrategy[Any], generic: st.SearchStrategy[Any], share: int = 7
+) -> st.SearchStrategy[Any]:
     """`known` about share/10 of the time, else the generic walk."""
     return st.integers(0, 9).flatmap(lambda i: known if i < share else generic)
 
@@ -401,7 +413,7 @@ def hints_for(world: World) -> Hints:
         low, high = segments[first][1], segments[last][2]
         pieces = draw(st.integers(1, 3))
         points = [low + (high - low) * i / pieces for i in range(pieces)] + [high]
-        ranges = [pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in zip(points, points[1:])]
+        ranges = [pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in itertools.pairwise(points)]
         return pb.ScaleRequest(
             streamInfo=pb.StreamInfo(scope=world.scope, stream=name),
             sealedSegments=[s[0] for s in segments[first : last + 1]],
@@ -478,7 +490,9 @@ def hints_for(world: World) -> Hints:
             "StreamInfo": lambda g: mostly(stream_info(), g),
             "StreamCut": lambda g: mostly(cut(), g),
             "ScaleRequest": lambda g: mostly(scale(), g),
-            "TxnRequest": lambda g: mostly(txn_request(pb.TxnRequest, writerId=st.just(WRITER), timestamp=times), g),
+            "TxnRequest": lambda g: mostly(
+                txn_request(pb.TxnRequest, writerId=st.just(WRITER), timestamp=times), g
+            ),
             "PingTxnRequest": lambda g: mostly(txn_request(pb.PingTxnRequest, lease=leases), g),
             "ReaderGroupConfiguration": lambda g: mostly(rg_config, g),
             "KeyValueTableConfig": lambda g: mostly(kvt_config, g),

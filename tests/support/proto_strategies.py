@@ -102,7 +102,9 @@ class Hints:
 
 def _int(lo: int, hi: int, edges: tuple[int, ...]) -> st.SearchStrategy[int]:
     inside = tuple(e for e in edges if lo <= e <= hi)
-    return st.one_of(st.sampled_from(inside), st.integers(-3, 20).filter(lambda v: lo <= v <= hi), st.integers(lo, hi))
+    return st.one_of(
+        st.sampled_from(inside), st.integers(-3, 20).filter(lambda v: lo <= v <= hi), st.integers(lo, hi)
+    )
 
 
 def strings() -> st.SearchStrategy[str]:
@@ -111,8 +113,10 @@ def strings() -> st.SearchStrategy[str]:
     return st.one_of(
         VALID_NAMES,
         st.sampled_from(ODD_STRINGS),
-        st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
-        st.builds(lambda n, c: c * n, st.integers(256, LONG_STRING), st.sampled_from(("x", "é", "_", "\x00"))),
+        st.text(st.characters(exclude_categories=["Cs"]), max_size=40),
+        st.builds(
+            lambda n, c: c * n, st.integers(256, LONG_STRING), st.sampled_from(("x", "é", "_", "\x00"))
+        ),
     )
 
 
@@ -128,7 +132,9 @@ _SCALARS: dict[int, Callable[[], st.SearchStrategy[Any]]] = {
     FieldDescriptor.TYPE_UINT64: lambda: _int(0, 2**64 - 1, INT64_EDGES),
     FieldDescriptor.TYPE_FIXED64: lambda: _int(0, 2**64 - 1, INT64_EDGES),
     FieldDescriptor.TYPE_BOOL: st.booleans,
-    FieldDescriptor.TYPE_DOUBLE: lambda: st.one_of(st.sampled_from(DOUBLE_EDGES), st.floats(0, 1), st.floats()),
+    FieldDescriptor.TYPE_DOUBLE: lambda: st.one_of(
+        st.sampled_from(DOUBLE_EDGES), st.floats(0, 1), st.floats()
+    ),
     FieldDescriptor.TYPE_FLOAT: lambda: st.one_of(st.sampled_from(DOUBLE_EDGES), st.floats(width=32)),
     FieldDescriptor.TYPE_STRING: strings,
     FieldDescriptor.TYPE_BYTES: lambda: st.binary(max_size=64),
@@ -158,8 +164,8 @@ class ProtoStrategies:
 
     def _field(self, fd: FieldDescriptor) -> st.SearchStrategy[Any]:
         if _is_map(fd):
-            key_fd = fd.message_type.fields_by_name["key"]
-            value_fd = fd.message_type.fields_by_name["value"]
+            key_fd = _message_type(fd).fields_by_name["key"]
+            value_fd = _message_type(fd).fields_by_name["value"]
             generic: st.SearchStrategy[Any] = st.dictionaries(
                 self._single(key_fd), self._single(value_fd), max_size=self._hints.max_repeated
             )
@@ -174,12 +180,15 @@ class ProtoStrategies:
 
     def _single(self, fd: FieldDescriptor) -> st.SearchStrategy[Any]:
         if fd.type == FieldDescriptor.TYPE_MESSAGE:
-            value: st.SearchStrategy[Any] = st.deferred(lambda: self.message(fd.message_type))
+            value: st.SearchStrategy[Any] = st.deferred(lambda: self.message(_message_type(fd)))
         elif fd.type == FieldDescriptor.TYPE_ENUM:
+            assert fd.enum_type is not None
             known = tuple(v.number for v in fd.enum_type.values)
             # Proto3 enums are open: any int32 arrives as itself.
-            value = st.sampled_from(known) | st.sampled_from((max(known) + 1, -1, I32_MAX)) | _int(
-                I32_MIN, I32_MAX, INT32_EDGES
+            value = (
+                st.sampled_from(known)
+                | st.sampled_from((max(known) + 1, -1, I32_MAX))
+                | _int(I32_MIN, I32_MAX, INT32_EDGES)
             )
         else:
             value = _SCALARS[fd.type]()
@@ -189,18 +198,24 @@ class ProtoStrategies:
 
     def _biased(self, fd: FieldDescriptor, generic: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         containing = fd.containing_type
-        if containing is not None and containing.GetOptions().map_entry:
+        assert containing is not None
+        if containing.GetOptions().map_entry:
             return generic
-        qualified = short_name(fd.full_name, fd.file.package)
+        qualified = short_name(fd.full_name, containing.file.package)
         bias = self._hints.fields.get(qualified) or self._hints.fields.get(fd.name)
         return bias(generic) if bias is not None else generic
+
+
+def _message_type(fd: FieldDescriptor) -> Descriptor:
+    assert fd.message_type is not None, fd.full_name
+    return fd.message_type
 
 
 def _is_map(fd: FieldDescriptor) -> bool:
     return (
         fd.is_repeated
         and fd.type == FieldDescriptor.TYPE_MESSAGE
-        and fd.message_type.GetOptions().map_entry
+        and _message_type(fd).GetOptions().map_entry
     )
 
 
@@ -212,7 +227,7 @@ def _build(cls: type[Message], descriptor: Descriptor, values: Mapping[str, Any]
         fd = descriptor.fields_by_name[name]
         target = getattr(msg, name)
         if _is_map(fd):
-            value_fd = fd.message_type.fields_by_name["value"]
+            value_fd = _message_type(fd).fields_by_name["value"]
             for key, item in value.items():
                 if value_fd.type == FieldDescriptor.TYPE_MESSAGE:
                     target[key].CopyFrom(item)
