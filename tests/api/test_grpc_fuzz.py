@@ -50,6 +50,14 @@ MALFORMED = {
     "end-group without start": b"\x0c",
     "random bytes": bytes(range(255, 0, -7)),
 }
+# gRPC frames that break the framing itself (the 5-byte prefix: compressed flag, big-endian length).
+MALFORMED_FRAMES = {
+    "no message at all": b"",
+    "a prefix cut short": b"\x00\x00\x00",
+    "length past the data": b"\x00\x00\x00\x00\x10\x0a\x01a",
+    "compressed flag without an encoding": b"\x01\x00\x00\x00\x03\x0a\x01a",
+    "two messages for a unary call": b"\x00\x00\x00\x00\x03\x0a\x01a" * 2,
+}
 MALFORMED_RPCS = ("createScope", "createStream", "scale", "createReaderGroup", "noteTimestampFromWriter")
 
 
@@ -127,4 +135,17 @@ def test_malformed_protobuf_is_refused_as_invalid_argument(campaign: Campaign, r
         statuses[name] = campaign.last_status
     assert not violations, report(violations)
     assert all(s == Status.INVALID_ARGUMENT for s in statuses.values()), statuses
+    assert campaign.healthy() is None
+
+
+@pytest.mark.parametrize("rpc", MALFORMED_RPCS)
+def test_malformed_grpc_frames_get_a_status_of_the_contract(campaign: Campaign, rpc: str) -> None:
+    """A body whose gRPC framing is broken is answered with a status (never INTERNAL or UNKNOWN, never a
+    reset), and the server keeps answering."""
+    violations: list[Violation] = []
+    statuses = {}
+    for name, data in MALFORMED_FRAMES.items():
+        campaign.call_framed(rpc, data, violations)
+        statuses[name] = campaign.last_status
+    assert not violations, report(violations) + f"\nstatuses: {statuses}"
     assert campaign.healthy() is None

@@ -193,6 +193,27 @@ class Campaign:
 
         return self._judge(rpc, pb.DelegationToken(delegationToken=body.hex()), send, violations)
 
+    def call_framed(self, rpc: str, data: bytes, violations: list[Violation]) -> Message | None:
+        """Sends `data` as the request's whole DATA payload, gRPC's 5-byte message prefix included
+        (or left out, or lying): the framing itself is what is malformed."""
+        reply_type = getattr(pb, SERVICE.methods_by_name[rpc].output_type.name)
+
+        async def send() -> Message:
+            channel = self.stub.createScope.channel
+            path = f"/{SERVICE_NAME}/{rpc}"
+            async with channel.request(
+                path, Cardinality.UNARY_UNARY, _Raw, reply_type, timeout=CALL_TIMEOUT_S
+            ) as stream:
+                await stream.send_request()
+                # grpclib's client always frames a message well; its HTTP/2 stream sends raw DATA.
+                await stream._stream.send_data(data, end_stream=True)
+                stream._send_message_done = stream._end_done = True
+                reply: Message | None = await stream.recv_message()
+                assert reply is not None
+                return reply
+
+        return self._judge(rpc, pb.DelegationToken(delegationToken=data.hex()), send, violations)
+
     def _judge(
         self,
         rpc: str,
@@ -382,6 +403,21 @@ def mostly(
 
 
 OFFSETS = st.sampled_from((0, 0, 0, 1, 10, 100, -1, I64_MAX))
+# Draws that read the world (which the campaign changes) keep one shape whatever it holds: an index
+# taken modulo the current list, a fixed number of offsets. Hypothesis replays choice sequences and
+# refuses a strategy whose draws change shape between runs.
+ANY_INDEX = st.integers(0, 2**16)
+CUT_WIDTH = 48
+
+
+def pick(items: Callable[[], list[T]], fallback: T) -> st.SearchStrategy[T]:
+    """One of the list `items()` returns at draw time (`fallback` when it is empty)."""
+
+    def choose(i: int) -> T:
+        current = items()
+        return current[i % len(current)] if current else fallback
+
+    return ANY_INDEX.map(choose)
 
 
 def hints_for(world: World) -> Hints:
@@ -389,27 +425,30 @@ def hints_for(world: World) -> Hints:
     so a good share of calls reach deep paths; the generic walk keeps the rest."""
     now = st.integers(world.now_ms - 60_000, world.now_ms + 60_000)
     times = st.one_of(now, st.sampled_from(INT64_EDGES))
+    streams = (*ACTIVE_STREAMS, SEALED)
+    rg_generation = st.builds(lambda: world.rg_generation)
+    fresh_names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,11}", fullmatch=True)
 
-    def stream_info(names: tuple[str, ...] = (*ACTIVE_STREAMS, SEALED)) -> st.SearchStrategy[pb.StreamInfo]:
-        return st.sampled_from(names).map(lambda s: pb.StreamInfo(scope=world.scope, stream=s))
+    def stream_info() -> st.SearchStrategy[pb.StreamInfo]:
+        return st.sampled_from(streams).map(lambda s: pb.StreamInfo(scope=world.scope, stream=s))
 
     @st.composite
     def cut(draw: st.DrawFn, stream: str | None = None) -> pb.StreamCut:
-        name = stream or draw(st.sampled_from((*ACTIVE_STREAMS, SEALED)))
-        segments = world.segments.get(name, [])
-        chosen = draw(st.sampled_from(("all", "all", "some")))
-        keys = [s[0] for s in segments]
-        if chosen == "some" and keys:
-            keys = draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys)))
-        cut = {k: draw(OFFSETS) for k in keys}
+        name = stream or draw(st.sampled_from(streams))
+        whole = draw(st.booleans())
+        included = draw(st.lists(st.booleans(), min_size=CUT_WIDTH, max_size=CUT_WIDTH))
+        offsets = draw(st.lists(OFFSETS, min_size=CUT_WIDTH, max_size=CUT_WIDTH))
+        segments = world.segments.get(name, [])[:CUT_WIDTH]
+        chosen = zip(segments, included[: len(segments)], offsets[: len(segments)], strict=True)
+        cut = {seg: offset for (seg, _, _), inc, offset in chosen if whole or inc}
         return pb.StreamCut(streamInfo=pb.StreamInfo(scope=world.scope, stream=name), cut=cut)
 
     @st.composite
     def scale(draw: st.DrawFn) -> pb.ScaleRequest:
         name = draw(st.sampled_from(ACTIVE_STREAMS))
         segments = world.segments.get(name) or [(0, 0.0, 1.0)]
-        first = draw(st.integers(0, len(segments) - 1))
-        last = draw(st.integers(first, min(first + 1, len(segments) - 1)))
+        first = draw(ANY_INDEX) % len(segments)
+        last = min(first + draw(st.integers(0, 1)), len(segments) - 1)
         low, high = segments[first][1], segments[last][2]
         pieces = draw(st.integers(1, 3))
         points = [low + (high - low) * i / pieces for i in range(pieces)] + [high]
@@ -424,7 +463,7 @@ def hints_for(world: World) -> Hints:
     def txn_request(cls: type[Any], **extra: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         @st.composite
         def build(draw: st.DrawFn) -> Any:
-            stream, high, low = draw(st.sampled_from(world.txns))
+            stream, high, low = draw(pick(lambda: world.txns, (FIXED1, 0, 0)))
             values = {k: draw(v) for k, v in extra.items()}
             return cls(
                 streamInfo=pb.StreamInfo(scope=world.scope, stream=stream),
@@ -435,7 +474,32 @@ def hints_for(world: World) -> Hints:
         return build()
 
     leases = st.one_of(st.integers(10, 30_000), st.sampled_from(INT64_EDGES))
-    user_names = st.one_of(st.just(RG), st.just(KVT), st.from_regex(r"[A-Za-z0-9.\-]{1,12}", fullmatch=True))
+    user_names = st.one_of(st.just(RG), st.just(KVT), fresh_names)
+    counts = st.sampled_from((1, 2, 3, 5, 0, -1, 10_000, 10_001, 100_000, 2**31 - 1))
+    scaling_policy = st.builds(
+        pb.ScalingPolicy,
+        scaleType=st.sampled_from((0, 1, 2)),
+        targetRate=st.sampled_from((1, 10, 100, 0, -1, 2**31 - 1)),
+        scaleFactor=st.sampled_from((2, 3, 0, -1, 2**31 - 1)),
+        minNumSegments=counts,
+    )
+    retention_policy = st.builds(
+        pb.RetentionPolicy,
+        retentionType=st.sampled_from((1, 2, 0, 3)),
+        retentionParam=st.sampled_from((0, 1_000, 60_000, -1, I64_MAX)),
+        retentionMax=st.sampled_from((0, 1_000, 120_000, -1, I64_MAX)),
+    )
+    stream_config = st.builds(
+        pb.StreamConfig,
+        streamInfo=st.one_of(
+            stream_info(), fresh_names.map(lambda n: pb.StreamInfo(scope=world.scope, stream=n))
+        ),
+        scalingPolicy=scaling_policy,
+        retentionPolicy=st.one_of(st.just(pb.RetentionPolicy()), retention_policy),
+        tags=st.lists(st.sampled_from((TAG, "t2", "", "a" * 256)), max_size=3).map(lambda t: pb.Tags(tag=t)),
+        timestampAggregationTimeout=st.sampled_from((0, 1_000, -1, I64_MAX)),
+        rolloverSizeBytes=st.sampled_from((0, 1024, -1, I64_MAX)),
+    )
     rg_config = st.builds(
         pb.ReaderGroupConfiguration,
         scope=st.just(world.scope),
@@ -444,8 +508,8 @@ def hints_for(world: World) -> Hints:
         automaticCheckpointIntervalMillis=st.sampled_from((0, 30_000, -1, I64_MAX)),
         maxOutstandingCheckpointRequest=st.sampled_from((1, 3, 0, -1)),
         retentionType=st.sampled_from((0, 1, 2, 3)),
-        generation=st.one_of(st.just(world.rg_generation), st.sampled_from(INT64_EDGES)),
-        readerGroupId=st.sampled_from((world.rg_id, ZERO_ID, "not-a-uuid", "")),
+        generation=st.one_of(rg_generation, st.sampled_from(INT64_EDGES)),
+        readerGroupId=st.one_of(st.builds(lambda: world.rg_id), st.sampled_from((ZERO_ID, "not-a-uuid", ""))),
         startingStreamCuts=st.lists(cut(), min_size=1, max_size=2),
         endingStreamCuts=st.lists(cut(), max_size=1),
     )
@@ -453,7 +517,7 @@ def hints_for(world: World) -> Hints:
         pb.KeyValueTableConfig,
         scope=st.just(world.scope),
         kvtName=user_names,
-        partitionCount=st.sampled_from((1, 2, 3, 0, -1, 10_000, 10_001, 2**31 - 1)),
+        partitionCount=counts,
         primaryKeyLength=st.sampled_from((1, 4, 16, 0, -1, 2**31 - 1)),
         secondaryKeyLength=st.sampled_from((0, 4, -1, 2**31 - 1)),
         rolloverSizeBytes=st.sampled_from((0, 1024, -1, I64_MAX)),
@@ -461,33 +525,19 @@ def hints_for(world: World) -> Hints:
     subscriber_cut = st.builds(
         pb.SubscriberStreamCut,
         subscriber=st.just(world.subscriber),
-        generation=st.one_of(st.just(world.rg_generation), st.sampled_from(INT64_EDGES)),
-        readerGroupId=st.just(world.rg_id),
+        generation=st.one_of(rg_generation, st.sampled_from(INT64_EDGES)),
+        readerGroupId=st.builds(lambda: world.rg_id),
         streamCut=cut(FIXED3),
     )
     writer_mark = st.builds(
         pb.TimestampFromWriter, writer=st.sampled_from((WRITER, "w2")), position=cut(), timestamp=times
     )
-    scaling_policy = st.builds(
-        pb.ScalingPolicy,
-        scaleType=st.sampled_from((0, 1, 2)),
-        targetRate=st.sampled_from((1, 10, 100)),
-        scaleFactor=st.sampled_from((2, 3)),
-        minNumSegments=st.sampled_from((1, 2, 3, 5, 10_000, 10_001)),
-    )
-    retention_policy = st.builds(
-        pb.RetentionPolicy,
-        retentionType=st.sampled_from((1, 2)),
-        retentionParam=st.sampled_from((0, 1_000, 60_000)),
-        retentionMax=st.sampled_from((0, 1_000, 120_000)),
-    )
-    segment_ids = st.builds(lambda: [s[0] for v in world.segments.values() for s in v] or [0]).flatmap(
-        st.sampled_from
-    )
-    range_cuts = st.builds(lambda c: dict(c.cut), cut(FIXED3))
+    segment_ids = pick(lambda: [s[0] for v in world.segments.values() for s in v], 0)
+    range_cuts = cut(FIXED3).map(lambda c: dict(c.cut))
     return Hints(
         messages={
             "StreamInfo": lambda g: mostly(stream_info(), g),
+            "StreamConfig": lambda g: mostly(stream_config, g),
             "StreamCut": lambda g: mostly(cut(), g),
             "ScaleRequest": lambda g: mostly(scale(), g),
             "TxnRequest": lambda g: mostly(
@@ -498,23 +548,21 @@ def hints_for(world: World) -> Hints:
             "KeyValueTableConfig": lambda g: mostly(kvt_config, g),
             "SubscriberStreamCut": lambda g: mostly(subscriber_cut, g),
             "TimestampFromWriter": lambda g: mostly(writer_mark, g),
-            "ScalingPolicy": lambda g: mostly(scaling_policy, g),
-            "RetentionPolicy": lambda g: mostly(retention_policy, g),
         },
         fields={
             "scope": lambda g: mostly(st.just(world.scope), g),
-            "stream": lambda g: mostly(st.sampled_from((*ACTIVE_STREAMS, SEALED)), g),
+            "stream": lambda g: mostly(st.sampled_from(streams), g),
             "kvtName": lambda g: mostly(st.just(KVT), g),
             "readerGroup": lambda g: mostly(st.just(RG), g),
             "readerGroupName": lambda g: mostly(st.just(RG), g),
-            "readerGroupId": lambda g: mostly(st.sampled_from((world.rg_id, ZERO_ID)), g),
+            "readerGroupId": lambda g: mostly(st.builds(lambda: world.rg_id), g),
             "writer": lambda g: mostly(st.just(WRITER), g),
             "subscriber": lambda g: mostly(st.just(world.subscriber), g),
             "tag": lambda g: mostly(st.just(TAG), g),
             "Tags.tag": lambda g: st.one_of(
                 g, st.lists(VALID_NAMES, max_size=3), st.lists(VALID_NAMES, min_size=127, max_size=130)
             ),
-            "generation": lambda g: mostly(st.just(world.rg_generation), g),
+            "generation": lambda g: mostly(rg_generation, g),
             "lease": lambda g: mostly(leases, g),
             "epoch": lambda g: mostly(st.integers(0, 3), g),
             "segmentId": lambda g: mostly(segment_ids, g),

@@ -91,8 +91,8 @@ Bias = Callable[[st.SearchStrategy[Any]], st.SearchStrategy[Any]]
 class Hints:
     """How to bias the walk. `messages` maps a message's name (package left out, e.g.
     "StreamInfo", "SegmentsAtTime.SegmentLocation") and `fields` a field ("StreamInfo.scope") or a
-    bare field name ("scope", any message) to a function given the generic strategy and returning the
-    one to use (usually a mixture of the generic one and known entities)."""
+    bare field name ("scope": a scalar field of that name in any message) to a function given the
+    generic strategy and returning the one to use (usually a mixture of it and known entities)."""
 
     messages: Mapping[str, Bias] = field(default_factory=dict)
     fields: Mapping[str, Bias] = field(default_factory=dict)
@@ -202,7 +202,11 @@ class ProtoStrategies:
         if containing.GetOptions().map_entry:
             return generic
         qualified = short_name(fd.full_name, containing.file.package)
-        bias = self._hints.fields.get(qualified) or self._hints.fields.get(fd.name)
+        bias = self._hints.fields.get(qualified)
+        if bias is None and fd.type != FieldDescriptor.TYPE_MESSAGE:
+            # A bare name ("scope") means the scalar field of that name: StreamsInScopeRequest.scope
+            # is a ScopeInfo message, biased through its own message hint.
+            bias = self._hints.fields.get(fd.name)
         return bias(generic) if bias is not None else generic
 
 
