@@ -8,6 +8,7 @@ the number of calls made is printed at the end of the module (terminal summary l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +38,8 @@ DEEP = {
     "createKeyValueTable",
 }
 EXAMPLES, DEEP_EXAMPLES = 40, 60
+# A healthy server answers a campaign in a few seconds; past this its remaining examples are skipped.
+CAMPAIGN_BUDGET_S = 90.0
 # The RPCs after which the segments the world knows may have changed.
 RESHAPING = {"createStream", "updateStream", "sealStream", "deleteStream", "scale", "deleteScopeRecursive"}
 
@@ -87,6 +90,7 @@ def test_grpc_fuzz(campaign: Campaign, rpc: str) -> None:
     stuck_before = {entry.split(";")[0] for entry in campaign.stuck_streams(wait_s=0)}
     violations: list[Violation] = []
     hangs = 0
+    started = time.monotonic()
 
     @settings(
         max_examples=DEEP_EXAMPLES if rpc in DEEP else EXAMPLES,
@@ -102,8 +106,10 @@ def test_grpc_fuzz(campaign: Campaign, rpc: str) -> None:
     @given(strategy_for(rpc, world))
     def campaign_of(message: object) -> None:
         nonlocal hangs
-        if hangs >= MAX_HANGS_PER_RPC:
-            return  # bounded: each hang costs the call timeout, and one already fails the test
+        if hangs >= MAX_HANGS_PER_RPC or time.monotonic() - started > CAMPAIGN_BUDGET_S:
+            # Bounded even when failing: each hang costs the call timeout, and a slow server makes
+            # every call slow; the violations recorded so far already fail the test.
+            return
         before = len(violations)
         reply = campaign.call(rpc, message, violations)  # type: ignore[arg-type]
         hangs += sum(1 for v in violations[before:] if v.category == "hang")
@@ -112,6 +118,12 @@ def test_grpc_fuzz(campaign: Campaign, rpc: str) -> None:
             campaign.refresh(world)
 
     campaign_of()
+    if time.monotonic() - started > CAMPAIGN_BUDGET_S:
+        violations.append(
+            Violation(
+                rpc, "slow server", "BUDGET", f"campaign over {CAMPAIGN_BUDGET_S} s", pb.ServerRequest()
+            )
+        )
     stuck = [s for s in campaign.stuck_streams() if s.split(";")[0] not in stuck_before]
     problems = [report(violations)] if violations else []
     if stuck:
