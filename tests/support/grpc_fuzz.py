@@ -350,22 +350,32 @@ class Campaign:
 
     # --- after a campaign ---------------------------------------------------------------------
 
-    def stuck_streams(self, wait_s: float = QUIESCENCE_S) -> list[str]:
+    def stuck_streams(self, wait_s: float = QUIESCENCE_S, known: frozenset[str] = frozenset()) -> list[str]:
         """Waits (at most `wait_s`) for the workers to drain; the streams still in a transient state,
-        each as "scope/name STATE; pending: <its requests>"."""
-        return self.run(self._settle(wait_s), timeout=wait_s + 30)
+        each as "scope/name STATE; pending: <its requests>". Streams in `known` ("scope/name", stuck
+        before) and their requests are not waited for."""
+        return self.run(self._settle(wait_s, known), timeout=wait_s + 30)
 
-    async def _settle(self, wait_s: float) -> list[str]:
+    async def _settle(self, wait_s: float, known: frozenset[str]) -> list[str]:
         deadline = time.monotonic() + wait_s
         while True:
-            rows = await self.services.pool.fetch(
-                "SELECT s.scope, s.name, t.state FROM streams s JOIN stream_states t ON t.stream_id = s.id"
-                " WHERE t.state = ANY($1::text[]) ORDER BY 1, 2",
-                list(TRANSIENT_STATES),
-            )
-            pending = await self.services.pool.fetch(
-                "SELECT scope, stream, kind, attempts, last_error FROM requests ORDER BY id"
-            )
+            rows = [
+                r
+                for r in await self.services.pool.fetch(
+                    "SELECT s.scope, s.name, t.state FROM streams s"
+                    " JOIN stream_states t ON t.stream_id = s.id"
+                    " WHERE t.state = ANY($1::text[]) ORDER BY 1, 2",
+                    list(TRANSIENT_STATES),
+                )
+                if f"{r['scope']}/{r['name']}" not in known
+            ]
+            pending = [
+                p
+                for p in await self.services.pool.fetch(
+                    "SELECT scope, stream, kind, attempts, last_error FROM requests ORDER BY id"
+                )
+                if f"{p['scope']}/{p['stream']}" not in known
+            ]
             if (not rows and not pending) or time.monotonic() > deadline:
                 return [
                     f"{r['scope']}/{r['name']} {r['state']}; pending: "
