@@ -485,12 +485,14 @@ def hints_for(world: World) -> Hints:
 
     leases = st.one_of(st.integers(10, 30_000), st.sampled_from(INT64_EDGES))
     user_names = st.one_of(st.just(RG), st.just(KVT), fresh_names)
-    counts = st.sampled_from((1, 2, 3, 5, 0, -1, 10_000, 10_001, 100_000, 2**31 - 1))
+    counts = st.sampled_from((1, 2, 3, 5, 1, 2, 3, 0, -1, 10_000, 10_001, 100_000, 2**31 - 1))
+    # Valid values repeated so most plausible messages pass validation and do the work; the edges
+    # stay in every list.
     scaling_policy = st.builds(
         pb.ScalingPolicy,
         scaleType=st.sampled_from((0, 1, 2)),
-        targetRate=st.sampled_from((1, 10, 100, 0, -1, 2**31 - 1)),
-        scaleFactor=st.sampled_from((2, 3, 0, -1, 2**31 - 1)),
+        targetRate=st.sampled_from((1, 10, 100, 10, 0, -1, 2**31 - 1)),
+        scaleFactor=st.sampled_from((2, 3, 2, 3, 0, -1, 2**31 - 1)),
         minNumSegments=counts,
     )
     retention_policy = st.builds(
@@ -505,10 +507,12 @@ def hints_for(world: World) -> Hints:
             stream_info(), fresh_names.map(lambda n: pb.StreamInfo(scope=world.scope, stream=n))
         ),
         scalingPolicy=scaling_policy,
-        retentionPolicy=st.one_of(st.just(pb.RetentionPolicy()), retention_policy),
-        tags=st.lists(st.sampled_from((TAG, "t2", "", "a" * 256)), max_size=3).map(lambda t: pb.Tags(tag=t)),
-        timestampAggregationTimeout=st.sampled_from((0, 1_000, -1, I64_MAX)),
-        rolloverSizeBytes=st.sampled_from((0, 1024, -1, I64_MAX)),
+        retentionPolicy=st.sampled_from((pb.RetentionPolicy(),) * 2) | retention_policy,
+        tags=st.lists(st.sampled_from((TAG, "t2", TAG, "", "a" * 256)), max_size=2).map(
+            lambda t: pb.Tags(tag=t)
+        ),
+        timestampAggregationTimeout=st.sampled_from((0, 0, 1_000, 1_000, -1, I64_MAX)),
+        rolloverSizeBytes=st.sampled_from((0, 0, 1024, 1024, -1, I64_MAX)),
     )
     rg_config = st.builds(
         pb.ReaderGroupConfiguration,
