@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from app.domain.errors import InvalidInput
 
 PAGE_LIMIT = 1000
+# How much of a malformed token an error quotes: the rest is only its length. A token may be as long
+# as a message allows, and gRPC carries the error's text in a header (a long one breaks the call).
+QUOTED_TOKEN_CHARS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +31,9 @@ def decode_token(token: str) -> str:
         raw = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True)
         return raw.decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError) as exc:
-        raise InvalidInput(f"malformed continuation token {token!r}") from exc
+        quoted = token[:QUOTED_TOKEN_CHARS]
+        more = f" ({len(token)} characters)" if len(token) > QUOTED_TOKEN_CHARS else ""
+        raise InvalidInput(f"malformed continuation token {quoted!r}{more}") from exc
 
 
 def encode_token(last_name: str) -> str:
