@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import grpclib.server
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from grpclib.client import Channel
 
+from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
@@ -42,7 +42,8 @@ async def served(
         services.transactions,
         extensions,
     )
-    server = grpclib.server.Server([service])
+    # The production construction (size limit, checked codec), as `serve` builds it.
+    server = bounded_server([service])
     await server.start("127.0.0.1", 0)
     assert server._server is not None
     port = server._server.sockets[0].getsockname()[1]

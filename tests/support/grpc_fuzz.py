@@ -284,7 +284,9 @@ class Campaign:
             if name == TAGGED:
                 config.tags.tag.extend([TAG, "t2"])
                 config.retentionPolicy.CopyFrom(
-                    pb.RetentionPolicy(retentionType=pb.RetentionPolicy.TIME, retentionParam=60_000)
+                    pb.RetentionPolicy(
+                        retentionType=pb.RetentionPolicy.TIME, retentionParam=60_000, retentionMax=I64_MAX
+                    )
                 )
             created = await stub.createStream(config)
             assert created.status == pb.CreateStreamStatus.SUCCESS, (name, created)
@@ -372,7 +374,9 @@ class Campaign:
             pending = [
                 p
                 for p in await self.services.pool.fetch(
-                    "SELECT scope, stream, kind, attempts, last_error FROM requests ORDER BY id"
+                    # A parked request is an end state (its error is kept for operators), not work left.
+                    "SELECT scope, stream, kind, attempts, last_error FROM requests"
+                    " WHERE parked_at IS NULL ORDER BY id"
                 )
                 if f"{p['scope']}/{p['stream']}" not in known
             ]
