@@ -68,7 +68,11 @@ async def kvt_api(db_url: str, completion_timeout_s: float = 30.0) -> AsyncItera
         # The runner checks ownership too: a request the dispatcher read just before a hold is
         # then left alone, not run.
         runner = RequestRunner(
-            services.requests, kvt_handlers(deps, kvts), services.clock, owns=lambda bucket: bucket in owned
+            services.requests,
+            kvt_handlers(deps, kvts),
+            services.clock,
+            owns=lambda bucket: bucket in owned,
+            max_failures=TEST_SETTINGS.request_max_failures,
         )
         dispatcher = RequestDispatcher(
             services.requests,
