@@ -86,8 +86,7 @@ class KvtService:
         config.validate()
         if not is_valid_user_name(name):
             return CreateKvtOutcome.INVALID_TABLE_NAME
-        since = self._clock.now_ms()
-        timestamp = since if creation_time is None else creation_time
+        timestamp = self._clock.now_ms() if creation_time is None else creation_time
         proposed = KvtRecord(scope, name, str(uuid.uuid4()), config, KvtState.CREATING, timestamp, 0)
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
@@ -104,15 +103,14 @@ class KvtService:
             # Java would wait for an ACTIVE state that never comes (and time out); the name is
             # taken until the deletion finishes, so say so at once.
             return CreateKvtOutcome.TABLE_EXISTS
-        try:
-            await wait_until(
-                lambda: self._settled(scope, name, found.id),
-                f"creation of key-value table {scope}/{name}",
-                timeout_s=self._timeout_s,
-                failed=self._watch(name, RequestKind.CREATE_KVT, scope, since),
-            )
-        except FinalFailure:
-            return CreateKvtOutcome.FAILURE  # parked: its incarnation was removed
+        # No parked-request watch here: a create that fails finally removes its incarnation
+        # before its request is parked, and a table gone answers FAILURE below at once (as one
+        # deleted meanwhile does, while its create request may still be queued).
+        await wait_until(
+            lambda: self._settled(scope, name, found.id),
+            f"creation of key-value table {scope}/{name}",
+            timeout_s=self._timeout_s,
+        )
         if not creation.created:
             return CreateKvtOutcome.TABLE_EXISTS
         try:
