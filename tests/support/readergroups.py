@@ -66,7 +66,9 @@ async def rig(
     built = Rig(
         s,
         store,
-        ReaderGroupService(store, s.scope_store, clock, completion_timeout_s=completion_timeout_s),
+        ReaderGroupService(
+            store, s.scope_store, clock, s.requests, completion_timeout_s=completion_timeout_s
+        ),
         subscribers,
         ReaderGroupDeps(workflow, store, subscribers),
         handlers,
