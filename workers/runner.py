@@ -90,7 +90,7 @@ class RequestRunner:
         postpone_cap_s: float = 1.0,
         retry_first_s: float = 0.1,
         retry_cap_s: float = 10.0,
-        max_failures: int = 50,
+        max_failures: int,
     ) -> None:
         self._queue = queue
         self._handlers = handlers

@@ -134,6 +134,13 @@ class TxnStore(Protocol):
         (with `state_version`) COMMITTING_TXN back to ACTIVE: one metadata transaction."""
         ...
 
+    async def abandon_commit_batch(
+        self, scope: str, name: str, txns: Sequence[TxnId], expected_version: int, now_ms: int
+    ) -> int:
+        """A commit that failed finally: the batch's transactions completed ABORTED, the batch
+        record emptied and COMMITTING_TXN back to ACTIVE, in one metadata transaction."""
+        ...
+
     async def expired(self, buckets: Sequence[int], cutoff_ms: int, limit: int) -> list[ExpiredTxn]: ...
 
     async def next_expiry(self, buckets: Sequence[int]) -> int | None: ...

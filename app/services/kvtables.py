@@ -12,13 +12,13 @@ from __future__ import annotations
 import enum
 import uuid
 
-from app.domain.errors import IllegalState, NotFound, WriteConflict
+from app.domain.errors import FinalFailure, IllegalState, NotFound, WriteConflict
 from app.domain.kvtables import KvtConfig, KvtRecord, KvtState, kvt_stream_name
 from app.domain.names import is_valid_user_name, require_present
 from app.domain.records import SegmentRecord
 from app.domain.requests import NewRequest, RequestKind
-from app.ports import Clock, KvtStore
-from app.services.completion import wait_until
+from app.ports import Clock, KvtStore, RequestQueue
+from app.services.completion import RequestWatch, parked_request, wait_until
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
 _CONFLICT_ATTEMPTS = 20
@@ -65,11 +65,14 @@ class KvtService:
         self,
         kvts: KvtStore,
         clock: Clock,
+        requests: RequestQueue,
         *,
         completion_timeout_s: float,
     ) -> None:
         self._kvts = kvts
         self._clock = clock
+        # Where a waiting call finds its request parked (a final failure): it answers FAILURE at once.
+        self._requests = requests
         self._timeout_s = completion_timeout_s
 
     async def create_kvt(
@@ -100,6 +103,9 @@ class KvtService:
             # Java would wait for an ACTIVE state that never comes (and time out); the name is
             # taken until the deletion finishes, so say so at once.
             return CreateKvtOutcome.TABLE_EXISTS
+        # No parked-request watch here: a create that fails finally removes its incarnation
+        # before its request is parked, and a table gone answers FAILURE below at once (as one
+        # deleted meanwhile does, while its create request may still be queued).
         await wait_until(
             lambda: self._settled(scope, name, found.id),
             f"creation of key-value table {scope}/{name}",
@@ -127,6 +133,7 @@ class KvtService:
         """Marks the table DELETING with its request, then waits until it is gone."""
         require_present("scope", scope)
         require_present("key-value table", name)
+        since = self._clock.now_ms()
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
                 current = await self._kvts.get_kvt(scope, name)
@@ -151,12 +158,19 @@ class KvtService:
                 return DeleteKvtOutcome.TABLE_NOT_FOUND
         else:
             return DeleteKvtOutcome.FAILURE
-        await wait_until(
-            lambda: self._gone(scope, name, record.id),
-            f"deletion of key-value table {scope}/{name}",
-            timeout_s=self._timeout_s,
-        )
+        try:
+            await wait_until(
+                lambda: self._gone(scope, name, record.id),
+                f"deletion of key-value table {scope}/{name}",
+                timeout_s=self._timeout_s,
+                failed=self._watch(name, RequestKind.DELETE_KVT, scope, since),
+            )
+        except FinalFailure:
+            return DeleteKvtOutcome.FAILURE  # parked: the table is ACTIVE again
         return DeleteKvtOutcome.SUCCESS
+
+    def _watch(self, name: str, kind: RequestKind, scope: str, since_ms: int) -> RequestWatch:
+        return parked_request(self._requests, scope, kvt_stream_name(name), kind, since_ms)
 
     async def _gone(self, scope: str, name: str, kvt_id: str) -> bool:
         try:

@@ -10,13 +10,14 @@ generation it read, and only one update of a generation can win.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
 import uuid
 from dataclasses import dataclass
 
-from app.domain.errors import NotFound, WriteConflict
+from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_present
 from app.domain.readergroups import (
     DEFAULT_READER_GROUP_ID,
@@ -31,8 +32,8 @@ from app.domain.readergroups import (
 )
 from app.domain.records import ScopeState, Versioned
 from app.domain.requests import NewRequest, RequestKind
-from app.ports import Clock, ReaderGroupStore, ScopeStore
-from app.services.completion import wait_until
+from app.ports import Clock, ReaderGroupStore, RequestQueue, ScopeStore
+from app.services.completion import RequestWatch, parked_request, wait_until
 
 # StreamMetadataTasks.READER_GROUP_OPERATION_MAX_RETRIES: attempts of a read-then-write step.
 _ATTEMPTS = 10
@@ -76,12 +77,15 @@ class ReaderGroupService:
         reader_groups: ReaderGroupStore,
         scopes: ScopeStore,
         clock: Clock,
+        requests: RequestQueue,
         *,
         completion_timeout_s: float,
     ) -> None:
         self._groups = reader_groups
         self._scopes = scopes
         self._clock = clock
+        # Where a waiting call finds its request parked (a final failure): it answers FAILURE at once.
+        self._requests = requests
         self._timeout_s = completion_timeout_s
 
     # --- create -------------------------------------------------------------------------------
@@ -102,6 +106,7 @@ class ReaderGroupService:
         config.validate()
         if not await self._scope_active(scope):
             return CreateResult(CreateStatus.SCOPE_NOT_FOUND)
+        since = self._clock.now_ms()
         for _ in range(_ATTEMPTS):
             current = await self._groups.get_reader_group(scope, name)
             if current is None:
@@ -113,7 +118,11 @@ class ReaderGroupService:
                     continue
             group = current.value
             if group.state is ReaderGroupState.DELETING:
-                await self._wait_gone(scope, name, group.id, f"deletion of reader group {scope}/{name}")
+                # A delete parked meanwhile leaves the group ACTIVE: the next round answers with it.
+                with contextlib.suppress(FinalFailure):
+                    await self._wait_gone(
+                        scope, name, group.id, f"deletion of reader group {scope}/{name}", since_ms=since
+                    )
                 continue
             if group.state is ReaderGroupState.CREATING:
                 await wait_until(
@@ -185,6 +194,7 @@ class ReaderGroupService:
         require_present("scope", scope)
         require_present("reader group", name)
         config.validate()
+        since = self._clock.now_ms()
         for _ in range(_ATTEMPTS):
             current = await self._groups.get_reader_group(scope, name)
             if current is None or current.value.state is ReaderGroupState.DELETING:
@@ -218,11 +228,15 @@ class ReaderGroupService:
                 continue  # another update or a delete got there first: decide again
             except NotFound:
                 return UpdateResult(UpdateStatus.RG_NOT_FOUND, generation)
-            await wait_until(
-                functools.partial(self._updated, scope, name, updated),
-                f"update of reader group {scope}/{name}",
-                timeout_s=self._timeout_s,
-            )
+            try:
+                await wait_until(
+                    functools.partial(self._updated, scope, name, updated),
+                    f"update of reader group {scope}/{name}",
+                    timeout_s=self._timeout_s,
+                    failed=self._watch(scope, name, RequestKind.UPDATE_READER_GROUP, since),
+                )
+            except FinalFailure:
+                return UpdateResult(UpdateStatus.FAILURE, generation)  # parked: no longer updating
             final = await self._groups.get_reader_group(scope, name)
             stored = updated.generation if final is None else final.value.generation
             return UpdateResult(UpdateStatus.SUCCESS, stored)
@@ -241,6 +255,7 @@ class ReaderGroupService:
         once the group is found, as Java does)."""
         require_present("scope", scope)
         require_present("reader group", name)
+        since = self._clock.now_ms()
         for _ in range(_ATTEMPTS):
             current = await self._groups.get_reader_group(scope, name)
             if current is None:
@@ -262,13 +277,28 @@ class ReaderGroupService:
                 except (WriteConflict, NotFound):
                     continue
             # Already DELETING: its request is queued; wait for it like the first caller does.
-            await self._wait_gone(scope, name, group.id, f"deletion of reader group {scope}/{name}")
+            try:
+                await self._wait_gone(
+                    scope, name, group.id, f"deletion of reader group {scope}/{name}", since_ms=since
+                )
+            except FinalFailure:
+                return DeleteStatus.FAILURE  # parked: the group is ACTIVE again
             return DeleteStatus.SUCCESS
         return DeleteStatus.FAILURE
 
-    async def _wait_gone(self, scope: str, name: str, group_id: uuid.UUID, what: str) -> None:
+    async def _wait_gone(
+        self, scope: str, name: str, group_id: uuid.UUID, what: str, *, since_ms: int
+    ) -> None:
+        """FinalFailure when a delete request of the group parked at or after `since_ms` (taken
+        when the call began: a rollback comes before its park, so an earlier park left the
+        group ACTIVE, not DELETING)."""
+
         async def gone() -> bool:
             current = await self._groups.get_reader_group(scope, name)
             return current is None or current.value.id != group_id
 
-        await wait_until(gone, what, timeout_s=self._timeout_s)
+        watch = self._watch(scope, name, RequestKind.DELETE_READER_GROUP, since_ms)
+        await wait_until(gone, what, timeout_s=self._timeout_s, failed=watch)
+
+    def _watch(self, scope: str, name: str, kind: RequestKind, since_ms: int) -> RequestWatch:
+        return parked_request(self._requests, scope, reader_group_stream(name), kind, since_ms)

@@ -202,6 +202,13 @@ class PgTxnStore:
             sql, scope, name, expected_version, highs, lows, now_ms, state_version
         )
 
+    async def abandon_commit_batch(
+        self, scope: str, name: str, txns: Sequence[TxnId], expected_version: int, now_ms: int
+    ) -> int:
+        highs, lows = _halves(txns)
+        sql = _SQL["abandon_commit_batch"]
+        return await self._committing_write(sql, scope, name, expected_version, highs, lows, now_ms)
+
     async def _committing_write(self, sql: str, scope: str, name: str, *args: Any) -> int:
         """A version-checked write of the committing-transactions record; on no row, tells a
         missing stream (NotFound) from a lost race (WriteConflict)."""

@@ -52,9 +52,13 @@ def wire_reader_groups_and_tables(
     )
     timeout_s = settings.completion_timeout_s
     reader_groups = ReaderGroupService(
-        group_store, resources.scope_store, resources.clock, completion_timeout_s=timeout_s
+        group_store,
+        resources.scope_store,
+        resources.clock,
+        resources.requests,
+        completion_timeout_s=timeout_s,
     )
-    kvts = KvtService(kvt_store, resources.clock, completion_timeout_s=timeout_s)
+    kvts = KvtService(kvt_store, resources.clock, resources.requests, completion_timeout_s=timeout_s)
     contribution = Contribution(
         grpc=(ReaderGroupRpcs(reader_groups), KvtRpcs(kvts)),
         rest=(reader_group_routes.extension(reader_groups),),

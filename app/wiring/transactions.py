@@ -82,6 +82,7 @@ def _commit_dispatcher(
         owns=claims.owns,
         fence_for=claims.fence_for,
         started_check=handler.started,
+        max_failures=settings.request_max_failures,
     )
     return RequestDispatcher(
         resources.requests,
@@ -107,6 +108,7 @@ def _abort_dispatcher(
         owns=claims.owns,
         fence_for=claims.fence_for,
         barrier=False,
+        max_failures=settings.request_max_failures,
     )
     return RequestDispatcher(
         resources.requests,

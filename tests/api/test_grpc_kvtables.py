@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,9 +22,11 @@ from app.api.grpc.kvtables import KvtRpcs
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.cluster import DEFAULT_COUNTS
+from app.domain.errors import InvalidInput
 from app.domain.ids import segment_id
 from app.domain.kvtables import KvtState
 from app.domain.records import ScopeState
+from app.domain.requests import RequestKind
 from app.services.kvtables import KvtService
 from app.services.paging import decode_token, encode_token
 from app.store.kvtables import PgKvtStore
@@ -68,7 +71,11 @@ async def kvt_api(db_url: str, completion_timeout_s: float = 30.0) -> AsyncItera
         # The runner checks ownership too: a request the dispatcher read just before a hold is
         # then left alone, not run.
         runner = RequestRunner(
-            services.requests, kvt_handlers(deps, kvts), services.clock, owns=lambda bucket: bucket in owned
+            services.requests,
+            kvt_handlers(deps, kvts),
+            services.clock,
+            owns=lambda bucket: bucket in owned,
+            max_failures=TEST_SETTINGS.request_max_failures,
         )
         dispatcher = RequestDispatcher(
             services.requests,
@@ -78,7 +85,9 @@ async def kvt_api(db_url: str, completion_timeout_s: float = 30.0) -> AsyncItera
             poll_s=0.02,
         )
         task = asyncio.create_task(dispatcher.run())
-        service = KvtService(kvts, services.clock, completion_timeout_s=completion_timeout_s)
+        service = KvtService(
+            kvts, services.clock, services.requests, completion_timeout_s=completion_timeout_s
+        )
         try:
             async with served(services, extensions=[KvtRpcs(service)]) as stub:
                 await stub.createScope(pb.ScopeInfo(scope=SC))
@@ -339,7 +348,10 @@ async def test_configuration_when_the_store_fails_is_failure(api: Api, db_url: s
     pool = await create_pool(db_url, min_size=1, max_size=1)
     await pool.close()
     broken = KvtService(
-        PgKvtStore(pool), api.services.clock, completion_timeout_s=TEST_SETTINGS.completion_timeout_s
+        PgKvtStore(pool),
+        api.services.clock,
+        api.services.requests,
+        completion_timeout_s=TEST_SETTINGS.completion_timeout_s,
     )
     async with served(api.services, extensions=[KvtRpcs(broken)]) as stub:
         got = await stub.getKeyValueTableConfiguration(info())
@@ -442,3 +454,43 @@ async def test_a_malformed_token_is_invalid_argument(api: Api) -> None:
             )
         )
     assert raised.value.status == Status.INVALID_ARGUMENT
+
+
+# --- final failures: the request parked, the table's state restored, the caller answered at once ---
+
+
+async def _refused(*_args: object, **_kwargs: object) -> None:
+    raise InvalidInput("injected: the segment store refuses")
+
+
+async def test_defect_16_a_kvt_create_the_segment_store_refuses_is_failure_at_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api.services.segment_store, "create_table_segment", _refused)
+    started = time.monotonic()
+    assert await create(api, config()) == pb.CreateKeyValueTableStatus.FAILURE
+    assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
+    [row] = await api.services.requests.list_parked(0, 10)
+    assert row.kind is RequestKind.CREATE_KVT and "refuses" in (row.last_error or "")
+    # The incarnation left CREATING for good: the name is free, and a new create succeeds.
+    got = await api.stub.getKeyValueTableConfiguration(info())
+    assert got.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND
+    monkeypatch.undo()
+    assert await create(api, config()) == pb.CreateKeyValueTableStatus.SUCCESS
+
+
+async def test_defect_16_a_kvt_delete_the_segment_store_refuses_is_failure_and_the_table_active(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert await create(api, config()) == pb.CreateKeyValueTableStatus.SUCCESS
+    monkeypatch.setattr(api.services.segment_store, "delete_table_segment", _refused)
+    started = time.monotonic()
+    assert (await api.stub.deleteKeyValueTable(info())).status == pb.DeleteKVTableStatus.FAILURE
+    assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
+    [row] = await api.services.requests.list_parked(0, 10)
+    assert row.kind is RequestKind.DELETE_KVT
+    assert (await api.kvts.get_kvt(SC, "t")).value.state is KvtState.ACTIVE
+    monkeypatch.undo()
+    assert (await api.stub.deleteKeyValueTable(info())).status == pb.DeleteKVTableStatus.SUCCESS
+    got = await api.stub.getKeyValueTableConfiguration(info())
+    assert got.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND

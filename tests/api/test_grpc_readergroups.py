@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.readergroups import ReaderGroupRpcs
 from app.api.grpc.subscribers import SubscriberRpcs
+from app.domain.errors import InvalidInput
 from app.domain.readergroups import ReaderGroupState
 from app.domain.records import ScalingPolicy, ScopeState, StreamConfig
+from app.domain.requests import RequestKind
 from app.store.retention import PgRetentionStore
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
@@ -405,3 +408,65 @@ async def test_a_second_delete_waits_for_the_first(idle: Api) -> None:
 
 async def _queued(api: Api, count: int) -> bool:
     return bool(await api.s.pool.fetchval("SELECT count(*) FROM requests") == count)
+
+
+# --- final failures: the request parked, the group's state restored, the caller answered at once ---
+
+
+async def _refused(*_args: object, **_kwargs: object) -> None:
+    raise InvalidInput("injected: refused")
+
+
+async def _parked_kinds(api: Api) -> list[RequestKind]:
+    return [r.kind for r in await api.s.requests.list_parked(0, 10)]
+
+
+async def test_defect_16_a_reader_group_create_that_fails_finally_is_failure_and_frees_the_name(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api.s.segment_store, "create_segment", _refused)
+    started = time.monotonic()
+    reply = await api.stub.createReaderGroup(config(retention=AUTOMATIC))
+    assert reply.status == CREATE.FAILURE
+    assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
+    assert await _parked_kinds(api) == [RequestKind.CREATE_READER_GROUP]
+    assert await api.r.store.get_reader_group(SC, "rg") is None, "not CREATING for ever"
+    assert await subscribers(api, "s1") == []
+    monkeypatch.undo()
+    await create(api, config())
+
+
+async def test_defect_16_a_reader_group_update_that_fails_finally_is_failure_and_takes_updates_again(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rg_id = (await create(api, config())).config.readerGroupId
+    monkeypatch.setattr(api.r.subscribers, "add_subscriber", _refused)
+    started = time.monotonic()
+    reply = await api.stub.updateReaderGroup(config(retention=AUTOMATIC, rg_id=rg_id, generation=0))
+    assert reply.status == UPDATE.FAILURE
+    assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
+    assert await _parked_kinds(api) == [RequestKind.UPDATE_READER_GROUP]
+    stored = await api.r.store.get_reader_group(SC, "rg")
+    assert stored is not None and not stored.value.updating and stored.value.state is ReaderGroupState.ACTIVE
+    monkeypatch.undo()
+    again = await api.stub.updateReaderGroup(
+        config(retention=AUTOMATIC, rg_id=rg_id, generation=stored.value.generation)
+    )
+    assert again.status == UPDATE.SUCCESS
+
+
+async def test_defect_16_a_reader_group_delete_that_fails_finally_is_failure_and_the_group_active(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rg_id = (await create(api, config())).config.readerGroupId
+    info = pb.ReaderGroupInfo(scope=SC, readerGroup="rg", readerGroupId=rg_id)
+    monkeypatch.setattr(api.s.segment_store, "seal_segment", _refused)
+    started = time.monotonic()
+    assert (await api.stub.deleteReaderGroup(info)).status == DELETE.FAILURE
+    assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
+    assert await _parked_kinds(api) == [RequestKind.DELETE_READER_GROUP]
+    stored = await api.r.store.get_reader_group(SC, "rg")
+    assert stored is not None and stored.value.state is ReaderGroupState.ACTIVE
+    monkeypatch.undo()
+    assert (await api.stub.deleteReaderGroup(info)).status == DELETE.SUCCESS
+    assert await api.r.store.get_reader_group(SC, "rg") is None

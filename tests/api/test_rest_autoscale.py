@@ -16,7 +16,7 @@ from app.domain.ids import segment_id as seg
 from app.domain.requests import RequestKind
 from app.services.autoscale import AutoScaleIntake
 from app.store.autoscale import PgAutoScaleStore
-from app.testing.controller import running_controller
+from app.testing.controller import TEST_SETTINGS, running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_rest import assert_error, make_scope, make_stream
 from workers.handlers import stream_request_handlers
@@ -150,7 +150,12 @@ async def test_a_report_over_rest_splits_the_segment(served: Served[PgAutoScaleS
     status, _ = await served.api.call("POST", REPORTS, json_body=body(segmentId=1, numOfSplits=5))
     assert status == 202
     deps = WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store)
-    runner = RequestRunner(s.requests, stream_request_handlers(deps, cold_markers=served.subject), s.clock)
+    runner = RequestRunner(
+        s.requests,
+        stream_request_handlers(deps, cold_markers=served.subject),
+        s.clock,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
     (request,) = await s.requests.list_requests(0, 10)
     assert await runner.attempt(request) is None
     _state, active = await s.stream_store.get_active_epoch("sc", "s")

@@ -14,7 +14,7 @@ from app.domain.ids import segment_id as seg
 from app.domain.records import ScaleType, ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.store.autoscale import PgAutoScaleStore
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from tests.store.test_versioned_races import race
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
@@ -88,7 +88,12 @@ async def test_a_sealed_segment_still_belongs_to_its_stream(
         services.clock,
         services.txn_store,
     )
-    runner = RequestRunner(services.requests, stream_request_handlers(deps), services.clock)
+    runner = RequestRunner(
+        services.requests,
+        stream_request_handlers(deps),
+        services.clock,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
     for request in await services.requests.list_requests(0, 10):
         assert await runner.attempt(request) is None
     _state, active = await services.stream_store.get_active_epoch(SC, ST)

@@ -53,13 +53,22 @@ async def rig(
         **stream_request_handlers(workflow),
         **reader_group_handlers(workflow, store, subscribers),
     }
-    runner = RequestRunner(s.requests, handlers, clock, retry_first_s=0.02, retry_cap_s=0.2)
+    runner = RequestRunner(
+        s.requests,
+        handlers,
+        clock,
+        retry_first_s=0.02,
+        retry_cap_s=0.2,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
     settings = await s.cluster_store.get_settings()
     buckets = list(range(settings.counts.requests))
     built = Rig(
         s,
         store,
-        ReaderGroupService(store, s.scope_store, clock, completion_timeout_s=completion_timeout_s),
+        ReaderGroupService(
+            store, s.scope_store, clock, s.requests, completion_timeout_s=completion_timeout_s
+        ),
         subscribers,
         ReaderGroupDeps(workflow, store, subscribers),
         handlers,

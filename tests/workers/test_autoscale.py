@@ -61,7 +61,12 @@ class Harness:
     def start_workers(self) -> None:
         handlers = stream_request_handlers(self.deps(), cold_markers=self.store)
         runner = RequestRunner(
-            self.s.requests, handlers, self.s.clock, retry_first_s=0.02, postpone_first_s=0.02
+            self.s.requests,
+            handlers,
+            self.s.clock,
+            retry_first_s=0.02,
+            postpone_first_s=0.02,
+            max_failures=TEST_SETTINGS.request_max_failures,
         )
         dispatcher = RequestDispatcher(
             self.s.requests,
@@ -377,7 +382,12 @@ async def test_a_rerun_after_a_crash_mid_scale_completes_it_and_does_not_scale_t
     assert await h.report(0, "UP", splits=2)
     crashing = CrashOnFirstSeal(PgEmbeddedSegmentRows(h.s.pool), h.s.clock)
     deps = dataclasses.replace(h.deps(), segment_store=crashing)
-    runner = RequestRunner(h.s.requests, stream_request_handlers(deps, cold_markers=h.store), h.s.clock)
+    runner = RequestRunner(
+        h.s.requests,
+        stream_request_handlers(deps, cold_markers=h.store),
+        h.s.clock,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
 
     assert await runner.attempt(await pending_request(h)) is not None, "the crash leaves it queued"
     assert crashing.crashed

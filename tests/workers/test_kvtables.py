@@ -26,7 +26,7 @@ from app.domain.records import ScopeState
 from app.domain.requests import Processor, Request
 from app.services.kvtables import create_request, delete_request
 from app.store.kvtables import PgKvtStore
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers import failpoints
 from workers.handlers import kvtables as kvt_handlers_module
 from workers.handlers.common import WorkflowDeps
@@ -61,7 +61,12 @@ async def env(db_url: str) -> AsyncIterator[Env]:
 
 def runner(env: Env) -> RequestRunner:
     """A fresh runner, as a restarted process would build."""
-    return RequestRunner(env.services.requests, kvt_handlers(env.deps, env.kvts), env.services.clock)
+    return RequestRunner(
+        env.services.requests,
+        kvt_handlers(env.deps, env.kvts),
+        env.services.clock,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
 
 
 async def pending(env: Env) -> list[Request]:

@@ -20,7 +20,7 @@ from app.domain.requests import NewRequest, Processor, Request, RequestKind
 from app.ports import SegmentStore
 from app.services.scaling import CheckScaleOutcome
 from app.services.stream_updates import UpdateOutcome
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.runner import MarkStarted, RequestHandler, RequestRunner
@@ -73,7 +73,7 @@ def runner_for(s: Services, refuse: frozenset[str] = frozenset(), **options: flo
         s.clock,
         retry_first_s=0.0,
         postpone_first_s=0.0,
-        **options,  # type: ignore[arg-type]
+        **{"max_failures": TEST_SETTINGS.request_max_failures, **options},  # type: ignore[arg-type]
     )
 
 
@@ -248,7 +248,13 @@ async def test_parking_is_fenced_like_an_acknowledgement(idle: Services) -> None
     )
     generation = 7
     # A runner that no longer owns the bucket leaves the row to the new owner.
-    unowned = RequestRunner(s.requests, {}, s.clock, fence_for=lambda _bucket: None)
+    unowned = RequestRunner(
+        s.requests,
+        {},
+        s.clock,
+        fence_for=lambda _bucket: None,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
     assert await unowned._park(row, InvalidInput("refused")) is None
     assert await parked(s) == [] and [r.id for r in await queued(s)] == [request_id]
     stale = Fence(BucketService.REQUESTS, row.bucket, generation - 1)

@@ -40,7 +40,7 @@ from app.services.retention import (
 )
 from app.store.retention import PgRetentionStore
 from app.testing.clock import ManualClock
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.handlers import stream_request_handlers
 from workers.handlers.common import WorkflowDeps
 from workers.retention import RetentionWorker
@@ -348,7 +348,9 @@ async def test_sizes_count_sealed_segments_across_a_scale(rig: Rig) -> None:
 async def _run_requests(rig: Rig) -> None:
     s = rig.s
     deps = WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, s.txn_store)
-    runner = RequestRunner(s.requests, stream_request_handlers(deps), s.clock)
+    runner = RequestRunner(
+        s.requests, stream_request_handlers(deps), s.clock, max_failures=TEST_SETTINGS.request_max_failures
+    )
     for _ in range(5):
         pending = await s.requests.pending(Processor.REQUESTS, REQUEST_BUCKETS, [], 100)
         if not pending:

@@ -57,7 +57,12 @@ async def dispatching(
     processor: Processor = Processor.REQUESTS,
 ) -> AsyncIterator[RequestDispatcher]:
     runner = RequestRunner(
-        services.requests, handlers, services.clock, processor=processor, retry_first_s=0.05
+        services.requests,
+        handlers,
+        services.clock,
+        processor=processor,
+        retry_first_s=0.05,
+        max_failures=TEST_SETTINGS.request_max_failures,
     )
     dispatcher = RequestDispatcher(
         services.requests,

@@ -21,7 +21,7 @@ from app.domain.requests import Processor
 from app.domain.txns import Outcome, PingStatus, TxnId, TxnStatus
 from app.segmentstore.embedded import transaction_segment_name
 from app.services.scaling import CheckScaleOutcome
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
@@ -56,11 +56,25 @@ def _runner(s: Services, processor: Processor) -> RequestRunner:
     if processor is Processor.COMMITS:
         handler = CommitTxnsHandler(deps, s.requests)
         return RequestRunner(
-            s.requests, commit_handlers(handler), s.clock, processor=processor, started_check=handler.started
+            s.requests,
+            commit_handlers(handler),
+            s.clock,
+            processor=processor,
+            started_check=handler.started,
+            max_failures=TEST_SETTINGS.request_max_failures,
         )
     if processor is Processor.ABORTS:
-        return RequestRunner(s.requests, abort_handlers(deps), s.clock, processor=processor, barrier=False)
-    return RequestRunner(s.requests, stream_request_handlers(deps), s.clock)
+        return RequestRunner(
+            s.requests,
+            abort_handlers(deps),
+            s.clock,
+            processor=processor,
+            barrier=False,
+            max_failures=TEST_SETTINGS.request_max_failures,
+        )
+    return RequestRunner(
+        s.requests, stream_request_handlers(deps), s.clock, max_failures=TEST_SETTINGS.request_max_failures
+    )
 
 
 async def run_pending(s: Services, processor: Processor) -> tuple[int, int]:
@@ -172,7 +186,13 @@ async def test_a_commit_request_commits_every_pending_batch(s: Services) -> None
         s.requests,
         batch_size=2,
     )
-    runner = RequestRunner(s.requests, commit_handlers(handler), s.clock, processor=Processor.COMMITS)
+    runner = RequestRunner(
+        s.requests,
+        commit_handlers(handler),
+        s.clock,
+        processor=Processor.COMMITS,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )
     pending = await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)
     assert len(pending) == 5
     assert await runner.attempt(pending[0]) is None

@@ -26,7 +26,7 @@ from app.segmentstore.embedded import transaction_segment_name
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
 from app.testing.clock import ManualClock
-from app.testing.controller import Services, running_controller
+from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.handlers import commit_handlers, stream_request_handlers
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
@@ -107,9 +107,16 @@ def _runner(s: Services, processor: Processor, marks: WatermarkService | None = 
     if processor is Processor.COMMITS:
         handler = CommitTxnsHandler(deps, s.requests, writer_marks=marks)
         return RequestRunner(
-            s.requests, commit_handlers(handler), s.clock, processor=processor, started_check=handler.started
+            s.requests,
+            commit_handlers(handler),
+            s.clock,
+            processor=processor,
+            started_check=handler.started,
+            max_failures=TEST_SETTINGS.request_max_failures,
         )
-    return RequestRunner(s.requests, stream_request_handlers(deps), s.clock)
+    return RequestRunner(
+        s.requests, stream_request_handlers(deps), s.clock, max_failures=TEST_SETTINGS.request_max_failures
+    )
 
 
 async def run_pending(s: Services, processor: Processor, marks: WatermarkService | None = None) -> None:

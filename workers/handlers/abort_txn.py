@@ -35,3 +35,16 @@ class AbortTxnHandler:
         await self._deps.txns.complete_abort(
             scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
         )
+
+    async def rollback(self, request: Request) -> None:
+        """An abort that failed finally (the segment store refuses to drop a segment): the
+        transaction ends ABORTED all the same, so it does not stay ABORTING with nothing left
+        to run it; its segments are never read again. Idempotent: a completed one is left."""
+        scope, name = request.scope, request.stream
+        txn = TxnId(int(request.payload["txn_high"]), int(request.payload["txn_low"]))
+        lookup = await self._deps.txns.get_txn(scope, name, txn)
+        if lookup.active is None or lookup.active.value.status is not TxnStatus.ABORTING:
+            return
+        await self._deps.txns.complete_abort(
+            scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
+        )

@@ -14,6 +14,7 @@ rolls, so a resumed batch makes the same decision after a crash.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from app.domain.cluster import Fence
@@ -22,12 +23,14 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, StreamState, Versioned
 from app.domain.requests import Processor, Request
 from app.domain.states import check_transition
-from app.domain.txns import commits_in_place, txn_parent_id
+from app.domain.txns import commits_in_place, txn_parent_id, txn_segments
 from app.ports import CommitBatch, CommittingRecord, RequestQueue, TxnWriterMarks
 from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
 from workers.handlers.rolling_txns import roll_transactions
 from workers.runner import MarkStarted
+
+log = logging.getLogger("pgcontroller.requests")
 
 MAX_TRANSACTION_COMMIT_BATCH_SIZE = 100
 
@@ -95,6 +98,22 @@ class CommitTxnsHandler:
                     started = True
             await self._commit(scope, name, record, state)
 
+    async def rollback(self, request: Request) -> None:
+        """A commit that failed finally. Pravega retries commits for ever; a refusal no retry can
+        fix would then hold the stream in COMMITTING_TXN, and every seal, scale and delete behind
+        it, for ever. Instead the batch in progress ends ABORTED (its transaction segments dropped
+        where the segment store lets us), and the stream leaves COMMITTING_TXN; the stream's other
+        committing transactions keep their own queued requests. Idempotent: an emptied record has
+        no batch, and the state moves only from COMMITTING_TXN."""
+        scope, name = request.scope, request.stream
+        record = await self._deps.txns.get_committing(scope, name)
+        if record.batch is not None and record.version is not None:
+            await _drop_batch_segments(self._deps, scope, name, record.batch)
+            await self._deps.txns.abandon_commit_batch(
+                scope, name, record.batch.txns, record.version, self._deps.clock.now_ms()
+            )
+        await _leave_committing_state(self._deps, scope, name)
+
     async def _commit(
         self, scope: str, name: str, record: CommittingRecord, state: Versioned[StreamState]
     ) -> None:
@@ -146,6 +165,24 @@ async def _merge_into(
         )
 
     return dict(await asyncio.gather(*(merge_segment(s.id) for s in active.segments)))
+
+
+async def _drop_batch_segments(deps: WorkflowDeps, scope: str, name: str, batch: CommitBatch) -> None:
+    """Best effort: a segment store that refuses the drop leaves the segments behind (logged),
+    which must not keep the transactions from their final state."""
+    txn_epoch = await deps.streams.get_epoch(scope, name, batch.epoch)
+    drops = [
+        deps.segment_store.abort_transaction_segment(
+            qualified_segment_name(scope, name, parent.id), txn.high, txn.low
+        )
+        for txn in batch.txns
+        for parent in txn_segments(txn_epoch)
+    ]
+    for outcome in await asyncio.gather(*drops, return_exceptions=True):
+        if isinstance(outcome, DomainError):
+            log.warning("abandoned commit of %s/%s left a transaction segment: %s", scope, name, outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def _rolled_position(

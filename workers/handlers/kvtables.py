@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from app.domain.errors import NotFound
+from app.domain.errors import DomainError, NotFound
 from app.domain.kvtables import KvtRecord, KvtState, check_kvt_transition
 from app.domain.records import ScopeState, Versioned
 from app.domain.requests import Request, RequestKind
@@ -73,6 +73,21 @@ class CreateKvtHandler:
             )
             await _delete_segments(self._deps, record)
 
+    async def rollback(self, request: Request) -> None:
+        """A create that failed finally: this incarnation is removed (its segments where the
+        segment store lets us, its last segment number recorded for the name's next table), so
+        the name is free for a new create instead of CREATING for ever. Idempotent: an
+        incarnation gone or past CREATING is left alone."""
+        scope, name, kvt_id = _target(request)
+        current = await _read(self._kvts, scope, name, kvt_id)
+        if current is None or current.value.state != KvtState.CREATING:
+            return
+        try:
+            await _delete_segments(self._deps, current.value)
+        except DomainError as exc:
+            log.warning("failed create of key-value table %s/%s left segments: %s", scope, name, exc)
+        await _forget(self._kvts, current.value)
+
     async def _activate(self, scope: str, name: str, kvt_id: str) -> bool:
         """CREATING -> ACTIVE; False when this incarnation is gone or being deleted."""
 
@@ -110,12 +125,36 @@ class DeleteKvtHandler:
         await mark_started()
         await delete_table(self._deps, self._kvts, current.value)
 
+    async def rollback(self, request: Request) -> None:
+        """A delete that failed finally: the table is ACTIVE again (the caller's deleteKeyValueTable
+        answers FAILURE and may be called again: deleting segments already gone succeeds), not
+        DELETING for ever with nothing left to run it. Idempotent: only this incarnation, only
+        while DELETING."""
+        scope, name, kvt_id = _target(request)
+
+        async def step() -> None:
+            current = await _read(self._kvts, scope, name, kvt_id)
+            if current is None or current.value.state != KvtState.DELETING:
+                return
+            try:
+                await self._kvts.set_kvt_state(scope, name, kvt_id, KvtState.ACTIVE, current.version)
+            except NotFound:
+                return
+
+        await retry_conflicts(step, f"state of key-value table {scope}/{name}")
+
 
 async def delete_table(deps: WorkflowDeps, kvts: KvtStore, record: KvtRecord) -> None:
     """Deletes a DELETING table's segments, records its last segment number, removes its row."""
-    scope, name = record.scope, record.name
     await _delete_segments(deps, record)
     await failpoint("kvt_delete.after_segments")
+    await _forget(kvts, record)
+
+
+async def _forget(kvts: KvtStore, record: KvtRecord) -> None:
+    """Records the incarnation's last segment number (a later table of the name starts after
+    it), then removes its row."""
+    scope, name = record.scope, record.name
 
     async def record_last() -> None:
         existing = await kvts.get_deleted_kvt(scope, name)

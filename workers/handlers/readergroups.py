@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.domain.errors import NotFound
+from app.domain.errors import DomainError, NotFound
 from app.domain.ids import qualified_segment_name
 from app.domain.readergroups import (
     READER_GROUP_STREAM_ROLLOVER_BYTES,
@@ -96,6 +96,16 @@ class CreateReaderGroupHandler:
         await create_state_stream(self._deps.workflow, group.scope, group.state_stream, group.created_at)
         await _activate(self._deps, group)
 
+    async def rollback(self, request: Request) -> None:
+        """A create that failed finally: the group is removed (unsubscribed, its `_RG` stream
+        dropped where the segment store lets us), so createReaderGroup answers FAILURE and the
+        name is free, instead of a group CREATING for ever. Idempotent: only this incarnation,
+        only while CREATING."""
+        current = await _current(self._deps, request)
+        if current is None or current.value.state is not ReaderGroupState.CREATING:
+            return
+        await _delete_group(self._deps, current.value, best_effort=True)
+
 
 async def _activate(deps: ReaderGroupDeps, group: ReaderGroupRecord) -> None:
     async def step() -> None:
@@ -156,6 +166,16 @@ class UpdateReaderGroupHandler:
                 await _subscribe(self._deps, group, group.config.streams)
         await self._complete(group)
 
+    async def rollback(self, request: Request) -> None:
+        """An update that failed finally: `updating` is cleared, so the group takes updates and
+        deletes again (the caller's updateReaderGroup answers FAILURE; the configuration stays
+        the one written with the update, its subscriptions possibly part done until the next
+        update). Idempotent: only this generation, only while updating."""
+        current = await _current(self._deps, request)
+        if current is None or current.value.generation != int(request.payload["generation"]):
+            return
+        await self._complete(current.value)
+
     async def _complete(self, group: ReaderGroupRecord) -> None:
         async def step() -> None:
             current = await self._deps.reader_groups.get_reader_group(group.scope, group.name)
@@ -181,6 +201,25 @@ class DeleteReaderGroupHandler:
         await mark_started()
         await _delete_group(self._deps, current.value)
 
+    async def rollback(self, request: Request) -> None:
+        """A delete that failed finally: the group is ACTIVE again (deleteReaderGroup answers
+        FAILURE and may be called again: every step of a delete is safe to repeat), not
+        DELETING for ever. Idempotent: only this incarnation, only while DELETING."""
+        group = await _current(self._deps, request)
+        if group is None:
+            return
+        deps = self._deps
+
+        async def step() -> None:
+            current = await deps.reader_groups.get_reader_group(group.value.scope, group.value.name)
+            if current is None or current.value.id != group.value.id:
+                return
+            if current.value.state is ReaderGroupState.DELETING:
+                active = dataclasses.replace(current.value, state=ReaderGroupState.ACTIVE)
+                await deps.reader_groups.update_reader_group(active, current.version)
+
+        await retry_conflicts(step, f"reader group {group.value.scope}/{group.value.name}")
+
 
 async def delete_reader_groups_in_scope(deps: ReaderGroupDeps, scope: str) -> int:
     """Recursive scope deletion's share (DeleteScopeTask deletes each reader group of the
@@ -201,10 +240,19 @@ async def delete_reader_groups_in_scope(deps: ReaderGroupDeps, scope: str) -> in
     return removed
 
 
-async def _delete_group(deps: ReaderGroupDeps, group: ReaderGroupRecord) -> None:
+async def _delete_group(
+    deps: ReaderGroupDeps, group: ReaderGroupRecord, *, best_effort: bool = False
+) -> None:
+    """`best_effort` (a failed create's rollback): a segment store refusing to drop the `_RG`
+    stream leaves it behind (a later create of the name takes it as it is) but not the record."""
     if group.config.is_subscriber:
         await _unsubscribe(deps, group, group.config.streams)
-    await _delete_state_stream(deps.workflow, group.scope, group.state_stream)
+    try:
+        await _delete_state_stream(deps.workflow, group.scope, group.state_stream)
+    except DomainError as exc:
+        if not best_effort:
+            raise
+        log.warning("reader group %s/%s: its state stream is left behind: %s", group.scope, group.name, exc)
 
     async def step() -> None:
         current = await deps.reader_groups.get_reader_group(group.scope, group.name)
