@@ -39,7 +39,9 @@ async def test_fuzz_finding_a_long_malformed_token_is_refused_without_echoing_it
         with pytest.raises(GRPCError) as refused:
             await asyncio.wait_for(call, 10)
         assert refused.value.status == Status.INVALID_ARGUMENT
-        assert "malformed continuation token" in (refused.value.message or "")
+        # Refused by the paging code ("malformed continuation token") or, for NUL, by the input gate
+        # before it ("continuationToken.token must not contain the NUL character"): either names it.
+        assert "continuation" in (refused.value.message or "").lower()
         assert len(refused.value.message or "") < 300
 
 

@@ -219,15 +219,25 @@ async def test_defect_6_create_transaction_on_a_sealing_stream_is_failed_precond
 # --- defect 9 (bounds half) ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("count", "refusal"),
+    [
+        # The reproduction: its request is over the 4 MiB message limit, refused unread.
+        (500_000, Status.RESOURCE_EXHAUSTED),
+        # Within the message limit, over the segment bound: refused by validation, naming the bound.
+        (20_000, Status.INVALID_ARGUMENT),
+    ],
+)
 async def test_defect_9_a_scale_into_500000_segments_is_refused(
-    stub: ControllerServiceStub, services: Services
+    stub: ControllerServiceStub, services: Services, count: int, refusal: Status
 ) -> None:
     await stream_with(stub, 1)
-    count = 500_000
     ranges = [(i / count, (i + 1) / count) for i in range(count)]
     ranges[-1] = (ranges[-1][0], 1.0)
     status, message = await grpc_status(stub.scale(scale_request([seg(0)], ranges)))
-    assert status == Status.INVALID_ARGUMENT and str(MAX_SEGMENTS_PER_EPOCH) in message
+    assert status == refusal
+    if refusal == Status.INVALID_ARGUMENT:
+        assert str(MAX_SEGMENTS_PER_EPOCH) in message
     assert (await services.stream_store.get_epoch_transition("sc", "s")).value is None
     assert await requests_queued(services) == 0
 

@@ -6,6 +6,7 @@ rate-limited log line, where grpclib alone would answer UNKNOWN and log a traceb
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -92,6 +93,7 @@ class BoundedService:
     def _bounded(self, path: str, func: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
         async def call(stream: grpclib.server.Stream[Any, Any]) -> None:
             _limit_reads(stream, path, self._max, self._refusals)
+            _checked_framing(stream, path, self._refusals)
             await func(stream)
 
         return call
@@ -128,3 +130,23 @@ def bounded_server(
         [BoundedService(service, max_message_bytes, oversized) for service in services],
         codec=CheckedProtoCodec(RateLimitedLog()),
     )
+
+
+def _checked_framing(stream: grpclib.server.Stream[Any, Any], path: str, refusals: RateLimitedLog) -> None:
+    # grpclib's reader answers broken framing with the exceptions of its own checks: a prefix cut
+    # short (struct.error), a length past the data (AssertionError), the compressed flag
+    # (NotImplementedError; we offer no encoding), or no message at all (None, which every
+    # handler here would take for a request). Each is the client's error: INVALID_ARGUMENT.
+    receive = stream.recv_message
+
+    async def recv_message() -> Any:
+        try:
+            message = await receive()
+        except (struct.error, AssertionError, NotImplementedError) as exc:
+            refusals.warning(f"refused a malformed gRPC frame to {path}: {type(exc).__name__}")
+            raise GRPCError(Status.INVALID_ARGUMENT, "malformed gRPC message framing") from None
+        if message is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "the call carries no request message")
+        return message
+
+    stream.recv_message = recv_message  # type: ignore[method-assign]
