@@ -31,38 +31,11 @@ from app.domain.limits import MAX_SEGMENTS_PER_EPOCH
 from app.services.health import HealthService
 from app.testing.clock import ManualClock
 from app.testing.controller import TEST_SETTINGS, running_controller
+from app.testing.loop_ticker import LoopTicker
 from app.wiring.servers import start_servers
 from bench._common import throwaway_database
 
 SCOPE = "bench"
-
-
-class Ticker:
-    """Wakes every `period_s` and records how much later than asked it woke."""
-
-    def __init__(self, period_s: float = 0.005) -> None:
-        self.period_s = period_s
-        self.max_late_s = 0.0
-        # CPU time of this thread between asking to sleep and waking: the loop held by our own
-        # work, without the time a busy machine did not run the process at all.
-        self.max_held_s = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            asked, cpu = loop.time(), time.thread_time()
-            await asyncio.sleep(self.period_s)
-            self.max_late_s = max(self.max_late_s, loop.time() - asked - self.period_s)
-            self.max_held_s = max(self.max_held_s, time.thread_time() - cpu - self.period_s)
-
-    def __enter__(self) -> Ticker:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
 
 
 async def _baseline(url: str, segments: int) -> float:
@@ -93,7 +66,7 @@ async def _scale(
 ) -> tuple[str, float, float, float]:
     """A scale sealing segments 0..sealed-1 into `ranges`, timed until checkScale says SUCCESS."""
     info = pb.StreamInfo(scope=SCOPE, stream=stream)
-    with Ticker() as ticker:
+    async with LoopTicker() as ticker:
         started = time.perf_counter()
         response = await stub.scale(
             pb.ScaleRequest(
@@ -125,7 +98,7 @@ async def main(segments: int, rounds: int, scales: bool) -> None:
         try:
             async with aiohttp.ClientSession() as http:
                 for n in range(rounds):
-                    with Ticker() as ticker:
+                    async with LoopTicker() as ticker:
                         started = time.perf_counter()
                         status = await stub.createStream(
                             pb.StreamConfig(
@@ -137,7 +110,7 @@ async def main(segments: int, rounds: int, scales: bool) -> None:
                         elapsed = time.perf_counter() - started
                     assert status.status == pb.CreateStreamStatus.SUCCESS, status
                     rows.append(("gRPC createStream", elapsed, ticker.max_late_s, ticker.max_held_s))
-                    with Ticker() as ticker:
+                    async with LoopTicker() as ticker:
                         started = time.perf_counter()
                         async with http.post(
                             f"http://127.0.0.1:{servers.rest_port}/v1/scopes/{SCOPE}/streams",

@@ -46,7 +46,7 @@ class RequestWatch:
 
 
 class _Running(Exception):
-    pass
+    """The request is still queued (not parked): keep waiting."""
 
 
 def parked_request(

@@ -1,15 +1,11 @@
 """The controller served in-process through the production server construction (app/wiring/servers.py:
-the gRPC server with its message guards, the REST runner with its body limit) on loopback ports,
-and a ticker on the same event loop that measures how late it wakes (the loop's responsiveness)."""
+the gRPC server with its message guards, the REST runner with its body limit) on loopback ports."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import replace
-from types import TracebackType
 
 from app.clock import SystemClock
 from app.services.health import HealthService
@@ -25,45 +21,3 @@ async def production_servers(services: Services) -> AsyncIterator[Servers]:
         yield servers
     finally:
         await servers.close(5)
-
-
-class LoopTicker:
-    """Sleeps `period_s` over and over on the running loop, recording the worst lateness: a loop
-    held by synchronous work for X ms wakes the ticker about X ms late.
-
-    Two measures: `max_late_s` in wall time (what a client feels), and `max_held_s`, the CPU time
-    the loop's thread spent between asking to sleep and waking, beyond the period. Only the
-    second is ours alone: on a machine shared by many processes the OS may not run this one for
-    100 ms or more, which is wall lateness no code of ours causes (and which burns no CPU here)."""
-
-    def __init__(self, period_s: float = 0.005) -> None:
-        self.period_s = period_s
-        self.max_late_s = 0.0
-        self.max_held_s = 0.0
-        self.ticks = 0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            asked, cpu = loop.time(), time.thread_time()
-            await asyncio.sleep(self.period_s)
-            self.max_late_s = max(self.max_late_s, loop.time() - asked - self.period_s)
-            self.max_held_s = max(self.max_held_s, time.thread_time() - cpu - self.period_s)
-            self.ticks += 1
-
-    def describe(self) -> str:
-        return f"loop held {self.max_held_s * 1000:.0f} ms of CPU; woke {self.max_late_s * 1000:.0f} ms late"
-
-    async def __aenter__(self) -> LoopTicker:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.sleep(0)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with suppress(asyncio.CancelledError):
-            await self._task

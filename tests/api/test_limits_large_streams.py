@@ -15,8 +15,9 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.limits import MAX_SEGMENTS_PER_EPOCH
 from app.testing.controller import Services
+from app.testing.loop_ticker import LoopTicker
 from app.wiring.servers import Servers
-from tests.api.limits_servers import LoopTicker, production_servers
+from tests.api.limits_servers import production_servers
 
 SCOPE = "big"
 MAX_HELD_S = 0.1
