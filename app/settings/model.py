@@ -48,6 +48,10 @@ def _some_hosts(value: tuple[HostAddress, ...]) -> str | None:
     return None if value else "must name at least one HOST:PORT"
 
 
+def _tail_wait(value: float) -> str | None:
+    return None if 0 < value < 30 else "must be above 0 and below 30 (the clients' request timeout)"
+
+
 _buckets = within(1, MAX_BUCKETS)
 _FIXED_BUCKETS = (
     "; applied by the first process while the cluster holds no stream, fixed afterwards "
@@ -106,7 +110,34 @@ class Settings:
         metavar="H:P,...",
         check=_some_hosts,
         help="hosts getURI answers with while no segment store has registered "
-        "(`POST /v1/cluster/segment-stores`); host i of n owns containers i, i+n, ...",
+        "(`POST /v1/cluster/segment-stores`); host i of n owns containers i, i+n, ...; "
+        "with the embedded segment store, its own address replaces this list",
+    )
+    no_embedded_segment_store: bool = setting(
+        False,
+        help="do not start the embedded segment store; segment stores of their own "
+        "(`--segment-store-hosts`, or registered) serve the data",
+    )
+    segment_store_host: str = setting(
+        "127.0.0.1",
+        metavar="HOST",
+        help="the embedded segment store's listener address (clients are told the advertised "
+        "host when it binds all interfaces)",
+    )
+    segment_store_port: int = setting(
+        12345, metavar="PORT", check=port, help="the embedded segment store's port (0: any free port)"
+    )
+    segment_store_tail_wait_s: float = setting(
+        20.0,
+        check=_tail_wait,
+        help="longest a read at a segment's tail waits for data before an empty answer (below the "
+        "clients' 30 s request timeout, or they drop the connection)",
+    )
+    segment_store_timeout_s: float = setting(
+        30.0,
+        check=positive,
+        help="the controller's bound on one segment-store request (connect, send, reply); a request "
+        "that runs out is retried by its workflow",
     )
 
     # Buckets and membership.
