@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import json
 import logging
 import os
 import signal
@@ -37,8 +38,10 @@ from app.wiring import (
     grpc_extensions,
     open_resources,
     rest_extensions,
+    start_embedded_segment_store,
     start_servers,
     wire,
+    with_embedded_store,
 )
 
 __all__ = ["grpc_extensions", "rest_extensions", "serve"]
@@ -64,7 +67,13 @@ async def serve(settings: Settings) -> int:
         pool = await _pool(settings, url, stack)
         if not await _join_cluster(settings, pool):
             return EXIT_CANNOT_JOIN
+        embedded_store = await start_embedded_segment_store(settings, pool, clock)
+        if embedded_store is not None:
+            stack.push_async_callback(embedded_store.close)
+        settings = with_embedded_store(settings, embedded_store)
         controller = wire(settings, open_resources(settings, url, pool))
+        # Closed after the workers stop (they call the stores) and before the embedded store.
+        stack.push_async_callback(controller.storage.client.close)
         probe = PgProbe(url)  # closed after the loops, which use it, have stopped
         stack.push_async_callback(probe.close)
         # Pushed before the servers start, so on the way out intake stops before the workers do.
@@ -75,9 +84,10 @@ async def serve(settings: Settings) -> int:
         # passes cuts those pauses (tens of ms on a busy process) from every later read.
         gc.freeze()
         controller.advertise(settings.advertised_host(), servers.grpc_port, servers.rest_port)
-        _log_ready(settings, servers, started_at)
+        store_port = embedded_store.address[1] if embedded_store is not None else None
+        _log_ready(settings, servers, store_port, started_at)
         if settings.ready_file is not None:
-            _write_ready_file(settings.ready_file, servers)
+            _write_ready_file(settings.ready_file, servers, store_port)
         loops.start(
             "metadata-store-probe",
             functools.partial(probe_metadata_store, health, probe.ping, clock, lost=probe.lost),
@@ -138,23 +148,26 @@ async def _stop_loops(controller: Controller, loops: BackgroundLoops, shutdown_t
     await loops.cancel()
 
 
-def _log_ready(settings: Settings, servers: Servers, started_at: float) -> None:
+def _log_ready(settings: Settings, servers: Servers, store_port: int | None, started_at: float) -> None:
+    store = "external" if store_port is None else f"embedded {settings.segment_store_host}:{store_port}"
     log.info(
-        "pgcontroller %s ready: gRPC %s:%d, REST %s:%d, database %s (%.2fs)",
+        "pgcontroller %s ready: gRPC %s:%d, REST %s:%d, segment store %s, database %s (%.2fs)",
         settings.instance_id,
         settings.grpc_host,
         servers.grpc_port,
         settings.rest_host,
         servers.rest_port,
+        store,
         "embedded" if settings.db_url is None else "external",
         time.monotonic() - started_at,
     )
 
 
-def _write_ready_file(path: Path, servers: Servers) -> None:
+def _write_ready_file(path: Path, servers: Servers, store_port: int | None) -> None:
+    ready = {"grpc_port": servers.grpc_port, "rest_port": servers.rest_port, "pid": os.getpid()}
+    if store_port is not None:
+        ready["segment_store_port"] = store_port
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as out:
-        out.write(
-            f'{{"grpc_port": {servers.grpc_port}, "rest_port": {servers.rest_port}, "pid": {os.getpid()}}}\n'
-        )
+        out.write(json.dumps(ready) + "\n")
     os.replace(tmp, path)

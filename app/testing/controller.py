@@ -12,20 +12,20 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.clock import SystemClock
 from app.config import Settings
 from app.ports import ControllerEndpoint
-from app.segmentstore.hosts import HostAddress
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
-from app.wiring import Controller, open_resources, wire
-
-SEGMENT_STORE_HOSTS = (HostAddress("10.0.0.1", 12345), HostAddress("10.0.0.2", 12346))
+from app.wiring import Controller, open_resources, start_embedded_segment_store, wire, with_embedded_store
 
 # Short polls and retries so a test waits for little. Pravega's test transaction configuration
 # (lease 10 ms .. 30 s) so timeouts happen within a test; the expiry grace is small for the same
 # reason.
 TEST_SETTINGS = Settings(
-    segment_store_hosts=SEGMENT_STORE_HOSTS,
+    # Each controller starts its own embedded segment store on a free port, as `serve` does.
+    segment_store_port=0,
+    segment_store_tail_wait_s=2.0,
     pool_max_size=10,
     request_poll_s=0.2,
     seal_busy_first_s=0.02,
@@ -68,8 +68,11 @@ async def running_controller(
     pool = await create_pool(url, min_size=1, max_size=TEST_SETTINGS.pool_max_size)
     tasks: list[asyncio.Task[None]] = []
     controller: Controller | None = None
+    store_server = None
     try:
         settings = await _settings(pool, url, {"completion_timeout_s": completion_timeout_s, **overrides})
+        store_server = await start_embedded_segment_store(settings, pool, SystemClock())
+        settings = with_embedded_store(settings, store_server)
         controller = wire(settings, open_resources(settings, url, pool))
         services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
         if workers:
@@ -85,6 +88,10 @@ async def running_controller(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if controller is not None:
+            await controller.storage.client.close()
+        if store_server is not None:
+            await store_server.close()
         await pool.close()
 
 

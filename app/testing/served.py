@@ -22,6 +22,8 @@ class ServedProcess:
     grpc_port: int
     rest_port: int
     log_path: Path
+    # The embedded segment store's port; None when serve runs without it.
+    segment_store_port: int | None = None
 
     @property
     def grpc_uri(self) -> str:
@@ -42,6 +44,7 @@ class ServedProcess:
 
 async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> ServedProcess:
     ready = work_dir / "ready.json"
+    # Later flags win in argparse: `extra_args` may name fixed ports (a restart keeps its ports).
     ready.unlink(missing_ok=True)
     log_path = work_dir / "serve.log"
     log_file = open(log_path, "ab")  # noqa: SIM115, ASYNC230 - a local file, handed to the child
@@ -53,6 +56,8 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
         "--grpc-port",
         "0",
         "--rest-port",
+        "0",
+        "--segment-store-port",
         "0",
         "--ready-file",
         str(ready),
@@ -72,4 +77,6 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
             raise RuntimeError(f"serve was not ready in {READY_TIMEOUT_S}s:\n{log_path.read_text()}")
         await asyncio.sleep(0.05)
     info = json.loads(ready.read_text())
-    return ServedProcess(process, info["grpc_port"], info["rest_port"], log_path)
+    return ServedProcess(
+        process, info["grpc_port"], info["rest_port"], log_path, info.get("segment_store_port")
+    )

@@ -7,6 +7,7 @@ and the test harness import this package.
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions, wire
 from app.wiring.loops import BackgroundLoops
 from app.wiring.resources import Contribution, Resources, open_resources
+from app.wiring.segment_store import start_embedded_segment_store, with_embedded_store
 from app.wiring.servers import Servers, start_servers
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "grpc_extensions",
     "open_resources",
     "rest_extensions",
+    "start_embedded_segment_store",
     "start_servers",
     "wire",
+    "with_embedded_store",
 ]

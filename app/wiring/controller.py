@@ -250,7 +250,7 @@ def wire(settings: Settings, resources: Resources) -> Controller:
     workflows (streams, transactions) themselves."""
     membership = wire_cluster(settings, resources)
     scaling = wire_autoscale(settings, resources)
-    storage = wire_segment_store(settings, resources, scaling.traffic)
+    storage = wire_segment_store(settings, resources, membership.locator, scaling.traffic)
     deps = WorkflowDeps(
         resources.stream_store, resources.scope_store, storage.store, resources.clock, resources.txn_store
     )

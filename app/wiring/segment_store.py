@@ -1,35 +1,73 @@
-"""The segment store the workflows call (create, seal, truncate, merge, delete segments).
+"""The data plane's seam: the embedded segment store `serve` starts (a TCP server in Pravega's wire
+protocol over PostgreSQL), and the controller's client of segment stores.
 
-This is the data plane's seam: today the embedded store, in-process over this database; a client
-of segment-store servers (and the embedded server `serve` would start) replaces this module's
-body, and nothing else in the process names the concrete store.
+Invariant: the controller reaches every segment store, the embedded one included, only through
+`WireSegmentStore` over TCP, at the host the container map names; nothing else in the process names
+the concrete store.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.config import Settings
-from app.segmentstore.embedded import EmbeddedSegmentStore
+from app.ports import Clock, SegmentStoreLocator
+from app.segmentstore.client import WireSegmentStore
+from app.segmentstore.hosts import HostAddress
+from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
-from app.store.embedded_segments import PgEmbeddedSegmentRows
+from app.store.db import Database
+from app.store.segment_data import PgSegmentStorage
 from app.wiring.resources import Contribution, Resources
+
+_ANY_INTERFACE = ("", "0.0.0.0", "::")
 
 
 @dataclass(frozen=True)
 class SegmentStorage:
     store: AppendingSegmentStore
+    client: WireSegmentStore
     contribution: Contribution
 
 
 def wire_segment_store(
-    settings: Settings, resources: Resources, traffic: TrafficSimulator | None
+    settings: Settings, resources: Resources, locator: SegmentStoreLocator, traffic: TrafficSimulator | None
 ) -> SegmentStorage:
     """`traffic` (auto-scaling's simulator, when configured) is told of every append."""
-    store: AppendingSegmentStore = EmbeddedSegmentStore(
-        PgEmbeddedSegmentRows(resources.pool), resources.clock
-    )
+    client = WireSegmentStore(locator, request_timeout_s=settings.segment_store_timeout_s)
+    store: AppendingSegmentStore = client
     if traffic is not None:
         # Appends are counted as traffic and turned into scale reports, as a segment store would.
         store = TrafficRecordingSegmentStore(store, traffic)
-    return SegmentStorage(store, Contribution())
+    return SegmentStorage(store, client, Contribution())
+
+
+async def start_embedded_segment_store(
+    settings: Settings, pool: Database, clock: Clock
+) -> SegmentStoreServer | None:
+    """The embedded segment store, listening (None with --no-embedded-segment-store)."""
+    if settings.no_embedded_segment_store:
+        return None
+    return await SegmentStoreServer.start(
+        PgSegmentStorage(pool, clock),
+        settings.segment_store_host,
+        settings.segment_store_port,
+        tail_wait_s=settings.segment_store_tail_wait_s,
+    )
+
+
+def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:
+    """Where clients reach the embedded store: its bound address, or the advertised host when it
+    listens on every interface."""
+    host, port = server.address[0], server.address[1]
+    if settings.segment_store_host in _ANY_INTERFACE:
+        host = settings.advertised_host()
+    return HostAddress(host, port)
+
+
+def with_embedded_store(settings: Settings, server: SegmentStoreServer | None) -> Settings:
+    """The settings the controller is wired with: the embedded store, when it runs, is the host
+    getURI names (and the controller's client calls) until other stores register."""
+    if server is None:
+        return settings
+    return replace(settings, segment_store_hosts=(embedded_store_address(settings, server),))
