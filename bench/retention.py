@@ -31,13 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.clock import SystemClock
 from app.domain.cluster import BucketService, Fence
 from app.domain.scaling import initial_segments
-from app.segmentstore.embedded import EmbeddedSegmentStore
 from app.services.retention import RetentionService
-from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
 from app.store.streams import PgStreamStore
 from app.testing.clock import ManualClock
+from app.testing.segment_store import embedded_segment_store
 from bench._common import throwaway_database
 from workers.retention import RetentionPass, RetentionWorker
 
@@ -140,29 +139,29 @@ async def main() -> None:
                 f"setup: {args.streams} streams x {args.segments} segments, "
                 f"{args.buckets} bucket(s) in {time.perf_counter() - began:.1f} s"
             )
-            streams = PgStreamStore(pool)
-            store = PgRetentionStore(pool)
-            segment_store = EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock)
-            service = RetentionService(streams, store, segment_store, clock, frequency_ms=PERIOD_MS)
-            buckets = frozenset(range(args.buckets))
-            worker = RetentionWorker(
-                store,
-                service,
-                clock,
-                owned=lambda: buckets,
-                bucket_count=args.buckets,
-                fence_for=lambda b: Fence(BucketService.RETENTION, b, 1),
-                frequency_ms=PERIOD_MS,
-                concurrency=args.concurrency,
-            )
+            async with embedded_segment_store(pool) as segment_store:
+                streams = PgStreamStore(pool)
+                store = PgRetentionStore(pool)
+                service = RetentionService(streams, store, segment_store, clock, frequency_ms=PERIOD_MS)
+                buckets = frozenset(range(args.buckets))
+                worker = RetentionWorker(
+                    store,
+                    service,
+                    clock,
+                    owned=lambda: buckets,
+                    bucket_count=args.buckets,
+                    fence_for=lambda b: Fence(BucketService.RETENTION, b, 1),
+                    frequency_ms=PERIOD_MS,
+                    concurrency=args.concurrency,
+                )
 
-            await timed("first sight", worker)
-            clock.now += PERIOD_MS
-            heavy = [await timed("records", worker)]
-            await pool.execute("UPDATE embedded_segments SET length = length + 100")
-            clock.now += PERIOD_MS + 1
-            heavy.append(await timed("truncations", worker))
-            await timed("nothing due", worker)
+                await timed("first sight", worker)
+                clock.now += PERIOD_MS
+                heavy = [await timed("records", worker)]
+                await pool.execute("UPDATE embedded_segments SET length = length + 100")
+                clock.now += PERIOD_MS + 1
+                heavy.append(await timed("truncations", worker))
+                await timed("nothing due", worker)
 
             requests = await pool.fetchval("SELECT count(*) FROM requests WHERE kind = 'truncate_stream'")
             rows = await pool.fetchval("SELECT count(*) FROM retention_set")

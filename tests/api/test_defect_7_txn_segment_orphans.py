@@ -17,7 +17,7 @@ from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.segmentstore.embedded import EmbeddedSegmentStore
+from app.segmentstore.client import WireSegmentStore
 from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 
@@ -102,15 +102,15 @@ async def test_defect_7_no_orphan_when_a_seal_and_delete_complete_between_the_ro
     sealed_only = await _create_stream(stub, "sealed")
     deleted = await _create_stream(stub, "deleted")
     gate = asyncio.Event()
-    original = EmbeddedSegmentStore.create_transaction_segments
+    original = WireSegmentStore.create_transaction_segments
 
     async def held(
-        self: EmbeddedSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
+        self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
     ) -> None:
         await gate.wait()
         await original(self, names, high, low, rollover)
 
-    monkeypatch.setattr(EmbeddedSegmentStore, "create_transaction_segments", held)
+    monkeypatch.setattr(WireSegmentStore, "create_transaction_segments", held)
     creations = [
         asyncio.create_task(_create_txn(stub, info)) for info in (sealed_only, deleted) for _ in range(5)
     ]
@@ -133,19 +133,19 @@ async def test_defect_7_no_orphan_after_concurrent_create_seal_delete_races(
 ) -> None:
     """The race as clients run it: transactions created from many tasks while each stream is
     sealed and deleted, against a segment store that takes up to 400 ms to create segments (a
-    remote one's latency; the embedded one answers in well under a millisecond, which hides
-    the race that a loaded server shows)."""
+    remote one's latency; the embedded one on loopback answers in about a millisecond, which
+    hides the race that a loaded server shows)."""
     stub = served.stub
     rng = random.Random(7)
-    original = EmbeddedSegmentStore.create_transaction_segments
+    original = WireSegmentStore.create_transaction_segments
 
     async def slow(
-        self: EmbeddedSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
+        self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
     ) -> None:
         await asyncio.sleep(rng.random() * 0.4)
         await original(self, names, high, low, rollover)
 
-    monkeypatch.setattr(EmbeddedSegmentStore, "create_transaction_segments", slow)
+    monkeypatch.setattr(WireSegmentStore, "create_transaction_segments", slow)
     streams = [await _create_stream(stub, f"race{i}") for i in range(6)]
 
     async def client(info: pb.StreamInfo) -> None:

@@ -19,20 +19,20 @@ from app.clock import SystemClock
 from app.config import Settings
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
 from app.main import rest_extensions
-from app.segmentstore.embedded import EmbeddedSegmentStore
+from app.ports import SegmentStore
 from app.services.health import HealthService, HealthStatus
 from app.services.lifecycle import StreamLifecycle
 from app.services.paging import PAGE_LIMIT, Page
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
-from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
 from app.testing.controller import running_controller
+from app.testing.segment_store import embedded_segment_store
 from tests.api.conftest_rest import PREFIX, Api, resolve
 
 MB = 1024 * 1024
@@ -43,12 +43,12 @@ UNBOUNDED = 2**63 - 1
 JSON = {"Content-Type": "application/json"}
 
 
-def build_app(pool: Any, scopes_cls: type[ScopeService] = ScopeService) -> web.Application:
+def build_app(
+    pool: Any, segment_store: SegmentStore, scopes_cls: type[ScopeService] = ScopeService
+) -> web.Application:
     clock = SystemClock()
     scopes = scopes_cls(PgScopeStore(pool), clock)
-    streams = StreamService(
-        PgStreamStore(pool), EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock), clock
-    )
+    streams = StreamService(PgStreamStore(pool), segment_store, clock)
     defaults = Settings()
     lifecycle = StreamLifecycle.build(
         PgScopeStore(pool),
@@ -61,7 +61,7 @@ def build_app(pool: Any, scopes_cls: type[ScopeService] = ScopeService) -> web.A
     transactions = TransactionService(
         PgStreamStore(pool),
         PgTxnStore(pool),
-        EmbeddedSegmentStore(PgEmbeddedSegmentRows(pool), clock),
+        segment_store,
         clock,
         defaults.txn_limits,
     )
@@ -79,9 +79,10 @@ async def pool(db_url: str) -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def api(pool: Any) -> AsyncIterator[Api]:
-    app = build_app(pool)
-    async with TestClient(TestServer(app)) as client:
-        yield Api(client, app)
+    async with embedded_segment_store(pool) as segment_store:
+        app = build_app(pool, segment_store)
+        async with TestClient(TestServer(app)) as client:
+            yield Api(client, app)
 
 
 async def make_scope(api: Api, name: str = "sc") -> None:
@@ -717,8 +718,10 @@ async def test_unexpected_exception_is_500_json_and_the_server_lives_on(
 ) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=2)
     try:
-        app = build_app(pool, scopes_cls=ExplodingScopes)
-        async with TestClient(TestServer(app)) as client:
+        async with embedded_segment_store(pool) as segment_store:
+            app = build_app(pool, segment_store, scopes_cls=ExplodingScopes)
+            client = TestClient(TestServer(app))
+            await client.start_server()
             api = Api(client, app)
             status, body = await api.call("GET", "/v1/scopes")
             assert_error(status, body, 500)
@@ -728,21 +731,23 @@ async def test_unexpected_exception_is_500_json_and_the_server_lives_on(
                 404,
                 {"code": 404, "message": "scope 'none' not found"},
             )
+            await client.close()
     finally:
         await pool.close()
 
 
 async def test_unreachable_store_is_503_with_retry_after(db_url: str) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=2)
-    app = build_app(pool)
-    await pool.close()
-    async with TestClient(TestServer(app)) as client:
-        api = Api(client, app)
-        status, body = await api.call("GET", "/v1/scopes")
-        assert_error(status, body, 503)
-        async with client.get("/v1/scopes/sc") as resp:
-            assert resp.status == 503
-            assert resp.headers["Retry-After"] == "1"
+    async with embedded_segment_store(pool) as segment_store:
+        app = build_app(pool, segment_store)
+        await pool.close()
+        async with TestClient(TestServer(app)) as client:
+            api = Api(client, app)
+            status, body = await api.call("GET", "/v1/scopes")
+            assert_error(status, body, 503)
+            async with client.get("/v1/scopes/sc") as resp:
+                assert resp.status == 503
+                assert resp.headers["Retry-After"] == "1"
 
 
 # --- the OpenAPI document ---------------------------------------------------------------

@@ -24,14 +24,13 @@ from app.domain.ids import segment_id as seg
 from app.domain.records import EpochRecord, ScaleType, ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import NewRequest, Request, RequestKind
 from app.domain.scale_rules import COLD_FOREVER
-from app.ports import Clock
-from app.segmentstore.embedded import EmbeddedSegmentStore
-from app.segmentstore.traffic import TrafficRecordingSegmentStore, TrafficSimulator
+from app.ports import SegmentStoreLocator
+from app.segmentstore.client import WireSegmentStore
+from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
 from app.services.autoscale import AutoScaleIntake
 from app.services.scaling import CheckScaleOutcome
 from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
-from app.store.embedded_segments import PgEmbeddedSegmentRows
 from app.testing.clock import ManualClock
 from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.dispatcher import RequestDispatcher
@@ -51,7 +50,7 @@ class Harness:
     s: Services
     store: PgAutoScaleStore
     intake: AutoScaleIntake
-    segment_store: EmbeddedSegmentStore | TrafficRecordingSegmentStore
+    segment_store: AppendingSegmentStore
     _tasks: list[tuple[RequestDispatcher, asyncio.Task[None]]] = field(default_factory=list)
 
     def deps(self) -> WorkflowDeps:
@@ -356,12 +355,12 @@ async def test_a_manual_scale_during_an_auto_scale_gets_failure_and_the_stream_s
 # --- crash safety and idempotence -------------------------------------------------------------
 
 
-class CrashOnFirstSeal(EmbeddedSegmentStore):
-    """The segment store at the only port a fake may sit: the first seal 'crashes' the process,
-    after the new epoch was written and before the pointer moved."""
+class CrashOnFirstSeal(WireSegmentStore):
+    """The controller's client of the real store, but the first seal 'crashes' the process, after
+    the new epoch was written and before the pointer moved."""
 
-    def __init__(self, rows: PgEmbeddedSegmentRows, clock: Clock) -> None:
-        super().__init__(rows, clock)
+    def __init__(self, locator: SegmentStoreLocator) -> None:
+        super().__init__(locator)
         self.crashed = False
 
     async def seal_segment(self, name: str) -> int:
@@ -380,7 +379,7 @@ async def pending_request(h: Harness) -> Request:
 async def test_a_rerun_after_a_crash_mid_scale_completes_it_and_does_not_scale_twice(h: Harness) -> None:
     await make_stream(h, by_events(1))
     assert await h.report(0, "UP", splits=2)
-    crashing = CrashOnFirstSeal(PgEmbeddedSegmentRows(h.s.pool), h.s.clock)
+    crashing = CrashOnFirstSeal(h.s.locator)
     deps = dataclasses.replace(h.deps(), segment_store=crashing)
     runner = RequestRunner(
         h.s.requests,
@@ -390,6 +389,7 @@ async def test_a_rerun_after_a_crash_mid_scale_completes_it_and_does_not_scale_t
     )
 
     assert await runner.attempt(await pending_request(h)) is not None, "the crash leaves it queued"
+    await crashing.close()
     assert crashing.crashed
     assert (await h.s.stream_store.get_state(SC, ST)).value is StreamState.SCALING
     assert (await h.s.stream_store.get_epoch_transition(SC, ST)).value is not None
