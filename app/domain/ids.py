@@ -25,3 +25,11 @@ def qualified_segment_name(scope: str, stream: str, segment: int) -> str:
 
 def qualified_stream_name(scope: str, stream: str) -> str:
     return f"{scope}/{stream}"
+
+
+def transaction_segment_name(segment_name: str, txn_high: int, txn_low: int) -> str:
+    """Pravega's name of a transaction's segment under `segment_name` (its parent, named with the
+    transaction's epoch): the two id halves in 16 lowercase hex digits each, two's complement."""
+    return (
+        f"{segment_name}#transaction.{txn_high & 0xFFFFFFFFFFFFFFFF:016x}{txn_low & 0xFFFFFFFFFFFFFFFF:016x}"
+    )

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
+from app.domain.ids import transaction_segment_name
 from app.domain.names import mark_stream_name
 from app.domain.records import ScopeState
-from app.segmentstore.embedded import transaction_segment_name
 from app.store import queries
 from app.store.db import Connection, PgSession, connect
 from app.store.errors import translated

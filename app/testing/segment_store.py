@@ -24,7 +24,9 @@ class OneHost:
 
 
 @asynccontextmanager
-async def embedded_segment_store(pool: Database, *, tail_wait_s: float = 2.0) -> AsyncIterator[WireSegmentStore]:
+async def embedded_segment_store(
+    pool: Database, *, tail_wait_s: float = 2.0
+) -> AsyncIterator[WireSegmentStore]:
     server = await SegmentStoreServer.start(
         PgSegmentStorage(pool, SystemClock()), "127.0.0.1", 0, tail_wait_s=tail_wait_s
     )

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import asyncpg
 import pytest
+from app.segmentstore.client import WireSegmentStore
 from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.segmentstore.client import WireSegmentStore
 from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 
@@ -104,9 +104,7 @@ async def test_defect_7_no_orphan_when_a_seal_and_delete_complete_between_the_ro
     gate = asyncio.Event()
     original = WireSegmentStore.create_transaction_segments
 
-    async def held(
-        self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
-    ) -> None:
+    async def held(self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int) -> None:
         await gate.wait()
         await original(self, names, high, low, rollover)
 
@@ -139,9 +137,7 @@ async def test_defect_7_no_orphan_after_concurrent_create_seal_delete_races(
     rng = random.Random(7)
     original = WireSegmentStore.create_transaction_segments
 
-    async def slow(
-        self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int
-    ) -> None:
+    async def slow(self: WireSegmentStore, names: Sequence[str], high: int, low: int, rollover: int) -> None:
         await asyncio.sleep(rng.random() * 0.4)
         await original(self, names, high, low, rollover)
 

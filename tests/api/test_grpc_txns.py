@@ -14,10 +14,9 @@ from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.domain.ids import qualified_segment_name
+from app.domain.ids import qualified_segment_name, transaction_segment_name
 from app.domain.requests import RequestKind
 from app.domain.txns import TxnId, TxnStatus
-from app.segmentstore.embedded import transaction_segment_name
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import Served, serve
 from tests.api.test_grpc_lifecycle import S, current, scale_request, seg, stream_with, wait_scaled

@@ -24,10 +24,9 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.cluster import DEFAULT_COUNTS, BucketService
-from app.domain.ids import qualified_segment_name
+from app.domain.ids import qualified_segment_name, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnStatus
-from app.segmentstore.embedded import transaction_segment_name
 from app.store.migrate import upgrade_to_head
 from app.testing.cluster import is_fair, kill, overlap, owned_by, start_member
 from app.testing.controller import running_controller

@@ -18,10 +18,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app.domain.ids import qualified_segment_name
+from app.domain.ids import qualified_segment_name, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import Outcome, TxnId, TxnStatus
-from app.segmentstore.embedded import transaction_segment_name
 from app.testing.controller import Services, running_controller
 from app.testing.served import ServedProcess, start_served
 

@@ -26,7 +26,7 @@ import asyncpg
 import pytest
 
 from app.domain.cluster import BucketService, Fence, stream_bucket
-from app.domain.ids import qualified_segment_name, segment_id
+from app.domain.ids import qualified_segment_name, segment_id, transaction_segment_name
 from app.domain.records import (
     RetentionPolicy,
     RetentionType,
@@ -35,7 +35,6 @@ from app.domain.records import (
     StreamConfig,
 )
 from app.domain.txns import Outcome, PingStatus, TxnId, TxnStatus
-from app.segmentstore.embedded import transaction_segment_name
 from app.services.retention import RetentionService
 from app.services.scaling import CheckScaleOutcome
 from app.store.analysts import AnalystLimits, create_analyst

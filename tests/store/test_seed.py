@@ -26,7 +26,7 @@ import workers.handlers.common as workflow_common
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.containers import java_string_hash
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
-from app.domain.ids import epoch_of, number_of, qualified_segment_name
+from app.domain.ids import epoch_of, number_of, qualified_segment_name, transaction_segment_name
 from app.domain.names import mark_stream_name
 from app.domain.records import (
     SEALED_SIZE_SHARD_EPOCHS,
@@ -54,7 +54,6 @@ from app.domain.streamcuts import (
     successors_with_predecessors,
 )
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnId, TxnRecord, TxnStatus, commits_in_place, rolling_epochs
-from app.segmentstore.embedded import transaction_segment_name
 from app.services import truncation as truncation_service
 from app.store.history_gen import (
     Rows,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import pytest
 
 from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
+from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStore
-from app.segmentstore.embedded import transaction_segment_name
 from app.testing.controller import Services
 
 SEG = "scope/stream/0.#epoch.0"

@@ -110,9 +110,9 @@ def all_module_refs() -> list[ModuleRefs]:
 
 
 def test_there_is_sql_to_check() -> None:
-    assert {stem(p) for p in SQL_FILES} >= {"scopes", "streams", "embedded_segments"}
+    assert {stem(p) for p in SQL_FILES} >= {"scopes", "streams", "segment_data"}
     refs = all_module_refs()
-    assert {r.stem for r in refs} >= {"scopes", "streams", "embedded_segments"}
+    assert {r.stem for r in refs} >= {"scopes", "streams", "segment_data"}
     # The indirection through PgStreamStore._conditional is seen (set_config is only used so).
     streams = next(r for r in refs if r.stem == "streams")
     assert "set_config" in streams.names

@@ -16,12 +16,11 @@ import pytest
 
 from app.domain.cluster import DEFAULT_COUNTS
 from app.domain.errors import InvalidInput
-from app.domain.ids import qualified_segment_name
+from app.domain.ids import qualified_segment_name, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import Processor, Request, RequestKind
 from app.domain.txns import Outcome, TxnId, TxnStatus
 from app.ports import SegmentStore
-from app.segmentstore.embedded import transaction_segment_name
 from app.services.deletion import DeleteStreamOutcome
 from app.services.stream_updates import UpdateOutcome
 from app.testing.controller import TEST_SETTINGS, Services, running_controller

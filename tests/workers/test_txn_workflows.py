@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence
-from app.domain.ids import qualified_segment_name, segment_id
+from app.domain.ids import qualified_segment_name, segment_id, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import Processor
 from app.domain.txns import Outcome, PingStatus, TxnId, TxnStatus
-from app.segmentstore.embedded import transaction_segment_name
 from app.services.scaling import CheckScaleOutcome
 from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from workers.handlers import abort_handlers, commit_handlers, stream_request_handlers

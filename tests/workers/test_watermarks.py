@@ -17,12 +17,11 @@ import pytest
 
 from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence, stream_bucket
 from app.domain.errors import StoreUnavailable
-from app.domain.ids import qualified_segment_name, segment_id
+from app.domain.ids import qualified_segment_name, segment_id, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.requests import Processor
 from app.domain.watermarks import NoteOutcome, RemoveOutcome, WriterMark
 from app.ports import StoredWatermark, WatermarkMember
-from app.segmentstore.embedded import transaction_segment_name
 from app.services.watermarks import RoundSummary, WatermarkService
 from app.store.watermarks import PgWatermarkStore
 from app.testing.clock import ManualClock
