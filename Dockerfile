@@ -24,7 +24,8 @@ ARG PIPELINE=false
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PGCONTROLLER_GRPC_HOST=0.0.0.0 \
-    PGCONTROLLER_REST_HOST=0.0.0.0
+    PGCONTROLLER_REST_HOST=0.0.0.0 \
+    PGCONTROLLER_SEGMENT_STORE_HOST=0.0.0.0
 
 WORKDIR /opt/pgcontroller
 COPY --from=wheel /wheel /tmp/wheel
@@ -42,7 +43,7 @@ RUN wheel="$(echo /tmp/wheel/pgcontroller-*.whl)" \
     && useradd --system --home-dir /opt/pgcontroller pgcontroller
 
 USER pgcontroller
-EXPOSE 9090 9091
+EXPOSE 9090 9091 12345
 HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9091/v1/health/readiness').read().strip()==b'true' else 1)"
 ENTRYPOINT ["pgcontroller"]
 CMD ["serve"]
