@@ -124,9 +124,11 @@ async def test_appends_survive_a_server_restart(start_server: ServerFactory, dat
     again = await SegmentStoreServer.start(PgSegmentStorage(database, SystemClock()), "127.0.0.1", 0)
     try:
         c2 = await Client.connect(again.address)
-        assert await c2.setup(SEG, writer) == 7
-        assert await segment_bytes(c2, SEG) == event(b"durable")
-        await c2.close()
+        try:
+            assert await c2.setup(SEG, writer) == 7
+            assert await segment_bytes(c2, SEG) == event(b"durable")
+        finally:
+            await c2.close()
     finally:
         await again.close()
 

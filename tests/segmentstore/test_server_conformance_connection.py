@@ -7,8 +7,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.wire import commands as wc
+from app.store.segment_data import PgSegmentStorage
 from tests.segmentstore.server_harness import (
     Client,
     event,
@@ -122,6 +125,25 @@ async def test_an_oversize_or_negative_length_closes_the_connection(connect: Con
         c = await connect()
         await c.send_raw(struct.pack(">ii", wc.GetStreamSegmentInfo.TYPE, length))
         assert await c.closed_by_server()
+
+
+async def test_an_unexpected_failure_closes_only_that_connection(
+    connect: Connect, storage: PgSegmentStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storage failure that is no refusal (here injected into one call) is logged and ends the
+    connection that met it; the server keeps serving."""
+    victim, bystander = await connect(), await connect()
+    await bystander.create_table("sc/t_kvtable/0.#epoch.0")
+
+    async def broken(name: str) -> object:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(storage, "table_info", broken)
+    await victim.send(wc.GetTableSegmentInfo(rid(), "sc/t_kvtable/0.#epoch.0", ""))
+    assert await victim.closed_by_server()
+    await bystander.create(SEG)
+    late = await connect()
+    assert (await late.info(SEG)).exists
 
 
 async def test_a_reply_type_sent_as_a_request_closes_the_connection(connect: Connect) -> None:
