@@ -247,10 +247,18 @@ async def test_a_table_op_on_a_stream_segment_and_the_reverse_are_error_messages
         wc.ReadTable(rid(), SEG, "", key),
         wc.UpdateTableEntries(rid(), SEG, "", ((key[0], wc.TableValue(b"v")),)),
         wc.ReadTableEntriesDelta(rid(), SEG, "", 0, 10),
-        wc.SetupAppend(rid(), wid(), table, ""),
         wc.ReadSegment(table, 0, 100, "", rid()),
     ):
         reply = await client.call(cmd)
         assert isinstance(reply, wc.ErrorMessage), (cmd, reply)
         assert reply.request_id == cmd.request_id and reply.error_code == 0
+    # SetupAppend only reads the writer's attribute, which any segment has (Java answers it the
+    # same way); the append itself is refused.
+    writer = wid()
+    assert await client.setup(table, writer) == MIN
+    request_id = rid()
+    refused = await client.call(wc.AppendBlockEnd(writer, 9, event(b"x"), 1, 1, request_id))
+    assert (
+        isinstance(refused, wc.ErrorMessage) and refused.request_id == request_id and refused.segment == table
+    )
     assert (await client.info(SEG)).exists
