@@ -8,7 +8,9 @@ takes the listener down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from typing import Final
 
 from app.segmentstore import storage as st
 from app.segmentstore.server.connection import Connection
@@ -16,6 +18,9 @@ from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.tails import Tails
 
 log = logging.getLogger(__name__)
+
+# How long close() lets woken tail reads write their replies.
+CLOSE_ANSWER_TIMEOUT_S: Final = 5.0
 
 
 class SegmentStoreServer:
@@ -54,7 +59,13 @@ class SegmentStoreServer:
             self._server.close()
         self._tails.close()
         connections = dict(self._connections)
-        await asyncio.gather(*(c.answer_parked_reads() for c in connections.values()), return_exceptions=True)
+        # Woken reads answer at once; the bound only covers peers that stopped reading their
+        # socket (their replies cannot drain), whose connections are then ended regardless.
+        answered = asyncio.gather(
+            *(c.answer_parked_reads() for c in connections.values()), return_exceptions=True
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered, CLOSE_ANSWER_TIMEOUT_S)
         for task in connections:
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
