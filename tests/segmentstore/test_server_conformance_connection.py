@@ -4,6 +4,8 @@ limit, and no unsolicited frames."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -166,3 +168,22 @@ async def test_frames_near_the_size_limit(client: Client) -> None:
     assert isinstance(read, wc.SegmentRead)
     assert read.data == data[: 2 * 1024 * 1024]
     assert not read.at_tail and not read.end_of_segment
+
+
+async def test_each_connection_logs_one_line_when_opened_and_one_when_closed(
+    server: SegmentStoreServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="app.segmentstore.server.connection")
+    c = await Client.connect(server.address)
+    local = c.writer.get_extra_info("sockname")
+    await c.close()
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if str(local) in r.getMessage()]
+
+    for _ in range(200):
+        if any("closed" in line for line in lines()):
+            break
+        await asyncio.sleep(0.01)
+    assert [line.split(str(local))[1].split()[0] for line in lines()] == ["opened", "closed"]
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if str(local) in r.getMessage())
