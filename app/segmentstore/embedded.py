@@ -14,11 +14,8 @@ from typing import Protocol
 from app.domain.records import ScaleType
 from app.ports import Clock, SegmentInfo
 
-
-def transaction_segment_name(segment_name: str, txn_high: int, txn_low: int) -> str:
-    return (
-        f"{segment_name}#transaction.{txn_high & 0xFFFFFFFFFFFFFFFF:016x}{txn_low & 0xFFFFFFFFFFFFFFFF:016x}"
-    )
+# Re-exported: the name's home is app.segmentstore.names, shared with the wire client.
+from app.segmentstore.names import transaction_segment_name as transaction_segment_name
 
 
 class SegmentRows(Protocol):
