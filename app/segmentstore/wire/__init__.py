@@ -1,0 +1,1 @@
+"""Pravega's segment-store wire protocol: the commands (`commands`) and their byte layouts (`codec`)."""
