@@ -26,7 +26,8 @@ class Action:
 DROP: Final = Action("DROP")  # close the connection without a reply
 STALL: Final = Action("STALL")  # never reply (until the server closes)
 
-Answer = wc.Command | Action | list[wc.Command]
+# A reply, several replies, raw bytes (a broken frame), or an action.
+Answer = wc.Command | Action | list[wc.Command] | bytes
 Script = Callable[[wc.Command], Answer]
 
 
@@ -39,11 +40,15 @@ class Received:
 @dataclass
 class ScriptedServer:
     script: Script
-    hello: wc.Command = field(default_factory=lambda: wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
+    hello: wc.Command | Action = field(
+        default_factory=lambda: wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION)
+    )
     received: list[Received] = field(default_factory=list)
     connections: int = 0
     address: tuple[str, int] = ("", 0)
     _server: asyncio.Server | None = None
+    # Set when a client connection ended (the client closed it, or the script dropped it).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -71,6 +76,10 @@ class ScriptedServer:
         try:
             hello = await read_command(reader)
             assert isinstance(hello, wc.Hello), hello
+            if self.hello is STALL:
+                await self._closing.wait()
+                return
+            assert isinstance(self.hello, wc.Command)
             writer.write(encode(self.hello))
             await writer.drain()
             while True:
@@ -82,14 +91,18 @@ class ScriptedServer:
                 if answer is STALL:
                     await self._closing.wait()
                     return
-                replies = answer if isinstance(answer, list) else [answer]
-                for reply in replies:
-                    assert isinstance(reply, wc.Command)
-                    writer.write(encode(reply))
+                if isinstance(answer, bytes):
+                    writer.write(answer)
+                else:
+                    replies = answer if isinstance(answer, list) else [answer]
+                    for reply in replies:
+                        assert isinstance(reply, wc.Command)
+                        writer.write(encode(reply))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         finally:
+            self.ended.set()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -319,6 +319,61 @@ async def test_an_incompatible_hello_is_retryable(make_store: Callable[..., Wire
             await make_store(server.endpoint).delete_segment(SEG)
 
 
+async def test_a_silent_hello_times_out(make_store: Callable[..., WireSegmentStore]) -> None:
+    async with scripted(answering(), hello=STALL) as server:
+        with pytest.raises(StoreUnavailable, match="no connection and Hello within"):
+            await make_store(server.endpoint, request_timeout_s=0.2).delete_segment(SEG)
+
+
+async def test_a_malformed_reply_is_retryable_and_drops_the_connection(
+    make_store: Callable[..., WireSegmentStore],
+) -> None:
+    garbage = [struct.pack(">ii", 99, 0)]  # a frame of an unknown type
+
+    def garbage_once(c: wc.Command) -> Answer:
+        return garbage.pop() if garbage else ok(c)
+
+    async with scripted(answering(DeleteSegment=garbage_once)) as server:
+        store = make_store(server.endpoint)
+        with pytest.raises(StoreUnavailable, match="malformed reply to DeleteSegment"):
+            await store.delete_segment(SEG)
+        await store.delete_segment(SEG)
+        assert [r.connection for r in server.received] == [1, 2]
+
+
+async def test_each_segment_goes_to_the_host_the_locator_names_for_it() -> None:
+    async with scripted(answering()) as server:
+        locator = FixedLocator(server.endpoint)
+        store = WireSegmentStore(locator)
+        try:
+            await store.create_transaction_segments([SEG, "sc/st/1.#epoch.0"], 1, 2, 0)
+            await store.merge_transaction_segment(SEG, 1, 2, txn_parent="sc/st/0.#epoch.1")
+            await store.create_table_segment(TABLE, 8, 0)
+            await store.append(SEG, 8)
+        finally:
+            await store.close()
+    assert sorted(locator.calls[:2]) == sorted(
+        [transaction_segment_name(SEG, 1, 2), transaction_segment_name("sc/st/1.#epoch.0", 1, 2)]
+    )
+    # A merge is asked of the target's host (a transaction shares its parent's container).
+    assert locator.calls[2:] == [SEG, TABLE, SEG]
+
+
+async def test_a_closed_store_refuses_requests_and_closes_its_connections(
+    make_store: Callable[..., WireSegmentStore],
+) -> None:
+    async with scripted(answering()) as server:
+        store = make_store(server.endpoint)
+        await store.delete_segment(SEG)
+        assert store.pool.idle_count(server.endpoint) == 1
+        assert not server.ended.is_set()
+        await store.close()
+        assert store.pool.idle_count(server.endpoint) == 0
+        await asyncio.wait_for(server.ended.wait(), 5)
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await store.delete_segment(SEG)
+
+
 async def test_a_dropped_request_is_retryable_and_its_connection_is_not_reused(
     make_store: Callable[..., WireSegmentStore],
 ) -> None:

@@ -153,7 +153,6 @@ class ConnectionPool:
         self._idle: dict[Endpoint, list[Connection]] = {}
         self._slots: dict[Endpoint, asyncio.Semaphore] = {}
         self._closed = False
-        self.opened = 0  # connections opened so far (for tests and diagnostics)
 
     def idle_count(self, endpoint: Endpoint) -> int:
         return len(self._idle.get(endpoint, ()))
@@ -206,9 +205,7 @@ class ConnectionPool:
             yield
 
     async def _open(self, endpoint: Endpoint) -> Connection:
-        connection = await Connection.open(endpoint, self.timeout_s)
-        self.opened += 1
-        return connection
+        return await Connection.open(endpoint, self.timeout_s)
 
     def _release(self, connection: Connection) -> None:
         if connection.broken or self._closed:
