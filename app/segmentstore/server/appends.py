@@ -1,0 +1,125 @@
+"""One connection's writers: SetupAppend, the append commands, and the rules Pravega's append
+decoder enforces on them.
+
+Invariant: an append reaches storage only for a writer set up on this connection, with a positive
+event count and an event number that never goes backwards for that writer on this connection;
+anything else is a protocol violation (`ProtocolViolation`) and the connection closes. A
+DataAppended is built only from the storage call's result, so it acknowledges committed bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.segmentstore import storage as st
+from app.segmentstore.server.tails import Tails
+from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import MalformedCommand, append_data, encode
+
+
+class ProtocolViolation(Exception):
+    """The peer broke the append protocol: the connection must close."""
+
+
+@dataclass(slots=True)
+class _Writer:
+    segment: str
+    # The highest last_event_number this connection sent for the writer (the decoder's check,
+    # independent of what storage holds).
+    last_event_number: int
+
+
+class Appends:
+    def __init__(self, storage: st.SegmentStorage, tails: Tails) -> None:
+        self._storage = storage
+        self._tails = tails
+        self._writers: dict[int, _Writer] = {}
+        self._open_block: wc.AppendBlock | None = None
+
+    async def setup_append(self, cmd: wc.SetupAppend) -> wc.Command:
+        # Answers AppendSetup on a sealed segment too (the writer learns of the seal from its
+        # first append), NoSuchSegment (offset -1) when the segment is missing.
+        last = await self._storage.writer_event_number(cmd.segment, cmd.writer_id)
+        self._writers[cmd.writer_id] = _Writer(cmd.segment, st.NULL_ATTRIBUTE_VALUE)
+        return wc.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last)
+
+    def append_block(self, cmd: wc.AppendBlock) -> None:
+        if self._open_block is not None:
+            raise ProtocolViolation("AppendBlock inside an open AppendBlock")
+        self._writer(cmd.writer_id)
+        self._open_block = cmd
+
+    def expect_block_end(self, cmd: wc.Command) -> None:
+        """After an AppendBlock, the only frame allowed is its writer's AppendBlockEnd."""
+        block = self._open_block
+        if block is None:
+            return
+        if not isinstance(cmd, wc.AppendBlockEnd) or cmd.writer_id != block.writer_id:
+            raise ProtocolViolation(f"{type(cmd).__name__} after an AppendBlock")
+
+    def segment_of(self, writer_id: int) -> str | None:
+        writer = self._writers.get(writer_id)
+        return None if writer is None else writer.segment
+
+    async def append_block_end(self, cmd: wc.AppendBlockEnd) -> wc.Command:
+        block, self._open_block = self._open_block, None
+        writer = self._writer(cmd.writer_id)
+        if cmd.num_event <= 0:
+            raise ProtocolViolation(f"num_event {cmd.num_event}")
+        if cmd.last_event_number < writer.last_event_number:
+            raise ProtocolViolation(f"event number {cmd.last_event_number} after {writer.last_event_number}")
+        try:
+            data = append_data(block, cmd)
+        except MalformedCommand as exc:
+            raise ProtocolViolation(str(exc)) from exc
+        writer.last_event_number = cmd.last_event_number
+        return await self._store(
+            writer, cmd.writer_id, data, cmd.last_event_number, cmd.num_event, None, cmd.request_id
+        )
+
+    async def conditional_block_end(self, cmd: wc.ConditionalBlockEnd) -> wc.Command:
+        writer = self._writer(cmd.writer_id)
+        return await self._store(
+            writer, cmd.writer_id, cmd.data, cmd.event_number, 1, cmd.expected_offset, cmd.request_id
+        )
+
+    async def conditional_append(self, cmd: wc.ConditionalAppend) -> wc.Command:
+        # The stored bytes are the framed event, its 8-byte header included.
+        writer = self._writer(cmd.writer_id)
+        data = encode(cmd.event)
+        return await self._store(
+            writer, cmd.writer_id, data, cmd.event_number, 1, cmd.expected_offset, cmd.request_id
+        )
+
+    def drop(self, writer_id: int) -> None:
+        """Forgets a writer whose segment was sealed or is gone: it must set up again."""
+        self._writers.pop(writer_id, None)
+
+    def _writer(self, writer_id: int) -> _Writer:
+        writer = self._writers.get(writer_id)
+        if writer is None:
+            raise ProtocolViolation(f"writer {writer_id:032x} appends before SetupAppend")
+        return writer
+
+    async def _store(
+        self,
+        writer: _Writer,
+        writer_id: int,
+        data: bytes,
+        event_number: int,
+        num_events: int,
+        expected_offset: int | None,
+        request_id: int,
+    ) -> wc.Command:
+        try:
+            result = await self._storage.append(
+                writer.segment, writer_id, data, event_number, num_events, expected_offset
+            )
+        except (st.SegmentSealed, st.NoSuchSegment):
+            self.drop(writer_id)
+            raise
+        if not result.duplicate:
+            self._tails.notify(writer.segment)
+        return wc.DataAppended(
+            writer_id, result.event_number, result.previous_event_number, request_id, result.length
+        )

@@ -1,0 +1,226 @@
+"""One client connection: frames in, one reply per request out, in request order.
+
+Invariant: requests are processed one at a time in arrival order (so a writer's appends are
+stored and acknowledged in order), except a read parked at a segment's tail, which waits in its
+own task and answers later; every reply echoes its request's id; nothing is sent unasked; a
+malformed frame, a protocol violation or an unexpected failure closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from app.segmentstore import storage as st
+from app.segmentstore.server.appends import Appends, ProtocolViolation
+from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.reads import Reads
+from app.segmentstore.server.refusals import RefusalContext, refusal_reply
+from app.segmentstore.server.tails import Tails, TailWatch
+from app.segmentstore.server.transients import Transients, transient_name
+from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
+
+log = logging.getLogger(__name__)
+
+# Requests of later protocol versions or of the admin port: decodable, but not served here.
+UNSUPPORTED: Final[frozenset[type[wc.Command]]] = frozenset(
+    {wc.LocateOffset, wc.FlushToStorage, wc.ListStorageChunks}
+)
+
+
+def refusal_context(cmd: wc.Command) -> RefusalContext:
+    """What a refusal reply of `cmd` reports besides the refusal."""
+    if isinstance(cmd, wc.ReadSegment):
+        return RefusalContext(cmd.request_id, cmd.offset)
+    if isinstance(cmd, wc.TruncateSegment):
+        return RefusalContext(cmd.request_id, cmd.truncation_offset)
+    if isinstance(cmd, wc.AppendBlockEnd):
+        return RefusalContext(cmd.request_id, cmd.last_event_number, cmd.writer_id, cmd.last_event_number)
+    if isinstance(cmd, (wc.ConditionalBlockEnd, wc.ConditionalAppend)):
+        return RefusalContext(cmd.request_id, cmd.event_number, cmd.writer_id, cmd.event_number)
+    if isinstance(cmd, (wc.UpdateTableEntries, wc.RemoveTableKeys)):
+        return RefusalContext(cmd.request_id, cmd.table_segment_offset)
+    request_id = getattr(cmd, "request_id", -1)
+    return RefusalContext(request_id if isinstance(request_id, int) else -1)
+
+
+class Connection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        storage: st.SegmentStorage,
+        tails: Tails,
+        handlers: Handlers,
+        tail_wait_s: float,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._storage = storage
+        self._handlers = handlers
+        self._appends = Appends(storage, tails)
+        self._reads = Reads(storage, tails, tail_wait_s)
+        self._transients = Transients()
+        self._parked: set[asyncio.Task[None]] = set()
+        self._peer = writer.get_extra_info("peername")
+
+    async def run(self) -> None:
+        log.debug("segment store connection from %s opened", self._peer)
+        reason = "closed by peer"
+        try:
+            while True:
+                try:
+                    cmd = await read_command(self._reader)
+                except asyncio.IncompleteReadError:
+                    break
+                except MalformedCommand as exc:
+                    reason = f"malformed frame: {exc}"
+                    log.warning("segment store connection from %s: %s", self._peer, reason)
+                    break
+                if not await self._process(cmd):
+                    reason = f"closed after {type(cmd).__name__}"
+                    break
+        except ProtocolViolation as exc:
+            reason = f"protocol violation: {exc}"
+            log.warning("segment store connection from %s: %s", self._peer, reason)
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection lost: {exc!r}"
+        except asyncio.CancelledError:
+            reason = "server closing"
+            raise
+        except Exception:
+            reason = "unexpected failure"
+            log.exception("segment store connection from %s failed", self._peer)
+        finally:
+            await self._finish(reason)
+
+    async def answer_parked_reads(self) -> None:
+        """Waits for the parked reads to answer (the server woke them all while closing)."""
+        if self._parked:
+            await asyncio.gather(*self._parked, return_exceptions=True)
+
+    async def _process(self, cmd: wc.Command) -> bool:
+        """Handles one frame; False when the connection must close."""
+        self._appends.expect_block_end(cmd)
+        if isinstance(cmd, wc.Hello):
+            await self._send(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
+            compatible = (
+                cmd.low_version <= wc.WIRE_VERSION and cmd.high_version >= wc.OLDEST_COMPATIBLE_VERSION
+            )
+            if not compatible:
+                log.warning(
+                    "segment store connection from %s: incompatible versions %d..%d",
+                    self._peer,
+                    cmd.low_version,
+                    cmd.high_version,
+                )
+            return compatible
+        if isinstance(cmd, wc.KeepAlive):
+            await self._send(wc.KeepAlive())
+            return True
+        if isinstance(cmd, wc.AppendBlock):
+            self._appends.append_block(cmd)
+            return True
+        if isinstance(cmd, wc.ReadSegment):
+            await self._read(cmd)
+            return True
+        reply = await self._reply(cmd)
+        await self._send(reply)
+        return True
+
+    async def _reply(self, cmd: wc.Command) -> wc.Command:
+        try:
+            return await self._call(cmd)
+        except st.StorageError as exc:
+            reply = refusal_reply(refusal_context(cmd), exc)
+            if reply is None:
+                raise
+            return reply
+
+    async def _call(self, cmd: wc.Command) -> wc.Command:
+        if isinstance(cmd, wc.SetupAppend):
+            return await self._appends.setup_append(cmd)
+        if isinstance(cmd, wc.AppendBlockEnd):
+            return await self._appends.append_block_end(cmd)
+        if isinstance(cmd, wc.ConditionalBlockEnd):
+            return await self._appends.conditional_block_end(cmd)
+        if isinstance(cmd, wc.ConditionalAppend):
+            return await self._appends.conditional_append(cmd)
+        if isinstance(cmd, wc.CreateTransientSegment):
+            return await self._create_transient(cmd)
+        handler = self._handlers.by_type.get(type(cmd))
+        if handler is not None:
+            reply = await handler(cmd)
+            if isinstance(cmd, wc.MergeSegments):
+                self._transients.discard(cmd.source)
+            return reply
+        if type(cmd) in UNSUPPORTED:
+            request_id = refusal_context(cmd).request_id
+            return wc.OperationUnsupported(request_id, type(cmd).__name__, "")
+        # A reply type, or a nested frame (Event, PartialEvent, Padding) at the top level.
+        raise ProtocolViolation(f"{type(cmd).__name__} is not a request")
+
+    async def _create_transient(self, cmd: wc.CreateTransientSegment) -> wc.Command:
+        # The parent must exist: a transient segment only ever merges into it.
+        await self._storage.segment_state(cmd.parent_segment)
+        name = transient_name(cmd.parent_segment, cmd.writer_id)
+        await self._storage.create_segment(name, "transient", 0, 0, 0)
+        self._transients.add(name)
+        return wc.SegmentCreated(cmd.request_id, name)
+
+    async def _read(self, cmd: wc.ReadSegment) -> None:
+        try:
+            outcome = await self._reads.read(cmd)
+        except st.StorageError as exc:
+            reply = refusal_reply(refusal_context(cmd), exc)
+            if reply is None:
+                raise
+            outcome = reply
+        if isinstance(outcome, TailWatch):
+            task = asyncio.create_task(self._parked_read(cmd, outcome))
+            self._parked.add(task)
+            task.add_done_callback(self._parked.discard)
+        else:
+            await self._send(outcome)
+
+    async def _parked_read(self, cmd: wc.ReadSegment, watch: TailWatch) -> None:
+        try:
+            try:
+                reply = await self._reads.wait_at_tail(cmd, watch)
+            except st.StorageError as exc:
+                refusal = refusal_reply(refusal_context(cmd), exc)
+                if refusal is None:
+                    raise
+                reply = refusal
+            await self._send(reply)
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionError, OSError):
+            pass
+        except Exception:
+            log.exception("segment store connection from %s: a parked read failed", self._peer)
+            self._writer.close()
+
+    async def _send(self, reply: wc.Command) -> None:
+        # write() queues the whole frame at once, so frames from parked reads never interleave.
+        self._writer.write(encode(reply))
+        await self._writer.drain()
+
+    async def _finish(self, reason: str) -> None:
+        for task in list(self._parked):
+            task.cancel()
+        if self._parked:
+            await asyncio.gather(*self._parked, return_exceptions=True)
+        deleted = await self._transients.delete_all(self._storage)
+        self._writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+        log.debug(
+            "segment store connection from %s closed (%s; %d transient segments deleted)",
+            self._peer,
+            reason,
+            len(deleted),
+        )

@@ -1,0 +1,90 @@
+"""ReadSegment: bounded reads, and reads parked at the tail of a segment until it changes.
+
+Invariant: every read is answered exactly once, echoing its offset and request id: at once when
+there are bytes, an end, or a refusal; otherwise after the segment changes (append, merge, seal,
+truncate, delete), or empty with at_tail after `tail_wait_s`, or empty at once when the server
+closes. A parked read never holds its connection's other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from app.segmentstore import storage as st
+from app.segmentstore.server.tails import Tails, TailWatch
+from app.segmentstore.wire import commands as wc
+
+# A reply's data is at most 2 MiB, however much the client suggests (Java's READ_MAX_SIZE), and
+# at least 8 bytes are asked for.
+MAX_READ_BYTES: Final = 2 * 1024 * 1024
+MIN_READ_BYTES: Final = 8
+
+
+def read_size(suggested: int) -> int:
+    return min(MAX_READ_BYTES, max(MIN_READ_BYTES, suggested))
+
+
+def _reply(cmd: wc.ReadSegment, result: st.ReadResult) -> wc.SegmentRead:
+    end = cmd.offset + len(result.data)
+    at_end = end >= result.length
+    # Java's flags: at_tail when the next byte is yet to be written, end_of_segment when the
+    # segment is sealed and nothing follows.
+    return wc.SegmentRead(
+        cmd.segment,
+        cmd.offset,
+        at_end and not result.sealed,
+        at_end and result.sealed,
+        result.data,
+        cmd.request_id,
+    )
+
+
+class Reads:
+    def __init__(self, storage: st.SegmentStorage, tails: Tails, tail_wait_s: float) -> None:
+        self._storage = storage
+        self._tails = tails
+        self._tail_wait_s = tail_wait_s
+
+    async def read(self, cmd: wc.ReadSegment) -> wc.Command | TailWatch:
+        """The reply, or (at the tail of an unsealed segment) the watch to park on with
+        `wait_at_tail`. Storage refusals propagate."""
+        watch = self._tails.watch(cmd.segment)
+        try:
+            result = await self._storage.read(cmd.segment, cmd.offset, read_size(cmd.suggested_length))
+        except BaseException:
+            watch.cancel()
+            raise
+        if result.data or result.sealed or self._tails.closed or self._tail_wait_s <= 0:
+            watch.cancel()
+            return _reply(cmd, result)
+        return watch
+
+    async def wait_at_tail(self, cmd: wc.ReadSegment, watch: TailWatch) -> wc.Command:
+        """Parks until the segment changes or the wait runs out; storage refusals propagate."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._tail_wait_s
+        while True:
+            try:
+                woken = await watch.wait(deadline - loop.time())
+            finally:
+                watch.cancel()
+            if not woken:
+                return wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
+            watch = self._tails.watch(cmd.segment)
+            try:
+                result = await self._storage.read(cmd.segment, cmd.offset, read_size(cmd.suggested_length))
+            except BaseException:
+                watch.cancel()
+                raise
+            if result.data:
+                watch.cancel()
+                return _reply(cmd, result)
+            if result.sealed:
+                # Sealed while we waited: Java fails the parked read with SegmentIsSealed at the
+                # read's offset (both Java and Rust clients take it as the segment's end).
+                watch.cancel()
+                return wc.SegmentIsSealed(cmd.request_id, cmd.segment, "", cmd.offset)
+            if self._tails.closed:
+                watch.cancel()
+                return wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)

@@ -1,0 +1,75 @@
+"""The embedded segment store's TCP listener and its lifecycle.
+
+Invariant: close() stops accepting, answers every parked tail read, then ends every connection
+(deleting their unmerged transient segments) before it returns; a failing connection never
+takes the listener down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.segmentstore import storage as st
+from app.segmentstore.server.connection import Connection
+from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.tails import Tails
+
+log = logging.getLogger(__name__)
+
+
+class SegmentStoreServer:
+    def __init__(self, storage: st.SegmentStorage, tail_wait_s: float) -> None:
+        self._storage = storage
+        self._tail_wait_s = tail_wait_s
+        self._tails = Tails()
+        self._handlers = Handlers(storage, self._tails)
+        self._connections: dict[asyncio.Task[None], Connection] = {}
+        self._server: asyncio.Server | None = None
+        self._address: tuple[str, int] = ("", 0)
+        self._closed = False
+
+    @classmethod
+    async def start(
+        cls, storage: st.SegmentStorage, host: str, port: int, *, tail_wait_s: float = 20.0
+    ) -> SegmentStoreServer:
+        """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
+        below the Rust client's 30 s request timeout."""
+        self = cls(storage, tail_wait_s)
+        self._server = await asyncio.start_server(self._accept, host, port)
+        sockname = self._server.sockets[0].getsockname()
+        self._address = (str(sockname[0]), int(sockname[1]))
+        log.info("segment store listening on %s:%d", *self._address)
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._address
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._server is not None:
+            self._server.close()
+        self._tails.close()
+        connections = dict(self._connections)
+        await asyncio.gather(*(c.answer_parked_reads() for c in connections.values()), return_exceptions=True)
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("segment store on %s:%d closed", *self._address)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if self._closed or task is None:
+            writer.close()
+            return
+        connection = Connection(reader, writer, self._storage, self._tails, self._handlers, self._tail_wait_s)
+        self._connections[task] = connection
+        try:
+            await connection.run()
+        finally:
+            self._connections.pop(task, None)
