@@ -19,6 +19,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Sequence,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import UUID as PgUUID
 
 metadata = MetaData()
 
@@ -237,7 +239,59 @@ embedded_segments = Table(
     Column("key_length", Integer, nullable=False, server_default=text("0")),
     Column("created_at", BigInteger, nullable=False),
     _version(),
-    CheckConstraint("kind IN ('stream', 'transaction', 'table')", name="embedded_segments_kind_check"),
+    Column("last_modified", BigInteger, nullable=False, server_default=text("0")),
+    CheckConstraint(
+        "kind IN ('stream', 'transaction', 'table', 'transient')", name="embedded_segments_kind_check"
+    ),
+)
+
+
+def _segment_fk(table: str) -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["segment"], ["embedded_segments.name"], name=f"{table}_segment_fkey", ondelete="CASCADE"
+    )
+
+
+# The embedded segment store's data (app/store/segment_data.py). Every row belongs to its
+# segment (deleted with it). A stream segment's bytes: one row per append, keyed by its start
+# offset; a merge renumbers the source's rows onto the target's end.
+segment_chunks = Table(
+    "segment_chunks",
+    metadata,
+    Column("segment", Text, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    _version(),
+    _segment_fk("segment_chunks"),
+    PrimaryKeyConstraint("segment", "start_offset", name="segment_chunks_pkey"),
+)
+
+# A segment's attributes (absent = NULL_ATTRIBUTE_VALUE); `previous_value` is what the last
+# update replaced, so an append learns the writer's previous event number in one statement.
+segment_attributes = Table(
+    "segment_attributes",
+    metadata,
+    Column("segment", Text, nullable=False),
+    Column("attribute_id", PgUUID, nullable=False),
+    Column("value", BigInteger, nullable=False),
+    Column("previous_value", BigInteger, nullable=True),
+    _version(),
+    _segment_fk("segment_attributes"),
+    PrimaryKeyConstraint("segment", "attribute_id", name="segment_attributes_pkey"),
+)
+
+# A table segment's live keys. `version` is the key's version: a position in the table, taken
+# from the table's length (embedded_segments.length counts positions), strictly increasing.
+table_entries = Table(
+    "table_entries",
+    metadata,
+    Column("segment", Text, nullable=False),
+    Column("key", LargeBinary, nullable=False),
+    Column("value", LargeBinary, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    _segment_fk("table_entries"),
+    PrimaryKeyConstraint("segment", "key", name="table_entries_pkey"),
+    Index("table_entries_by_version", "segment", "version"),
 )
 
 # The durable request queue (transactional outbox): a row is written in the same transaction

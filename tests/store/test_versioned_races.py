@@ -74,6 +74,14 @@ COVERED_ELSEWHERE = frozenset(
         "participant_resources",
         "state_view_config",
         "customized_views",
+        # The embedded segment store's data (every write under its segment's row lock):
+        # segment_chunks and segment_attributes (concurrent appenders, a writer racing itself,
+        # attribute compare-and-set, merges racing merges and appends) in
+        # tests/store/test_segment_data.py; table_entries (conditional updates of one key) in
+        # tests/store/test_segment_data_tables.py.
+        "segment_chunks",
+        "segment_attributes",
+        "table_entries",
     }
 )
 

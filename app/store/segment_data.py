@@ -1,0 +1,251 @@
+"""The embedded segment store's durable state in PostgreSQL (PgSegmentStorage, the SegmentStorage
+of app/segmentstore/storage.py): segments, their bytes, attributes and table entries.
+
+Invariant: every call is one database transaction (a single statement, or one transaction
+block), so a call that returns has committed and a call that raises changed nothing; whatever
+changes a segment locks its embedded_segments row first, so a segment only grows by whole
+appends and merges, in the order they took the lock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from app.ports import Clock
+from app.segmentstore.storage import (
+    NULL_ATTRIBUTE_VALUE,
+    AppendResult,
+    AttributeCheckFailed,
+    AttributeUpdate,
+    ConditionalCheckFailed,
+    NoSuchSegment,
+    OffsetBeyondEnd,
+    ReadResult,
+    SegmentKind,
+    SegmentSealed,
+    SegmentState,
+    SegmentTruncated,
+    WrongSegmentKind,
+)
+from app.store import queries
+from app.store.db import Connection, Database, Row
+from app.store.segment_tables import PgTableSegments
+
+_SQL = queries.load("segment_data")
+
+# Pravega's AttributeUpdateType codes (a merge's conditional attribute updates).
+NONE, REPLACE, REPLACE_IF_GREATER, ACCUMULATE, REPLACE_IF_EQUALS = 0, 1, 2, 3, 4
+
+
+def attribute_uuid(attribute_id: int) -> uuid.UUID:
+    """An attribute id (a writer id, or a client's attribute) is a u128 on the wire."""
+    return uuid.UUID(int=attribute_id)
+
+
+def _stream_row(name: str, row: Row | None) -> Row:
+    if row is None:
+        raise NoSuchSegment(name)
+    if row["kind"] == "table":
+        raise WrongSegmentKind(name, f"{name} is a table segment")
+    return row
+
+
+def _updated_value(target: str, update: AttributeUpdate, current: int) -> int:
+    """The value an attribute update leaves (NULL_ATTRIBUTE_VALUE: absent), or
+    AttributeCheckFailed when its condition does not hold."""
+    kind = update.update_type
+    if kind == NONE:
+        return current
+    if kind == REPLACE:
+        return update.new_value
+    if kind == REPLACE_IF_GREATER:
+        if current != NULL_ATTRIBUTE_VALUE and update.new_value <= current:
+            raise AttributeCheckFailed(target, f"attribute {update.attribute_id:x} is {current}")
+        return update.new_value
+    if kind == ACCUMULATE:
+        return update.new_value + (0 if current == NULL_ATTRIBUTE_VALUE else current)
+    if kind == REPLACE_IF_EQUALS:
+        if current != update.old_value:
+            raise AttributeCheckFailed(
+                target, f"attribute {update.attribute_id:x} is {current}, not {update.old_value}"
+            )
+        return update.new_value
+    raise AttributeCheckFailed(target, f"unknown attribute update type {kind}")
+
+
+class PgSegmentStorage(PgTableSegments):
+    """Stream, transaction and transient segments here; table segments in PgTableSegments."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        super().__init__(db, clock)
+
+    async def create_segment(
+        self,
+        name: str,
+        kind: SegmentKind,
+        scale_type: int,
+        target_rate: int,
+        rollover_size_bytes: int,
+    ) -> None:
+        await self._create(name, kind, scale_type, target_rate, rollover_size_bytes, 0)
+
+    async def segment_state(self, name: str) -> SegmentState:
+        row = await self._db.fetchrow(_SQL["segment_state"], name)
+        if row is None:
+            raise NoSuchSegment(name)
+        return SegmentState(
+            name=name,
+            kind=row["kind"],
+            length=int(row["length"]),
+            start_offset=int(row["start_offset"]),
+            sealed=bool(row["sealed"]),
+            last_modified_ms=int(row["last_modified"]),
+        )
+
+    async def writer_event_number(self, name: str, writer_id: int) -> int:
+        return await self.get_attribute(name, writer_id)
+
+    async def append(
+        self,
+        name: str,
+        writer_id: int,
+        data: bytes,
+        last_event_number: int,
+        num_events: int,
+        expected_offset: int | None,
+    ) -> AppendResult:
+        """One statement (app/store/sql segment_data.sql `append`): one round trip per block."""
+        row = _stream_row(
+            name,
+            await self._db.fetchrow(
+                _SQL["append"],
+                name,
+                attribute_uuid(writer_id),
+                data,
+                last_event_number,
+                expected_offset,
+                self._clock.now_ms(),
+            ),
+        )
+        if row["sealed"]:
+            raise SegmentSealed(name)
+        if expected_offset is not None and expected_offset != row["length"]:
+            raise ConditionalCheckFailed(name, f"{name} has length {row['length']}, not {expected_offset}")
+        previous = row["previous"]
+        previous_number = NULL_ATTRIBUTE_VALUE if previous is None else int(previous)
+        new_length = row["new_length"]
+        if new_length is None:
+            return AppendResult(int(row["length"]), last_event_number, previous_number, duplicate=True)
+        return AppendResult(int(new_length), last_event_number, previous_number, duplicate=False)
+
+    async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
+        row = _stream_row(name, await self._db.fetchrow(_SQL["read"], name, offset, max(0, max_length)))
+        length, start, sealed = int(row["length"]), int(row["start_offset"]), bool(row["sealed"])
+        if offset < start:
+            raise SegmentTruncated(name, start, f"{name} starts at {start}, not {offset}")
+        if sealed and offset > length:
+            raise OffsetBeyondEnd(name, f"{name} ends at {length}, before {offset}")
+        data = row["data"]
+        return ReadResult(offset, b"" if data is None else bytes(data), length, start, sealed)
+
+    async def seal(self, name: str) -> int:
+        row = _stream_row(name, await self._db.fetchrow(_SQL["seal"], name, self._clock.now_ms()))
+        if row["sealed"]:
+            raise SegmentSealed(name)
+        return int(row["length"])
+
+    async def truncate(self, name: str, offset: int) -> None:
+        row = _stream_row(name, await self._db.fetchrow(_SQL["truncate"], name, offset, self._clock.now_ms()))
+        start, length = int(row["start_offset"]), int(row["length"])
+        if not start <= offset <= length:
+            raise SegmentTruncated(name, start, f"cannot truncate {name} at {offset}: [{start}, {length}]")
+
+    async def delete(self, name: str) -> None:
+        if not await self._db.fetch(_SQL["delete_segment"], name):
+            raise NoSuchSegment(name)
+
+    async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
+        kind = await self._db.fetchval(
+            _SQL["update_policy"], name, scale_type, target_rate, self._clock.now_ms()
+        )
+        if kind is None:
+            raise NoSuchSegment(name)
+
+    async def get_attribute(self, name: str, attribute_id: int) -> int:
+        row = await self._db.fetchrow(_SQL["get_attribute"], name, attribute_uuid(attribute_id))
+        if row is None:
+            raise NoSuchSegment(name)
+        value = row["value"]
+        return NULL_ATTRIBUTE_VALUE if value is None else int(value)
+
+    async def update_attribute(
+        self, name: str, attribute_id: int, new_value: int, expected_value: int
+    ) -> bool:
+        """Setting NULL_ATTRIBUTE_VALUE removes the attribute (absent and NULL are one state)."""
+        async with self._db.transaction() as conn:
+            if await conn.fetchrow(_SQL["lock_segment"], name) is None:
+                raise NoSuchSegment(name)
+            current = await self._attributes(conn, name, [attribute_id])
+            if current.get(attribute_id, NULL_ATTRIBUTE_VALUE) != expected_value:
+                return False
+            await self._put_attributes(conn, name, {attribute_id: new_value})
+            return True
+
+    async def _attributes(self, conn: Connection, name: str, ids: Sequence[int]) -> dict[int, int]:
+        rows = await conn.fetch(_SQL["get_attributes"], name, [attribute_uuid(i) for i in ids])
+        return {r["attribute_id"].int: int(r["value"]) for r in rows}
+
+    async def _put_attributes(self, conn: Connection, name: str, values: dict[int, int]) -> None:
+        await conn.execute(
+            _SQL["put_attributes"],
+            name,
+            [attribute_uuid(i) for i in values],
+            list(values.values()),
+            NULL_ATTRIBUTE_VALUE,
+        )
+
+    async def merge(
+        self, target: str, sources: Sequence[str], attribute_updates: Sequence[AttributeUpdate]
+    ) -> list[int]:
+        """When no source exists any more (all merged already) the target's length is the answer
+        for each, even on a sealed target, and the attribute updates are not looked at: they
+        belonged to the merge that happened. Otherwise the updates apply only with the merge."""
+        async with self._db.transaction() as conn:
+            row = _stream_row(target, await conn.fetchrow(_SQL["lock_segment"], target))
+            length = int(row["length"])
+            wanted = [s for s in dict.fromkeys(sources) if s != target]
+            locked = await conn.fetch(_SQL["lock_segments"], wanted) if wanted else []
+            present = {str(r["name"]): r for r in locked}
+            if not present:
+                return [length] * len(sources)
+            if row["sealed"]:
+                raise SegmentSealed(target)
+            for name, source in present.items():
+                if source["kind"] == "table":
+                    raise WrongSegmentKind(name, f"{name} is a table segment")
+                if source["start_offset"] > 0:
+                    raise SegmentTruncated(name, int(source["start_offset"]), f"{name} is truncated")
+            if attribute_updates:
+                current = await self._attributes(conn, target, [u.attribute_id for u in attribute_updates])
+                values: dict[int, int] = {}
+                for update in attribute_updates:
+                    key = update.attribute_id
+                    before = values.get(key, current.get(key, NULL_ATTRIBUTE_VALUE))
+                    values[key] = _updated_value(target, update, before)
+            lengths: list[int] = []
+            moved: list[str] = []
+            bases: list[int] = []
+            for name in sources:
+                if name in present:
+                    source = present.pop(name)
+                    moved.append(name)
+                    bases.append(length)
+                    length += int(source["length"])
+                lengths.append(length)
+            await conn.execute(_SQL["move_chunks"], target, moved, bases)
+            await conn.execute(_SQL["delete_sources"], moved)
+            await conn.execute(_SQL["set_length"], target, length, self._clock.now_ms())
+            if attribute_updates:
+                await self._put_attributes(conn, target, values)
+        return lengths

@@ -1,0 +1,235 @@
+"""Table segments of the embedded segment store (table table_entries): Pravega's key version
+rules, all-or-nothing batches, key-ordered paging and delta reads.
+
+Invariant: a key's version is a position in its table, taken from the table's length
+(embedded_segments.length, which counts the positions handed out), so versions strictly
+increase per table; every write locks the table's row first, so batches never interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.ports import Clock
+from app.segmentstore.storage import (
+    MAX_TABLE_KEY_BYTES,
+    MAX_TABLE_VALUE_BYTES,
+    NO_VERSION,
+    NOT_EXISTS,
+    NoSuchSegment,
+    SegmentAlreadyExists,
+    SegmentTruncated,
+    TableDelta,
+    TableEntry,
+    TableInfo,
+    TableKeyBadVersion,
+    TableKeyDoesNotExist,
+    TablePage,
+    TableSegmentNotEmpty,
+    TooLarge,
+    WrongSegmentKind,
+)
+from app.store import queries
+from app.store.db import Connection, Database, Row
+
+_SQL = queries.load("segment_data")
+
+# The most a page of keys or entries carries, whatever the count asked for (Pravega's reply cap).
+MAX_PAGE_BYTES = 2 * 1024 * 1024
+# A table operation's table_segment_offset that asks for no length check.
+ANY_OFFSET = -1
+
+
+def check_key(name: str, key: bytes) -> None:
+    if not key or len(key) > MAX_TABLE_KEY_BYTES:
+        raise TooLarge(name, f"a table key must have 1 to {MAX_TABLE_KEY_BYTES} bytes, not {len(key)}")
+
+
+def check_version(name: str, key: bytes, expected: int, current: int | None, *, removal: bool) -> None:
+    """Pravega's conditional rule for one key: NO_VERSION always passes; NOT_EXISTS needs the key
+    absent; a version >= 0 needs the key present with exactly that version."""
+    if expected == NO_VERSION:
+        return
+    if expected == NOT_EXISTS:
+        if current is not None:
+            raise TableKeyBadVersion(name, f"key {key!r} exists (version {current})")
+        return
+    if current is None:
+        raise TableKeyDoesNotExist(name, f"key {key!r} does not exist")
+    if current != expected:
+        what = "removal" if removal else "update"
+        raise TableKeyBadVersion(name, f"{what} of key {key!r} expects version {expected}, it is {current}")
+
+
+def _table_row(name: str, row: Row | None) -> Row:
+    if row is None:
+        raise NoSuchSegment(name)
+    if row["kind"] != "table":
+        raise WrongSegmentKind(name, f"{name} is not a table segment")
+    return row
+
+
+def _entry(row: Row) -> TableEntry:
+    return TableEntry(bytes(row["key"]), bytes(row["value"]), int(row["version"]))
+
+
+class PgTableSegments:
+    """The table half of PgSegmentStorage (app/store/segment_data.py)."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def create_table(self, name: str, key_length: int, rollover_size_bytes: int) -> None:
+        await self._create(name, "table", 0, 0, rollover_size_bytes, key_length)
+
+    async def _create(
+        self, name: str, kind: str, scale_type: int, target_rate: int, rollover: int, key_length: int
+    ) -> None:
+        created = await self._db.fetchval(
+            _SQL["create_segment"],
+            name,
+            kind,
+            scale_type,
+            target_rate,
+            rollover,
+            key_length,
+            self._clock.now_ms(),
+        )
+        if created is None:
+            raise SegmentAlreadyExists(name)
+
+    async def delete_table(self, name: str, must_be_empty: bool) -> None:
+        async with self._db.transaction() as conn:
+            _table_row(name, await conn.fetchrow(_SQL["lock_segment"], name))
+            if must_be_empty and await conn.fetchval(_SQL["table_has_entries"], name):
+                raise TableSegmentNotEmpty(name)
+            await conn.fetch(_SQL["delete_segment"], name)
+
+    async def _lock_table(self, conn: Connection, name: str, table_segment_offset: int) -> Row:
+        row = _table_row(name, await conn.fetchrow(_SQL["lock_segment"], name))
+        if table_segment_offset != ANY_OFFSET and table_segment_offset != row["length"]:
+            raise SegmentTruncated(
+                name,
+                row["start_offset"],
+                f"table {name} has length {row['length']}, not {table_segment_offset}",
+            )
+        return row
+
+    async def update_table(
+        self, name: str, entries: Sequence[TableEntry], table_segment_offset: int
+    ) -> list[int]:
+        """A batch naming a key more than once applies its items in order: each item's version
+        rule is checked against the state the items before it left, each gets its own version,
+        and the last value is the one stored."""
+        for entry in entries:
+            check_key(name, entry.key)
+            if len(entry.value) > MAX_TABLE_VALUE_BYTES:
+                raise TooLarge(name, f"a table value must have at most {MAX_TABLE_VALUE_BYTES} bytes")
+        async with self._db.transaction() as conn:
+            row = await self._lock_table(conn, name, table_segment_offset)
+            current = await self._versions(conn, name, [e.key for e in entries])
+            position = int(row["length"])
+            versions: list[int] = []
+            latest: dict[bytes, tuple[bytes, int]] = {}
+            for entry in entries:
+                check_version(name, entry.key, entry.version, current.get(entry.key), removal=False)
+                current[entry.key] = position
+                latest[entry.key] = (entry.value, position)
+                versions.append(position)
+                position += 1
+            if latest:
+                await conn.execute(
+                    _SQL["put_table_entries"],
+                    name,
+                    list(latest),
+                    [value for value, _ in latest.values()],
+                    [version for _, version in latest.values()],
+                )
+                await conn.execute(_SQL["set_length"], name, position, self._clock.now_ms())
+        return versions
+
+    async def remove_table_keys(
+        self, name: str, keys: Sequence[tuple[bytes, int]], table_segment_offset: int
+    ) -> None:
+        """Each removed key takes one position (the table's length grows by it), so a caller's
+        table_segment_offset sees removals as changes; removing an absent key unconditionally
+        changes nothing."""
+        for key, _ in keys:
+            check_key(name, key)
+        async with self._db.transaction() as conn:
+            row = await self._lock_table(conn, name, table_segment_offset)
+            current = await self._versions(conn, name, [k for k, _ in keys])
+            removed: list[bytes] = []
+            for key, version in keys:
+                check_version(name, key, version, current.get(key), removal=True)
+                if current.pop(key, None) is not None:
+                    removed.append(key)
+            if removed:
+                await conn.execute(_SQL["remove_table_entries"], name, removed)
+                await conn.execute(
+                    _SQL["set_length"], name, int(row["length"]) + len(removed), self._clock.now_ms()
+                )
+
+    async def _versions(self, conn: Connection, name: str, keys: list[bytes]) -> dict[bytes, int | None]:
+        rows = await conn.fetch(_SQL["table_versions"], name, list(set(keys)))
+        return {bytes(r["key"]): int(r["version"]) for r in rows}
+
+    async def read_table(self, name: str, keys: Sequence[bytes]) -> list[TableEntry]:
+        rows = await self._db.fetch(_SQL["read_table"], name, list(set(keys)))
+        _table_row(name, rows[0] if rows else None)
+        found = {bytes(r["key"]): r for r in rows if r["key"] is not None}
+        result: list[TableEntry] = []
+        for key in keys:
+            hit = found.get(key)
+            if hit is None:
+                result.append(TableEntry(key, b"", NOT_EXISTS))
+            else:
+                result.append(_entry(hit))
+        return result
+
+    async def read_table_page(
+        self, name: str, suggested_count: int, token: bytes, from_key: bytes, to_key: bytes
+    ) -> TablePage:
+        """The token is the last key returned (keys are never empty, so an empty token is the
+        start); the next page holds the keys strictly after it as they are when it is read."""
+        rows = await self._db.fetch(
+            _SQL["read_table_page"], name, token, from_key, to_key, max(1, suggested_count)
+        )
+        _table_row(name, rows[0] if rows else None)
+        entries: list[TableEntry] = []
+        size = 0
+        for r in rows:
+            if r["key"] is None:
+                break
+            entry = _entry(r)
+            size += len(entry.key) + len(entry.value)
+            if entries and size > MAX_PAGE_BYTES:
+                break
+            entries.append(entry)
+        return TablePage(entries, entries[-1].key if entries else b"")
+
+    async def read_table_delta(self, name: str, from_position: int, suggested_count: int) -> TableDelta:
+        """The live entries with a version at or after `from_position`, oldest first: a key updated
+        several times comes once with its newest value, and a removed key not at all.
+        `last_position` is one past the last version returned (from_position when none)."""
+        count = max(1, suggested_count)
+        rows = await self._db.fetch(_SQL["read_table_delta"], name, from_position, count + 1)
+        _table_row(name, rows[0] if rows else None)
+        found = [
+            TableEntry(bytes(r["key"]), bytes(r["value"]), int(r["version"]))
+            for r in rows
+            if r["key"] is not None
+        ]
+        entries = found[:count]
+        last = entries[-1].version + 1 if entries else from_position
+        return TableDelta(entries, last, reached_end=len(found) <= count)
+
+    async def table_info(self, name: str) -> TableInfo:
+        row = _table_row(name, await self._db.fetchrow(_SQL["table_info"], name))
+        return TableInfo(
+            start_offset=int(row["start_offset"]),
+            length=int(row["length"]),
+            entry_count=int(row["entry_count"]),
+            key_length=int(row["key_length"]),
+        )

@@ -1,0 +1,215 @@
+-- The embedded segment store's durable state: segment rows (embedded_segments), their bytes
+-- (segment_chunks), attributes (segment_attributes) and table entries (table_entries).
+-- Whatever changes a segment's bytes, length or seal locks its embedded_segments row first
+-- (FOR UPDATE), so appends, seals, truncations, merges and table writes on one segment run one
+-- at a time. A lock taken inside a statement sees the row's latest committed version; other
+-- tables are read by a later statement (a fresh snapshot) or through ON CONFLICT, never from a
+-- snapshot older than the lock.
+
+-- name: create_segment
+INSERT INTO embedded_segments
+    (name, kind, scale_type, target_rate, rollover_size_bytes, key_length, created_at, last_modified)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: segment_state
+SELECT name, kind, length, start_offset, sealed, last_modified, key_length
+FROM embedded_segments WHERE name = $1;
+
+-- name: lock_segment
+SELECT name, kind, length, start_offset, sealed, key_length
+FROM embedded_segments WHERE name = $1
+FOR UPDATE;
+
+-- name: lock_segments
+-- The merge sources, in name order: two merges lock them in the same order.
+SELECT name, kind, length, start_offset, sealed
+FROM embedded_segments WHERE name = ANY($1::text[])
+ORDER BY name
+FOR UPDATE;
+
+-- name: append
+-- One statement: lock the segment, check it ($5: the expected offset of a conditional append,
+-- NULL for none), advance the writer's event number ($2: its attribute id, $4: the block's last
+-- event number) and, only if it advanced, store the bytes at the end and grow the segment.
+-- ON CONFLICT sees the writer's latest committed number even if this statement's snapshot is
+-- older (it waited for the lock), so a resent block is never stored twice.
+WITH seg AS (
+    SELECT kind, length, sealed FROM embedded_segments WHERE name = $1 FOR UPDATE
+), ok AS (
+    SELECT length FROM seg
+    WHERE kind <> 'table' AND NOT sealed AND ($5::bigint IS NULL OR length = $5::bigint)
+), attr AS (
+    INSERT INTO segment_attributes AS a (segment, attribute_id, value)
+    SELECT $1, $2::uuid, $4::bigint FROM ok
+    ON CONFLICT (segment, attribute_id) DO UPDATE
+    SET previous_value = a.value, value = GREATEST(a.value, EXCLUDED.value), version = a.version + 1
+    RETURNING previous_value
+), fresh AS (
+    SELECT ok.length FROM ok, attr WHERE attr.previous_value IS NULL OR attr.previous_value < $4::bigint
+), chunk AS (
+    INSERT INTO segment_chunks (segment, start_offset, data)
+    SELECT $1, fresh.length, $3::bytea FROM fresh WHERE octet_length($3::bytea) > 0
+), grown AS (
+    UPDATE embedded_segments s
+    SET length = fresh.length + octet_length($3::bytea), version = s.version + 1, last_modified = $6
+    FROM fresh
+    WHERE s.name = $1
+    RETURNING s.length
+)
+SELECT seg.kind, seg.sealed, seg.length,
+       (SELECT previous_value FROM attr) AS previous,
+       (SELECT length FROM grown) AS new_length
+FROM seg;
+
+-- name: read
+-- The segment's row and at most $3 bytes from offset $2 in one snapshot: the chunk holding $2
+-- (the last one starting at or before it) and those after it up to $2 + $3, each sliced.
+SELECT s.kind, s.length, s.start_offset, s.sealed,
+       (SELECT string_agg(
+                   substring(c.data FROM (GREATEST($2::bigint - c.start_offset, 0) + 1)::int
+                             FOR LEAST($2::bigint + $3::bigint - GREATEST(c.start_offset, $2::bigint),
+                                       2147483647)::int),
+                   ''::bytea ORDER BY c.start_offset)
+        FROM segment_chunks c
+        WHERE c.segment = s.name
+          AND c.start_offset < $2::bigint + $3::bigint
+          AND c.start_offset >= COALESCE(
+              (SELECT max(h.start_offset) FROM segment_chunks h
+               WHERE h.segment = s.name AND h.start_offset <= $2::bigint), 0)) AS data
+FROM embedded_segments s
+WHERE s.name = $1;
+
+-- name: seal
+WITH seg AS (
+    SELECT kind, length, sealed FROM embedded_segments WHERE name = $1 FOR UPDATE
+), sealed_now AS (
+    UPDATE embedded_segments s SET sealed = true, version = s.version + 1, last_modified = $2
+    FROM seg
+    WHERE s.name = $1 AND NOT seg.sealed AND seg.kind <> 'table'
+)
+SELECT kind, length, sealed FROM seg;
+
+-- name: truncate
+-- Moves the start to $2 when start <= $2 <= length, and drops the chunks wholly below it.
+WITH seg AS (
+    SELECT kind, length, start_offset FROM embedded_segments WHERE name = $1 FOR UPDATE
+), ok AS (
+    SELECT 1 AS one FROM seg WHERE kind <> 'table' AND start_offset <= $2 AND $2 <= length
+), moved AS (
+    UPDATE embedded_segments s SET start_offset = $2, version = s.version + 1, last_modified = $3
+    FROM ok
+    WHERE s.name = $1
+), dropped AS (
+    DELETE FROM segment_chunks c USING ok
+    WHERE c.segment = $1 AND c.start_offset < $2 AND c.start_offset + octet_length(c.data) <= $2
+)
+SELECT kind, length, start_offset FROM seg;
+
+-- name: delete_segment
+-- The segment and its transaction segments (named "<segment>#transaction.<id>"); their chunks,
+-- attributes and entries go with them (ON DELETE CASCADE). Nothing happens when the segment
+-- itself is absent.
+DELETE FROM embedded_segments
+WHERE EXISTS (SELECT 1 FROM embedded_segments WHERE name = $1)
+  AND (name = $1 OR starts_with(name, $1 || '#transaction.'))
+RETURNING name;
+
+-- name: update_policy
+UPDATE embedded_segments
+SET scale_type = $2, target_rate = $3, version = version + 1, last_modified = $4
+WHERE name = $1
+RETURNING kind;
+
+-- name: get_attribute
+SELECT s.name, a.value
+FROM embedded_segments s
+LEFT JOIN segment_attributes a ON a.segment = s.name AND a.attribute_id = $2::uuid
+WHERE s.name = $1;
+
+-- name: get_attributes
+-- Run after the segment's lock: a fresh snapshot.
+SELECT attribute_id, value FROM segment_attributes WHERE segment = $1 AND attribute_id = ANY($2::uuid[]);
+
+-- name: put_attributes
+-- $3: values; NULL_ATTRIBUTE_VALUE ($4) removes the attribute.
+WITH u AS (
+    SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(attribute_id, value)
+), removed AS (
+    DELETE FROM segment_attributes a USING u
+    WHERE a.segment = $1 AND a.attribute_id = u.attribute_id AND u.value = $4::bigint
+)
+INSERT INTO segment_attributes AS a (segment, attribute_id, value)
+SELECT $1, u.attribute_id, u.value FROM u WHERE u.value <> $4::bigint
+ON CONFLICT (segment, attribute_id) DO UPDATE
+SET previous_value = a.value, value = EXCLUDED.value, version = a.version + 1;
+
+-- name: move_chunks
+-- A merge: each source's ($2) chunks move to the target ($1) at its base offset ($3); the
+-- bytes themselves stay where they are.
+UPDATE segment_chunks c
+SET segment = $1, start_offset = c.start_offset + m.base, version = c.version + 1
+FROM unnest($2::text[], $3::bigint[]) AS m(source, base)
+WHERE c.segment = m.source;
+
+-- name: delete_sources
+DELETE FROM embedded_segments WHERE name = ANY($1::text[]);
+
+-- name: set_length
+-- The target of a merge or a table after a write, already locked by this transaction.
+UPDATE embedded_segments SET length = $2, version = version + 1, last_modified = $3
+WHERE name = $1;
+
+-- name: table_versions
+-- Run after the table's lock: a fresh snapshot.
+SELECT key, version FROM table_entries WHERE segment = $1 AND key = ANY($2::bytea[]);
+
+-- name: put_table_entries
+INSERT INTO table_entries AS e (segment, key, value, version)
+SELECT $1, k, v, ver FROM unnest($2::bytea[], $3::bytea[], $4::bigint[]) AS u(k, v, ver)
+ON CONFLICT (segment, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version;
+
+-- name: remove_table_entries
+DELETE FROM table_entries WHERE segment = $1 AND key = ANY($2::bytea[]);
+
+-- name: table_has_entries
+SELECT EXISTS (SELECT 1 FROM table_entries WHERE segment = $1);
+
+-- name: read_table
+SELECT s.kind, e.key, e.value, e.version
+FROM embedded_segments s
+LEFT JOIN table_entries e ON e.segment = s.name AND e.key = ANY($2::bytea[])
+WHERE s.name = $1;
+
+-- name: read_table_page
+-- Keys after $2 in key order within [$3, $4] (an empty bound is no bound), at most $5.
+SELECT s.kind, e.key, e.value, e.version
+FROM embedded_segments s
+LEFT JOIN LATERAL (
+    SELECT key, value, version FROM table_entries
+    WHERE segment = s.name AND key > $2::bytea
+      AND ($3::bytea = ''::bytea OR key >= $3::bytea)
+      AND ($4::bytea = ''::bytea OR key <= $4::bytea)
+    ORDER BY key
+    LIMIT $5
+) e ON true
+WHERE s.name = $1;
+
+-- name: read_table_delta
+-- The live entries whose version is at or after $2, oldest first, at most $3.
+SELECT s.kind, e.key, e.value, e.version
+FROM embedded_segments s
+LEFT JOIN LATERAL (
+    SELECT key, value, version FROM table_entries
+    WHERE segment = s.name AND version >= $2::bigint
+    ORDER BY version
+    LIMIT $3
+) e ON true
+WHERE s.name = $1;
+
+-- name: table_info
+SELECT s.kind, s.length, s.start_offset, s.key_length,
+       (SELECT count(*) FROM table_entries e WHERE e.segment = s.name) AS entry_count
+FROM embedded_segments s
+WHERE s.name = $1;
