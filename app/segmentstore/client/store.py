@@ -60,6 +60,7 @@ class WireSegmentStore:
 
     @property
     def pool(self) -> ConnectionPool:
+        """The pooled connections: tests send commands outside the port through it."""
         return self._pool
 
     async def close(self) -> None:
