@@ -162,8 +162,10 @@ class PgSegmentStorage(PgTableSegments):
             raise SegmentTruncated(name, start, f"cannot truncate {name} at {offset}: [{start}, {length}]")
 
     async def delete(self, name: str) -> None:
-        if not await self._db.fetch(_SQL["delete_segment"], name):
-            raise NoSuchSegment(name)
+        async with self._db.transaction() as conn:
+            if await conn.fetchrow(_SQL["lock_segment"], name) is None:
+                raise NoSuchSegment(name)
+            await conn.execute(_SQL["delete_segment"], name)
 
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
         kind = await self._db.fetchval(

@@ -104,7 +104,7 @@ class PgTableSegments:
             _table_row(name, await conn.fetchrow(_SQL["lock_segment"], name))
             if must_be_empty and await conn.fetchval(_SQL["table_has_entries"], name):
                 raise TableSegmentNotEmpty(name)
-            await conn.fetch(_SQL["delete_segment"], name)
+            await conn.execute(_SQL["delete_segment"], name)
 
     async def _lock_table(self, conn: Connection, name: str, table_segment_offset: int) -> Row:
         row = _table_row(name, await conn.fetchrow(_SQL["lock_segment"], name))

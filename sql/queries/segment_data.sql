@@ -108,13 +108,11 @@ WITH seg AS (
 SELECT kind, length, start_offset FROM seg;
 
 -- name: delete_segment
--- The segment and its transaction segments (named "<segment>#transaction.<id>"); their chunks,
--- attributes and entries go with them (ON DELETE CASCADE). Nothing happens when the segment
--- itself is absent.
+-- The segment (locked first by the caller, so a delete takes its locks in the same order as a
+-- merge into it) and its transaction segments (named "<segment>#transaction.<id>"); their
+-- chunks, attributes and entries go with them (ON DELETE CASCADE).
 DELETE FROM embedded_segments
-WHERE EXISTS (SELECT 1 FROM embedded_segments WHERE name = $1)
-  AND (name = $1 OR starts_with(name, $1 || '#transaction.'))
-RETURNING name;
+WHERE name = $1 OR starts_with(name, $1 || '#transaction.');
 
 -- name: update_policy
 UPDATE embedded_segments

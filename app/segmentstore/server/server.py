@@ -71,5 +71,10 @@ class SegmentStoreServer:
         self._connections[task] = connection
         try:
             await connection.run()
+        except asyncio.CancelledError:
+            # close() cancels the connections it ends; asyncio's stream callback would report a
+            # cancelled handler task as an error, so the task ends normally instead.
+            if not self._closed:
+                raise
         finally:
             self._connections.pop(task, None)

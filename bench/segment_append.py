@@ -1,0 +1,97 @@
+"""Append throughput of PgSegmentStorage (app/store/segment_data.py) next to its floor: a bare
+INSERT of the same bytes in the same shape (one segment_chunks row per call, one statement, the
+same pool), in one script on one throwaway PostgreSQL.
+
+    .venv/bin/python bench/segment_append.py [--calls 200] [--events 500] [--event-bytes 1024]
+
+Each call appends `events` events of `event-bytes` as one block (what one AppendBlockEnd
+carries). Reported: calls/s and MB/s (10^6 bytes) for one writer, and for four writers at once
+(each on its own segment, then all four on one segment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.store.db import Database
+from app.store.pool import create_pool
+from app.store.segment_data import PgSegmentStorage
+from app.testing.clock import ManualClock
+from bench._common import throwaway_database
+
+
+async def timed(label: str, calls: int, size: int, run: Callable[[], Awaitable[None]]) -> None:
+    start = time.perf_counter()
+    await run()
+    elapsed = time.perf_counter() - start
+    print(f"{label:<46} {calls / elapsed:8.1f} calls/s {calls * size / elapsed / 1e6:8.1f} MB/s")
+
+
+async def bench(db: Database, calls: int, block: bytes) -> None:
+    storage = PgSegmentStorage(db, ManualClock())
+    size = len(block)
+    for name in ("bare", "one", "w0", "w1", "w2", "w3", "shared", "bare0", "bare1", "bare2", "bare3"):
+        await storage.create_segment(f"b/s/{name}", "stream", 0, 0, 0)
+
+    async def bare(name: str) -> None:
+        for i in range(calls):
+            await db.execute(
+                "INSERT INTO segment_chunks (segment, start_offset, data) VALUES ($1, $2, $3)",
+                f"b/s/{name}",
+                i * size,
+                block,
+            )
+
+    async def appends(name: str, writer: int) -> None:
+        for n in range(1, calls + 1):
+            await storage.append(f"b/s/{name}", writer, block, n, 500, None)
+
+    # Warm-up (connections, caches, the relations' first extensions), not reported.
+    await storage.create_segment("b/s/warm", "stream", 0, 0, 0)
+    for n in range(1, 21):
+        await storage.append("b/s/warm", 9, block, n, 500, None)
+    await timed("bare INSERT, one writer", calls, size, lambda: bare("bare"))
+    await timed("PgSegmentStorage.append, one writer", calls, size, lambda: appends("one", 1))
+
+    async def bare4() -> None:
+        await asyncio.gather(*(bare(f"bare{i}") for i in range(4)))
+
+    async def four() -> None:
+        await asyncio.gather(*(appends(f"w{i}", i + 1) for i in range(4)))
+
+    async def shared() -> None:
+        await asyncio.gather(*(appends("shared", i + 1) for i in range(4)))
+
+    await timed("bare INSERT, four writers (total)", 4 * calls, size, bare4)
+    await timed("append, four writers, four segments (total)", 4 * calls, size, four)
+    await timed("append, four writers, one segment (total)", 4 * calls, size, shared)
+    state = await storage.segment_state("b/s/shared")
+    assert state.length == 4 * calls * size, state
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--events", type=int, default=500)
+    parser.add_argument("--event-bytes", type=int, default=1024)
+    args = parser.parse_args()
+    block = os.urandom(args.events * args.event_bytes)
+    print(f"block: {args.events} x {args.event_bytes} B = {len(block)} B, {args.calls} calls per writer")
+    async with throwaway_database() as url:
+        db = await create_pool(url, min_size=4, max_size=8)
+        try:
+            await bench(db, args.calls, block)
+        finally:
+            await db.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
