@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from app.ports import Clock
 from app.segmentstore.storage import (
@@ -25,6 +26,7 @@ from app.segmentstore.storage import (
     SegmentKind,
     SegmentSealed,
     SegmentState,
+    SegmentStorage,
     SegmentTruncated,
     WrongSegmentKind,
 )
@@ -251,3 +253,9 @@ class PgSegmentStorage(PgTableSegments):
             if attribute_updates:
                 await self._put_attributes(conn, target, values)
         return lengths
+
+
+if TYPE_CHECKING:
+    # mypy's proof that this is the wire server's SegmentStorage (a signature drifting apart
+    # fails the type check, not a run).
+    _IMPLEMENTS: type[SegmentStorage] = PgSegmentStorage

@@ -275,6 +275,8 @@ MALFORMED: list[tuple[str, int, bytes]] = [
         WRITER_BYTES + struct.pack(">ii", 0, -1) + struct.pack(">iqq", 1, 1, 1),
     ),
     ("byte-array length past the end", 4, WRITER_BYTES + struct.pack(">ii", 0, 100) + b"abc"),
+    # With the request id optional, a short read here would otherwise pass as a shorter array.
+    ("last byte array past the end", 10, s("seg") + struct.pack(">q??i", 0, False, False, 100) + b"abc"),
     ("truncated string", 11, struct.pack(">q", 1) + struct.pack(">H", 10) + b"abc"),
     ("invalid UTF-8", 11, struct.pack(">qH", 1, 2) + b"\xc0\x80" + s("")),
     ("boolean other than 0/1", 37, struct.pack(">qB", 1, 2)),

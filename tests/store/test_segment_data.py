@@ -495,3 +495,23 @@ async def test_merge_racing_appends_keeps_blocks_whole(storage: PgSegmentStorage
     assert data.replace(b"txn1-more", b"") == b"base" + b"w" * 7 * 28
     offset = data.index(b"txn1-more")
     assert (offset - 4) % 7 == 0
+
+
+async def test_delete_racing_merges_and_appends(storage: PgSegmentStorage) -> None:
+    # Each of the merge and the append either happened before the delete or found the segment
+    # gone; the delete always removes the parent and its transaction segments.
+    for _ in range(5):
+        await setup_merge(storage)
+        outcomes = await asyncio.gather(
+            storage.merge(SEG, [TXN, TXN2], []),
+            write(storage, b"x", 2),
+            storage.delete(SEG),
+            return_exceptions=True,
+        )
+        assert not isinstance(outcomes[2], BaseException)
+        assert all(r is None or isinstance(r, (list, AppendResult, NoSuchSegment)) for r in outcomes), (
+            outcomes
+        )
+        for name in (SEG, TXN, TXN2):
+            with pytest.raises(NoSuchSegment):
+                await storage.segment_state(name)

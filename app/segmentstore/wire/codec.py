@@ -1,8 +1,6 @@
-"""Bytes <-> commands: frames are `[i32 type][i32 length][payload]`, big-endian throughout.
-
-Invariant: decoding untrusted bytes either returns a command or raises MalformedCommand, never
-anything else; every layout is derived once, at import, from the field annotations in
-`commands.py`, so the encoder and decoder cannot disagree about a field's place or form.
+"""Frames (`[i32 type][i32 length][payload]`, big-endian) to commands and back. Invariant: decoding
+untrusted bytes returns a command or raises MalformedCommand, nothing else; layouts are derived
+once from the annotations in `commands.py`, so encoder and decoder cannot disagree on a field.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Pravega's WireCommands as frozen dataclasses: one class per command, fields in wire order.
-
-Invariant: each field's annotation names its wire encoding (`Wire`), so the generic codec in
-`codec.py` can derive every layout from these declarations alone; a field with a default is a
-trailing field that older or Rust peers may omit, and decoding fills the default in.
+"""Pravega's WireCommands as frozen dataclasses, fields in wire order. Invariant: each field's
+annotation names its wire encoding, which is all the codec knows of a layout; a field with a
+default is a trailing one that older or Rust peers may omit, and decoding fills the default in.
 """
 
 from __future__ import annotations
