@@ -515,6 +515,15 @@ async def test_concurrent_requests_use_distinct_ids_and_a_bounded_number_of_conn
     assert created >= set(names)
 
 
+async def test_a_batch_sends_a_few_segments_at_once(make_store: Callable[..., WireSegmentStore]) -> None:
+    names = [f"sc/st/{n}.#epoch.0" for n in range(20)]
+    async with scripted(answering()) as server:
+        await make_store(server.endpoint).create_segments(names, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
+    # Four in flight from the start (one connection each), below the pool's bound of 8.
+    assert server.connections == 4
+    assert sorted(seg(c) for c in server.requests()) == sorted(names)
+
+
 async def test_a_batch_create_stops_starting_segments_after_a_failure(
     make_store: Callable[..., WireSegmentStore],
 ) -> None:
