@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import asyncpg
 import pytest
-from app.segmentstore.client import WireSegmentStore
 from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.segmentstore.client import WireSegmentStore
 from app.testing.controller import running_controller
 from tests.api.conftest import Served, serve
 

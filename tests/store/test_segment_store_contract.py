@@ -1,8 +1,9 @@
 """Contract of the SegmentStore port (app/ports/segment_store.py), run against every adapter.
 
-Only the embedded adapter exists today. A new adapter joins by adding a builder to ADAPTERS:
-it returns the port implementation plus a `write` hook that appends bytes to a segment the
-way a writer would (the port itself has no write call).
+The adapter is the wire client talking to the embedded wire server over PostgreSQL storage on
+loopback (the in-process stand-in is gone). An adapter joins by adding a builder to ADAPTERS: an
+async context manager yielding the port implementation plus a `write` hook that appends bytes to
+a segment the way a writer would (the port itself has no write call).
 
 These tests also cover the embedded_segments table's concurrent writers (merge-once under
 concurrent merges), which is why tests/store/test_versioned_races.py lists it as covered.
@@ -11,7 +12,9 @@ concurrent merges), which is why tests/store/test_versioned_races.py lists it as
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -20,6 +23,12 @@ from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
 from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStore
+from app.segmentstore.client import WireSegmentStore
+from app.segmentstore.client.connections import next_request_id
+from app.segmentstore.client.replies import expect
+from app.segmentstore.server import SegmentStoreServer
+from app.segmentstore.wire import commands as wc
+from app.store.segment_data import PgSegmentStorage
 from app.testing.controller import Services
 
 SEG = "scope/stream/0.#epoch.0"
@@ -36,18 +45,56 @@ class Adapter:
     write: Callable[[str, int], Awaitable[int]]
 
 
-async def _embedded(services: Services) -> Adapter:
-    return Adapter(services.segment_store, services.segment_store.append)
+class _OneHost:
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address = address
+
+    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
+        return self.address
 
 
-ADAPTERS: dict[str, Callable[[Services], Awaitable[Adapter]]] = {
-    "embedded": _embedded,
+@asynccontextmanager
+async def _wire(services: Services) -> AsyncIterator[Adapter]:
+    storage = PgSegmentStorage(services.resources.pool, services.resources.clock)
+    server = await SegmentStoreServer.start(storage, "127.0.0.1", 0)
+    client = WireSegmentStore(_OneHost(server.address), request_timeout_s=10.0)
+
+    async def write(name: str, size: int) -> int:
+        # Raw bytes, as a byte-stream writer appends them (the tests count bytes, some fewer than
+        # an event's 8-byte header); a table segment grows by a table entry instead.
+        if name == TABLE:
+            return await _put_table_entry(client, server.address, name, size)
+        writer_id = secrets.randbits(128)
+        async with client.pool.dedicated(server.address) as connection:
+            setup = wc.SetupAppend(next_request_id(), writer_id, name, "")
+            expect(setup, await connection.request(setup, 10.0), wc.AppendSetup)
+            block = wc.AppendBlockEnd(writer_id, size, bytes(size), 1, 1, next_request_id())
+            done = expect(block, await connection.request(block, 10.0), wc.DataAppended)
+        return done.current_segment_write_offset
+
+    try:
+        yield Adapter(client, write)
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def _put_table_entry(client: WireSegmentStore, address: tuple[str, int], name: str, size: int) -> int:
+    entry = (wc.TableKey(b"key", wc.TABLE_KEY_NO_VERSION), wc.TableValue(bytes(size)))
+    update = wc.UpdateTableEntries(next_request_id(), name, "", (entry,))
+    expect(update, await client.pool.request(address, update), wc.TableEntriesUpdated)
+    return (await client.get_segment_info(name)).length
+
+
+ADAPTERS: dict[str, Callable[[Services], AbstractAsyncContextManager[Adapter]]] = {
+    "wire": _wire,
 }
 
 
 @pytest.fixture(params=sorted(ADAPTERS))
 async def adapter(request: pytest.FixtureRequest, services: Services) -> AsyncIterator[Adapter]:
-    yield await ADAPTERS[request.param](services)
+    async with ADAPTERS[request.param](services) as built:
+        yield built
 
 
 async def create(a: Adapter, name: str = SEG) -> None:
@@ -380,11 +427,13 @@ async def test_table_segment_create_and_delete(adapter: Adapter) -> None:
 
 async def test_non_empty_table_segment_is_deleted_only_when_allowed(adapter: Adapter) -> None:
     await adapter.store.create_table_segment(TABLE, 16, 0)
-    await adapter.write(TABLE, 64)
+    # A table's length is the store's own measure of its entries (not the value's bytes).
+    length = await adapter.write(TABLE, 64)
+    assert length > 0
 
     with pytest.raises(NotEmpty):
         await adapter.store.delete_table_segment(TABLE, True)
-    assert (await adapter.store.get_segment_info(TABLE)).length == 64
+    assert (await adapter.store.get_segment_info(TABLE)).length == length
 
     await adapter.store.delete_table_segment(TABLE, False)
     with pytest.raises(NotFound):

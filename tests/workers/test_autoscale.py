@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-from app.segmentstore.client import WireSegmentStore
 
 from app.domain.autoscale import IDLE_EXPIRY_MS, MUTE_MS, ScaleDirection, ScaleReport
 from app.domain.cluster import MAX_BUCKETS
@@ -26,6 +25,7 @@ from app.domain.records import EpochRecord, ScaleType, ScalingPolicy, StreamConf
 from app.domain.requests import NewRequest, Request, RequestKind
 from app.domain.scale_rules import COLD_FOREVER
 from app.ports import SegmentStoreLocator
+from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
 from app.services.autoscale import AutoScaleIntake
 from app.services.scaling import CheckScaleOutcome

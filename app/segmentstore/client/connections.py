@@ -1,0 +1,218 @@
+"""TCP connections to segment stores, pooled per host, one request in flight on each.
+
+Invariants: a connection says Hello before anything else and is used only after the server's
+Hello accepts our version; a connection goes back to the pool only after a whole exchange ended
+with the reply to the request it carried (same request id), so a connection that timed out, lost
+its peer, was cancelled mid-request or read anything unexpected is closed, never reused. Request
+ids come from one process-wide counter, so no two requests of this process share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from typing import Final
+
+from app.domain.errors import StoreUnavailable
+from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
+
+Endpoint = tuple[str, int]
+
+# Starts at 1 like the Rust client's: the server echoes ids, 0 is Hello's and -1 KeepAlive's.
+_request_ids: Final = itertools.count(1)
+
+
+def next_request_id() -> int:
+    return next(_request_ids)
+
+
+def _show(endpoint: Endpoint) -> str:
+    host, port = endpoint
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class ConnectionLost(StoreUnavailable):
+    """The peer closed or reset the connection (as opposed to a timeout or a bad reply)."""
+
+
+class Connection:
+    """One TCP connection that has completed the Hello exchange."""
+
+    def __init__(
+        self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.endpoint = endpoint
+        self._reader = reader
+        self._writer = writer
+        self.broken = False
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint, timeout_s: float) -> Connection:
+        where = _show(endpoint)
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(*endpoint)
+                writer.write(encode(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION)))
+                await writer.drain()
+                reply = await read_command(reader)
+        except TimeoutError:
+            _close(writer)
+            raise StoreUnavailable(
+                f"segment store {where}: no connection and Hello within {timeout_s} s"
+            ) from None
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            _close(writer)
+            raise ConnectionLost(
+                f"segment store {where}: cannot connect: {exc or type(exc).__name__}"
+            ) from exc
+        except MalformedCommand as exc:
+            _close(writer)
+            raise StoreUnavailable(f"segment store {where}: malformed reply to Hello: {exc}") from exc
+        except BaseException:
+            _close(writer)
+            raise
+        if not isinstance(reply, wc.Hello) or not reply.low_version <= wc.WIRE_VERSION <= reply.high_version:
+            _close(writer)
+            raise StoreUnavailable(
+                f"segment store {where}: answered our Hello (version {wc.WIRE_VERSION}) with {reply}"
+            )
+        return cls(endpoint, reader, writer)
+
+    async def request(self, command: wc.Command, timeout_s: float) -> wc.Command:
+        """Sends `command` and returns the reply carrying its request id. Any failure marks the
+        connection broken (and closes it) before raising StoreUnavailable."""
+        expected = getattr(command, "request_id", None)
+        where = f"segment store {_show(self.endpoint)}"
+        name = type(command).__name__
+        try:
+            frame = encode(command)
+        except Exception:
+            self.close()
+            raise
+        try:
+            async with asyncio.timeout(timeout_s):
+                self._writer.write(frame)
+                await self._writer.drain()
+                reply = await read_command(self._reader)
+        except TimeoutError:
+            self.close()
+            raise StoreUnavailable(f"{where}: no reply to {name} within {timeout_s} s") from None
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            self.close()
+            raise ConnectionLost(
+                f"{where}: connection lost during {name}: {exc or type(exc).__name__}"
+            ) from exc
+        except MalformedCommand as exc:
+            self.close()
+            raise StoreUnavailable(f"{where}: malformed reply to {name}: {exc}") from exc
+        except BaseException:
+            # Cancelled mid-exchange: the reply may still arrive, so the connection is spoilt.
+            self.close()
+            raise
+        got = getattr(reply, "request_id", None)
+        if got != expected:
+            self.close()
+            raise StoreUnavailable(
+                f"{where}: the reply to {name} (request {expected}) was {type(reply).__name__} "
+                f"for request {got}"
+            )
+        return reply
+
+    def close(self) -> None:
+        self.broken = True
+        _close(self._writer)
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+
+def _close(writer: asyncio.StreamWriter | None) -> None:
+    if writer is not None:
+        writer.close()
+
+
+class ConnectionPool:
+    """Idle connections per endpoint, and a bound on how many are open to one endpoint at once.
+
+    `request` borrows an idle connection (or opens one), and returns it only when the exchange
+    ended well. A reused connection that the peer had closed meanwhile (it restarted, or dropped
+    an idle client) costs one retry on a new connection, and the other idle ones of that endpoint
+    are dropped with it: they are most likely dead too.
+    """
+
+    def __init__(self, *, timeout_s: float, max_per_endpoint: int = 8) -> None:
+        if max_per_endpoint < 1:
+            raise ValueError("max_per_endpoint must be at least 1")
+        self.timeout_s = timeout_s
+        self._max = max_per_endpoint
+        self._idle: dict[Endpoint, list[Connection]] = {}
+        self._slots: dict[Endpoint, asyncio.Semaphore] = {}
+        self._closed = False
+
+    def idle_count(self, endpoint: Endpoint) -> int:
+        return len(self._idle.get(endpoint, ()))
+
+    async def request(self, endpoint: Endpoint, command: wc.Command) -> wc.Command:
+        async with self._slot(endpoint):
+            idle = self._idle.get(endpoint)
+            if idle:
+                connection = idle.pop()
+                try:
+                    reply = await connection.request(command, self.timeout_s)
+                except ConnectionLost:
+                    self._drop_idle(endpoint)
+                else:
+                    self._release(connection)
+                    return reply
+            connection = await self._open(endpoint)
+            reply = await connection.request(command, self.timeout_s)
+            self._release(connection)
+            return reply
+
+    @contextlib.asynccontextmanager
+    async def dedicated(self, endpoint: Endpoint) -> AsyncIterator[Connection]:
+        """A new connection of one's own (an append session), closed when the block ends."""
+        async with self._slot(endpoint):
+            connection = await self._open(endpoint)
+            try:
+                yield connection
+            finally:
+                connection.close()
+                await connection.wait_closed()
+
+    async def close(self) -> None:
+        self._closed = True
+        idle = [c for connections in self._idle.values() for c in connections]
+        self._idle.clear()
+        for connection in idle:
+            connection.close()
+        for connection in idle:
+            await connection.wait_closed()
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, endpoint: Endpoint) -> AsyncIterator[None]:
+        if self._closed:
+            raise StoreUnavailable("the segment-store client is closed")
+        slots = self._slots.get(endpoint)
+        if slots is None:
+            slots = self._slots[endpoint] = asyncio.Semaphore(self._max)
+        async with slots:
+            yield
+
+    async def _open(self, endpoint: Endpoint) -> Connection:
+        return await Connection.open(endpoint, self.timeout_s)
+
+    def _release(self, connection: Connection) -> None:
+        if connection.broken or self._closed:
+            connection.close()
+            return
+        self._idle.setdefault(connection.endpoint, []).append(connection)
+
+    def _drop_idle(self, endpoint: Endpoint) -> None:
+        for connection in self._idle.pop(endpoint, []):
+            connection.close()
