@@ -119,9 +119,10 @@ class PgTableSegments:
     async def update_table(
         self, name: str, entries: Sequence[TableEntry], table_segment_offset: int
     ) -> list[int]:
-        """A batch naming a key more than once applies its items in order: each item's version
-        rule is checked against the state the items before it left, each gets its own version,
-        and the last value is the one stored."""
+        """Every item's version rule is checked against the table as it was before the batch, as
+        Pravega's key index does: the Rust synchronizer names its per-map version key once per
+        inserted entry, all with the same expected version. A key named more than once gets a
+        version per item and keeps the last value and version."""
         for entry in entries:
             check_key(name, entry.key)
             if len(entry.value) > MAX_TABLE_VALUE_BYTES:
@@ -134,7 +135,7 @@ class PgTableSegments:
             latest: dict[bytes, tuple[bytes, int]] = {}
             for entry in entries:
                 check_version(name, entry.key, entry.version, current.get(entry.key), removal=False)
-                current[entry.key] = position
+            for entry in entries:
                 latest[entry.key] = (entry.value, position)
                 versions.append(position)
                 position += 1
@@ -160,11 +161,10 @@ class PgTableSegments:
         async with self._db.transaction() as conn:
             row = await self._lock_table(conn, name, table_segment_offset)
             current = await self._versions(conn, name, [k for k, _ in keys])
-            removed: list[bytes] = []
+            # Checked against the table before the batch, as updates are.
             for key, version in keys:
                 check_version(name, key, version, current.get(key), removal=True)
-                if current.pop(key, None) is not None:
-                    removed.append(key)
+            removed = [key for key in dict.fromkeys(k for k, _ in keys) if key in current]
             if removed:
                 await conn.execute(_SQL["remove_table_entries"], name, removed)
                 await conn.execute(
