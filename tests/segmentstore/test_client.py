@@ -562,7 +562,7 @@ async def test_append_writes_one_framed_event_as_a_new_writer(
     assert store.pool.idle_count(server.endpoint) == 0
 
 
-async def test_append_continues_a_known_writer_and_refuses_tiny_sizes(
+async def test_append_continues_a_known_writer_and_refuses_an_empty_append(
     make_store: Callable[..., WireSegmentStore],
 ) -> None:
     def known(c: wc.Command) -> Answer:
@@ -573,7 +573,7 @@ async def test_append_continues_a_known_writer_and_refuses_tiny_sizes(
         store = make_store(server.endpoint)
         assert await store.append(SEG, 8) == 100
         with pytest.raises(ValueError):
-            await store.append(SEG, 7)
+            await store.append(SEG, 0)
     block = server.requests(wc.AppendBlockEnd)[0]
     assert isinstance(block, wc.AppendBlockEnd)
     assert block.last_event_number == 7 and block.data == struct.pack(">ii", 0, 0)

@@ -200,11 +200,15 @@ class WireSegmentStore:
     async def append(self, name: str, size: int) -> int:
         """Appends one event as a new writer would (SetupAppend, then one AppendBlockEnd) and
         returns the segment's new length. `size` is what the segment grows by: the event's
-        8-byte header included, so it must be at least 8 (an event of `size - 8` zero bytes).
+        8-byte header included (an event of `size - 8` zero bytes). Below 8 bytes no event fits:
+        the bytes go in raw, as a byte-stream writer's do (tests of lengths and offsets use them).
         IllegalState when the segment is sealed, NotFound when it does not exist."""
+        if size <= 0:
+            raise ValueError(f"an append grows a segment by at least one byte, not {size}")
         if size < EVENT_HEADER_BYTES:
-            raise ValueError(f"an event takes at least {EVENT_HEADER_BYTES} bytes (its header), not {size}")
-        data = _EVENT_HEADER.pack(0, size - EVENT_HEADER_BYTES) + bytes(size - EVENT_HEADER_BYTES)
+            data = bytes(size)
+        else:
+            data = _EVENT_HEADER.pack(0, size - EVENT_HEADER_BYTES) + bytes(size - EVENT_HEADER_BYTES)
         writer_id = secrets.randbits(128)
 
         async def attempt(endpoint: Endpoint) -> int:
