@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/coldstart.py
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.periodic
+	$(BIN)/python bench/dataplane.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
