@@ -22,6 +22,9 @@ class ServedProcess:
     grpc_port: int
     rest_port: int
     log_path: Path
+    # The embedded segment store's bound port, when this `serve` runs one (ready-file key
+    # `segment_store_port`); None for a `serve` without it.
+    segment_store_port: int | None = None
 
     @property
     def grpc_uri(self) -> str:
@@ -72,4 +75,6 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
             raise RuntimeError(f"serve was not ready in {READY_TIMEOUT_S}s:\n{log_path.read_text()}")
         await asyncio.sleep(0.05)
     info = json.loads(ready.read_text())
-    return ServedProcess(process, info["grpc_port"], info["rest_port"], log_path)
+    return ServedProcess(
+        process, info["grpc_port"], info["rest_port"], log_path, info.get("segment_store_port")
+    )
