@@ -30,7 +30,8 @@ def emit(kind: str, payload: dict[str, Any]) -> None:
 
 
 def finish(payload: dict[str, Any]) -> None:
-    emit("RESULT", payload)
+    times = os.times()
+    emit("RESULT", {**payload, "cpu_s": times.user + times.system})
     sys.stdout.flush()
     os._exit(0)
 
@@ -50,7 +51,7 @@ def write(args: dict[str, Any]) -> None:
     writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
     count, keys, size = args["count"], args["keys"], args.get("size", 0)
     every, prefix = args.get("progress_every", 1000), args.get("prefix", "e")
-    started = time.monotonic()
+    started = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes of this host
     for index in range(count):
         data, key = event_payload(prefix, index, keys, size)
         writer.write_event_bytes(data, key)
@@ -58,7 +59,8 @@ def write(args: dict[str, Any]) -> None:
             writer.flush()
             emit("PROGRESS", {"acked": index + 1, "seconds": time.monotonic() - started})
     writer.flush()
-    finish({"written": count, "seconds": time.monotonic() - started})
+    ended = time.monotonic()
+    finish({"written": count, "seconds": ended - started, "t0": started, "t1": ended})
 
 
 def group_has_segments(group: Any) -> bool:
@@ -84,6 +86,8 @@ async def read_async(args: dict[str, Any]) -> None:
     readers = [group.create_reader(f"reader-{i}") for i in range(args.get("readers", 2))]
     deadline = time.monotonic() + args["deadline_s"]
     events: list[tuple[int, str]] = []
+    latencies_ms: list[float] = []
+    stop_after = args.get("stop_after")  # a count: stop there instead of at the stream's end
     idle_rounds, open_checks, ended = 0, 0, False
     last_report = 0
 
@@ -91,7 +95,10 @@ async def read_async(args: dict[str, Any]) -> None:
         slice_ = await readers[index].get_segment_slice_async()
         got = 0
         for event in slice_:
-            events.append((index, bytes(event.data()).split(b"|", 1)[0].decode()))
+            name = bytes(event.data()).split(b"|", 1)[0].decode()
+            if args.get("latency"):  # the writer put its send time (monotonic ns) first
+                latencies_ms.append((time.monotonic_ns() - int(name.rpartition(":")[2])) / 1e6)
+            events.append((index, name))
             got += 1
         readers[index].release_segment(slice_)
         return got
@@ -99,6 +106,8 @@ async def read_async(args: dict[str, Any]) -> None:
     while time.monotonic() < deadline:
         got = sum(await asyncio.gather(*(one(i) for i in range(len(readers)))))
         idle_rounds = 0 if got else idle_rounds + 1
+        if stop_after is not None and len(events) >= stop_after:
+            break
         if idle_rounds >= IDLE_ROUNDS_BEFORE_CHECK and args.get("until_end", True):
             if not group_has_segments(group):
                 ended = True
@@ -110,7 +119,8 @@ async def read_async(args: dict[str, Any]) -> None:
             last_report = len(events)
             emit("PROGRESS", {"read": len(events), "open_checks": open_checks})
     write_out(args["out"], events)
-    finish({"read": len(events), "ended": ended, "open_checks": open_checks})
+    summary = {"read": len(events), "ended": ended, "open_checks": open_checks}
+    finish({**summary, "latencies_ms": latencies_ms} if args.get("latency") else summary)
 
 
 def write_out(path: str, events: list[tuple[int, str]]) -> None:
@@ -202,7 +212,50 @@ def byte_stream(args: dict[str, Any]) -> None:
     finish(result)
 
 
-ROLES = {"write": write, "read": read, "txn": txn, "bytes": byte_stream}
+def paced_write(args: dict[str, Any]) -> None:
+    """Writes `rate` events/s for `seconds` on a fixed schedule (open loop), each carrying its
+    send time, for a reader in another process to measure write-to-read latency."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
+    rate, count, size = args["rate"], int(args["rate"] * args["seconds"]), args.get("size", 1024)
+    started = time.monotonic()
+    for index in range(count):
+        due = started + index / rate
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        head = f"t{index:08d}:{time.monotonic_ns()}|".encode()
+        writer.write_event_bytes(head + b"x" * max(0, size - len(head)), "k")
+    writer.flush()
+    finish({"written": count, "seconds": time.monotonic() - started})
+
+
+def txn_load(args: dict[str, Any]) -> None:
+    """Back to back for `seconds`: begin, `size` events, commit. Reports how many were committed
+    (commit() returns once the controller accepted it; the merge follows in the store)."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_transaction_writer(args["scope"], args["stream"], 1)
+    size, payload = args["size"], b"x" * args.get("event_size", 1024)
+    started = time.monotonic()
+    committed = 0
+    while time.monotonic() - started < args["seconds"]:
+        txn = writer.begin_txn()
+        for _ in range(size):
+            txn.write_event_bytes(payload, "k")
+        txn.commit()
+        committed += 1
+    ended = time.monotonic()
+    finish({"committed": committed, "t0": started, "t1": ended})
+
+
+ROLES = {
+    "write": write,
+    "read": read,
+    "txn": txn,
+    "bytes": byte_stream,
+    "paced-write": paced_write,
+    "txn-load": txn_load,
+}
 
 if __name__ == "__main__":
     ROLES[sys.argv[1]](json.loads(sys.argv[2]))
