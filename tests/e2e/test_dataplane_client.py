@@ -5,6 +5,7 @@ end only once the stream is sealed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.interop
 
 EVENTS = 100_000
 KEYS = 50
+# Paced, so that both scales surely land while events flow (the writer's own clock proves it).
+WRITE_RATE = 10_000
 WRITE_TIMEOUT_S = 300.0  # ~20,000 events/s is the target; this is five times slower than that
 READ_TIMEOUT_S = 360.0
 
@@ -52,7 +55,7 @@ async def test_events_survive_a_split_and_a_merge_and_two_readers_read_them_exac
         )  # fmt: skip
         writer = await ClientProcess.start(
             "write", tmp_path, uri=served.grpc_uri, scope="dp", stream="s", count=EVENTS, keys=KEYS,
-            inflight=1000, progress_every=5000,
+            inflight=1000, progress_every=5000, rate=WRITE_RATE,
         )  # fmt: skip
         try:
             await writer.until(lambda p: p["acked"] >= 30_000, WRITE_TIMEOUT_S)
@@ -60,12 +63,15 @@ async def test_events_survive_a_split_and_a_merge_and_two_readers_read_them_exac
             split = await controller.scale(info, [0], [(0.0, 1 / 6), (1 / 6, 1 / 3)])
             assert len(split) == 4, split
             await writer.until(lambda p: p["acked"] >= 60_000, WRITE_TIMEOUT_S)
-            # Merge the two halves back, and segment 1 with them: three predecessors, one successor.
-            halves = [*sorted(s for s, low, _ in split if low < 1 / 3), 1]
-            merged = await controller.scale(info, halves, [(0.0, 2 / 3)])
-            assert len(merged) == 2, merged
+            # Merge the upper half with segment 1 (two predecessors from two epochs, one
+            # successor); the stream keeps its minimum of three segments.
+            upper = next(s for s, low, _ in split if low == 1 / 6)
+            merged = await controller.scale(info, [upper, 1], [(1 / 6, 2 / 3)])
+            assert len(merged) == 3, merged
+            scales_done = time.monotonic()
             written = await writer.result(WRITE_TIMEOUT_S)
             assert written["written"] == EVENTS
+            assert scales_done < written["t1"], "the writer had finished before the scales"
             # Until the seal the group still has segments to read: the readers keep waiting.
             await reader.until(lambda p: p["read"] >= EVENTS and p["open_checks"] > 0, READ_TIMEOUT_S)
             await controller.seal(info)

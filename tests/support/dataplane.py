@@ -155,16 +155,19 @@ class Controller:
     async def scale(
         self, info: pb.StreamInfo, sealed: list[int], ranges: list[tuple[float, float]], timeout_s: float = 30
     ) -> list[tuple[int, float, float]]:
-        """Starts a manual scale and waits until the current segments are the new ones."""
+        """Starts a manual scale and waits until checkScale says it is done (the stream takes
+        the next scale only then); returns the current segments."""
         started = await self.stub.scale(scale_request(info, sealed, ranges))
         assert started.status == pb.ScaleResponse.STARTED, started
+        check = pb.ScaleStatusRequest(streamInfo=info, epoch=started.epoch)
         deadline = time.monotonic() + timeout_s
-        while True:
-            current = await self.current(info)
-            if not {s for s, _, _ in current} & set(sealed):
-                return current
-            assert time.monotonic() < deadline, f"the scale never completed: {current}"
+        while (status := (await self.stub.checkScale(check)).status) != pb.ScaleStatusResponse.SUCCESS:
+            assert status == pb.ScaleStatusResponse.IN_PROGRESS, f"checkScale answered {status}"
+            assert time.monotonic() < deadline, "the scale never completed"
             await asyncio.sleep(0.05)
+        current = await self.current(info)
+        assert not {s for s, _, _ in current} & set(sealed), current
+        return current
 
     async def seal(self, info: pb.StreamInfo) -> None:
         assert (await self.stub.sealStream(info)).status == pb.UpdateStreamStatus.SUCCESS

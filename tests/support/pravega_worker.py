@@ -45,14 +45,18 @@ def event_payload(prefix: str, index: int, keys: int, size: int) -> tuple[bytes,
 
 
 def write(args: dict[str, Any]) -> None:
-    """Writes `count` events over `keys` routing keys with up to `inflight` unacknowledged;
-    flushes every `progress_every` events and reports how many are acknowledged so far."""
+    """Writes `count` events over `keys` routing keys with up to `inflight` unacknowledged, at
+    most `rate` per second if given; flushes every `progress_every` events and reports how many
+    are acknowledged so far. The result's t0/t1 bound the writing in CLOCK_MONOTONIC."""
     manager = pravega_client.StreamManager(args["uri"])
     writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
     count, keys, size = args["count"], args["keys"], args.get("size", 0)
     every, prefix = args.get("progress_every", 1000), args.get("prefix", "e")
+    rate = args.get("rate")  # events/s, so that a test's action lands while writes flow
     started = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes of this host
     for index in range(count):
+        if rate and index % 100 == 0:
+            time.sleep(max(0.0, started + index / rate - time.monotonic()))
         data, key = event_payload(prefix, index, keys, size)
         writer.write_event_bytes(data, key)
         if (index + 1) % every == 0:
