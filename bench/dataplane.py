@@ -3,12 +3,13 @@
 embedded PostgreSQL), each figure next to a bare baseline measured in the same run.
 
     .venv/bin/python bench/dataplane.py [--events 200000] [--event-size 1024] [--batch 100]
-        [--rate 1000] [--latency-seconds 10] [--txn-seconds 10] [--scales 50]
+        [--rate 1000] [--latency-seconds 10] [--txn-seconds 10] [--txn-clients 4] [--scales 50]
         [--skip one,four,latency,txn,scale]
 
 one       one writer, one 1-segment stream, --events events of --event-size bytes, acknowledged
           (flushed) at the end: events/s and MB/s; serve's RSS (peak, sampled every 100 ms) and
-          the CPU seconds of serve, PostgreSQL (postmaster and backends) and the client.
+          the CPU seconds of serve, PostgreSQL (postmaster and backends; a backend that exits
+          during the part is not counted) and the client.
           Baseline: one asyncpg connection inserting the same bytes, --batch rows per
           transaction, into a scratch table of the same database.
 four      four writers, each on its own 1-segment stream, --events/4 events each at once:
@@ -16,9 +17,11 @@ four      four writers, each on its own 1-segment stream, --events/4 events each
 latency   one writer at --rate events/s for --latency-seconds (open loop), one reader group
           reading at the tail in another process: send-to-read p50/p99. Baseline: a bare
           asyncio TCP echo of --event-size messages at the same rate (round trip).
-txn       one client beginning, writing 10 events into and committing transactions back to back
-          for --txn-seconds: committed/s until `completed_txns` holds every one as COMMITTED.
-          Baseline: transactions of 10 inserts of the same bytes, one connection.
+txn       --txn-clients client processes, each beginning, writing 10 events into and committing
+          transactions back to back for --txn-seconds (one client does one at a time: its rate
+          is bound by round trips): committed/s until `completed_txns` holds every one as
+          COMMITTED. Baseline: as many connections, each committing transactions of 10 inserts
+          of the same bytes, as many as its client committed.
 scale     --scales manual scales of a 10-segment stream one after another (bench/scale.py's
           part (a)): until the new segments are current, p50/p99; the stores are now reached
           over TCP. Baseline: the issue's figure without TCP (16 ms).
@@ -351,27 +354,53 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
     conn = await asyncpg.connect(s.url)
     try:
         stream_id = await conn.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = 'txns'", SCOPE)
-        result = await client(
-            "txn-load", uri=s.served.grpc_uri, scope=SCOPE, stream="txns", size=10, seconds=args.txn_seconds,
-            event_size=args.event_size,
-        )  # fmt: skip
+        results = await asyncio.gather(
+            *(
+                client(
+                    "txn-load",
+                    uri=s.served.grpc_uri,
+                    scope=SCOPE,
+                    stream="txns",
+                    size=10,
+                    seconds=args.txn_seconds,
+                    event_size=args.event_size,
+                )
+                for _ in range(args.txn_clients)
+            )
+        )
+        committed = sum(r["committed"] for r in results)
         deadline = time.monotonic() + 300
         while (
             done := await conn.fetchval(
                 "SELECT count(*) FROM completed_txns WHERE stream_id = $1 AND status = 'COMMITTED'", stream_id
             )
-        ) < result["committed"]:
+        ) < committed:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"only {done} of {result['committed']} transactions completed")
+                raise RuntimeError(f"only {done} of {committed} transactions completed")
             await asyncio.sleep(0.01)
         all_done = time.monotonic()
     finally:
         await conn.close()
-    rate = result["committed"] / (all_done - result["t0"])
-    base_s = await baseline_inserts(s.url, "bench_txn", 10 * result["committed"], args.event_size, 10)
-    print(f"transactions of 10 x {args.event_size} B events, one client, {args.txn_seconds:g} s")
-    print(f"    {rate:7.0f} committed/s (until completed_txns holds all {result['committed']})")
-    print(f"    baseline (asyncpg, 10 inserts per commit): {result['committed'] / base_s:7.0f} commits/s")
+    rate = committed / (all_done - min(r["t0"] for r in results))
+    began = time.monotonic()
+    await asyncio.gather(
+        *(
+            baseline_inserts(s.url, f"bench_txn{i}", 10 * r["committed"], args.event_size, 10)
+            for i, r in enumerate(results)
+        )
+    )
+    base_rate = committed / (time.monotonic() - began)
+    print(
+        f"transactions of 10 x {args.event_size} B events, {args.txn_clients} clients back to back, "
+        f"{args.txn_seconds:g} s"
+    )
+    print(f"    {rate:7.0f} committed/s (until completed_txns holds all {committed})")
+    print(f"    baseline ({args.txn_clients} connections, 10 inserts per commit): {base_rate:7.0f} commits/s")
+    each = {k: 1000 * sum(r[k] for r in results) / committed for k in ("begin_s", "write_s", "commit_s")}
+    print(
+        f"    per transaction in the client: begin {each['begin_s']:.1f} ms, 10 writes "
+        f"{each['write_s']:.1f} ms, commit {each['commit_s']:.1f} ms"
+    )
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
 
 
@@ -402,6 +431,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="latency: events/s")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--txn-seconds", type=float, default=10.0)
+    parser.add_argument("--txn-clients", type=int, default=4, help="txn: client processes at once")
     parser.add_argument("--scales", type=int, default=50)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: " + ",".join(PARTS))
     args = parser.parse_args()

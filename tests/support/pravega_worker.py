@@ -242,14 +242,22 @@ def txn_load(args: dict[str, Any]) -> None:
     size, payload = args["size"], b"x" * args.get("event_size", 1024)
     started = time.monotonic()
     committed = 0
+    phases = {"begin_s": 0.0, "write_s": 0.0, "commit_s": 0.0}
     while time.monotonic() - started < args["seconds"]:
+        t0 = time.monotonic()
         txn = writer.begin_txn()
+        t1 = time.monotonic()
         for _ in range(size):
             txn.write_event_bytes(payload, "k")
+        t2 = time.monotonic()
         txn.commit()
+        t3 = time.monotonic()
+        phases["begin_s"] += t1 - t0
+        phases["write_s"] += t2 - t1
+        phases["commit_s"] += t3 - t2
         committed += 1
     ended = time.monotonic()
-    finish({"committed": committed, "t0": started, "t1": ended})
+    finish({"committed": committed, "t0": started, "t1": ended, **phases})
 
 
 ROLES = {
