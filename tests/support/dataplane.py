@@ -29,8 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def start_with_segment_store(work_dir: Path, *args: str) -> ServedProcess:
-    """`serve` with its embedded segment store on a free port (later flags win, so a caller
-    may pin the ports again for a restart)."""
+    """`serve` with its embedded segment store on a free port; the bound port comes from the
+    ready file's `segment_store_port`, like the gRPC and REST ports."""
     served = await start_served(work_dir, "--segment-store-port", "0", *args)
     assert served.segment_store_port, f"the ready file names no segment-store port:\n{served.log()}"
     return served
