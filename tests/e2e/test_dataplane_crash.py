@@ -32,7 +32,8 @@ from tests.support.dataplane import (
     start_with_segment_store,
 )
 
-pytestmark = pytest.mark.interop
+# Above the sum of the deadlines inside, which fail a test with what the client saw.
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(900)]
 
 CRASH_EVENTS, CRASH_KEYS = 50_000, 20
 
@@ -70,7 +71,7 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: s
             restarted = await restart_on_same_ports(tmp_path, first, "--db-url", db_url)
             # The client reconnects with the same writer ids; the store's last event number per
             # writer (stored with the data) tells it which in-flight events to send again.
-            done = await writer.result(240)
+            done = await writer.result(180)
         finally:
             await writer.kill()
         assert done["written"] == CRASH_EVENTS
@@ -81,7 +82,7 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: s
             await controller.seal(pb.StreamInfo(scope="crash", stream="s"))
         finally:
             controller.close()
-        events = await _read_to_end(restarted, tmp_path, "crash", 240)
+        events = await _read_to_end(restarted, tmp_path, "crash", 180)
     finally:
         if restarted is not None:
             code = await restarted.stop()

@@ -19,7 +19,8 @@ from tests.support.dataplane import (
     wait_txn_state,
 )
 
-pytestmark = pytest.mark.interop
+# Above the sum of the deadlines inside, which fail a test with what the client saw.
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(400)]
 
 TXN_EVENTS = 10
 BEFORE, AFTER = 50, 50
