@@ -84,7 +84,9 @@ class ClientProcess:
 
     def _failure(self, why: str) -> AssertionError:
         tail = self.stderr_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-        return AssertionError(f"client {self.role}: {why}; last report {self.last}\n{tail}")
+        logged = self.stderr_path.with_suffix(".out")
+        log = logged.read_text(encoding="utf-8", errors="replace")[-3000:] if logged.exists() else ""
+        return AssertionError(f"client {self.role}: {why}; last report {self.last}\n{tail}\n{log}")
 
     async def _next_report(self, deadline: float) -> tuple[str, dict[str, Any]]:
         assert self.process.stdout is not None
@@ -104,6 +106,9 @@ class ClientProcess:
             if kind in ("PROGRESS", "RESULT"):
                 self.last = json.loads(body)
                 return kind, self.last
+            # The client's own log (RUST_LOG=info or debug turns it on) goes to stdout too.
+            with open(self.stderr_path.with_suffix(".out"), "ab") as log:  # noqa: ASYNC230 - diagnostics
+                log.write(line)
 
     async def until(self, ready: Callable[[dict[str, Any]], bool], timeout_s: float) -> dict[str, Any]:
         """Waits for a progress report that satisfies `ready`."""
