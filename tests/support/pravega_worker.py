@@ -108,7 +108,12 @@ async def read_async(args: dict[str, Any]) -> None:
         return got
 
     while time.monotonic() < deadline:
-        got = sum(await asyncio.gather(*(one(i) for i in range(len(readers)))))
+        # One reader at a time: release_segment blocks the thread (holding the GIL) inside the
+        # client's runtime, and a slice future of another reader completing meanwhile needs the
+        # GIL on a runtime thread; with both in flight a run hung once for good.
+        got = 0
+        for index in range(len(readers)):
+            got += await one(index)
         idle_rounds = 0 if got else idle_rounds + 1
         if stop_after is not None and len(events) >= stop_after:
             break
