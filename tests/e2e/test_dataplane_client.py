@@ -101,13 +101,13 @@ async def test_readers_wait_at_the_tail_and_end_after_the_seal(served: ServedPro
         out = tmp_path / "read.json"
         reader = await ClientProcess.start(
             "read", tmp_path, uri=served.grpc_uri, scope="end", stream="s", group="rg", readers=2,
-            deadline_s=120, out=str(out),
+            deadline_s=240, out=str(out),
         )  # fmt: skip
         try:
             # Everything is read and the group has been asked twice whether it is over: it is not.
-            await reader.until(lambda p: p["read"] >= 200 and p["open_checks"] >= 2, 90)
+            await reader.until(lambda p: p["read"] >= 200 and p["open_checks"] >= 2, 150)
             await controller.seal(info)
-            seen = await reader.result(90)
+            seen = await reader.result(150)
         finally:
             await reader.kill()
     finally:
