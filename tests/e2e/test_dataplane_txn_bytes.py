@@ -1,0 +1,93 @@
+"""Transactions and byte streams of the real Pravega Python client against `serve` alone: a
+committed transaction appears whole, in order, after everything written before its commit, an
+aborted one never; a byte stream is written, read back, sought and truncated."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.testing.served import ServedProcess
+from tests.support.dataplane import (
+    ClientProcess,
+    Controller,
+    read_events,
+    start_with_segment_store,
+    wait_txn_state,
+)
+
+# Above the sum of the deadlines inside, which fail a test with what the client saw.
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(400)]
+
+TXN_EVENTS = 10
+BEFORE, AFTER = 50, 50
+BYTES = 100_000
+
+
+@pytest.fixture
+async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
+    instance = await start_with_segment_store(tmp_path, "--db-url", db_url)
+    try:
+        yield instance
+    finally:
+        code = await instance.stop()
+        assert code == 0, instance.log()
+
+
+async def test_a_committed_transaction_appears_whole_and_an_aborted_one_never(
+    served: ServedProcess, tmp_path: Path
+) -> None:
+    controller = Controller(served)
+    try:
+        # One segment, so the order the reader sees is the segment's order.
+        info = await controller.create_stream("tx", "s", 1)
+        txn = await ClientProcess.start(
+            "txn", tmp_path, uri=served.grpc_uri, scope="tx", stream="s", before=BEFORE, size=TXN_EVENTS,
+            after=AFTER,
+        )  # fmt: skip
+        done = await txn.result(120)
+        await wait_txn_state(controller, info, int(done["committed"]), pb.TxnState.COMMITTED)
+        await wait_txn_state(controller, info, int(done["aborted"]), pb.TxnState.ABORTED)
+        await controller.seal(info)
+        out = tmp_path / "read.json"
+        reader = await ClientProcess.start(
+            "read", tmp_path, uri=served.grpc_uri, scope="tx", stream="s", group="rg", readers=1,
+            deadline_s=90, out=str(out),
+        )  # fmt: skip
+        seen = await reader.result(120)
+    finally:
+        controller.close()
+    assert seen["ended"] is True, seen
+    names = [name for _, name in read_events(out)]
+    plain = [f"n:{i:04d}" for i in range(BEFORE + TXN_EVENTS + AFTER)]
+    committed = [f"c:{i:04d}" for i in range(TXN_EVENTS)]
+    # Every plain event was acknowledged before commit(): the merge lands after all of them,
+    # as one block in write order; nothing of the aborted transaction is ever visible.
+    assert names == plain + committed, names
+
+
+async def test_a_byte_stream_is_written_read_sought_and_truncated(
+    served: ServedProcess, tmp_path: Path
+) -> None:
+    controller = Controller(served)
+    try:
+        await controller.create_stream("bytes", "s", 1)
+    finally:
+        controller.close()
+    worker = await ClientProcess.start(
+        "bytes", tmp_path, uri=served.grpc_uri, scope="bytes", stream="s", size=BYTES, middle=40_000,
+        truncate_at=30_000, deadline_s=60,
+    )  # fmt: skip
+    seen = await worker.result(120)
+    assert seen["written"] == BYTES and seen["tail"] == BYTES, seen
+    assert seen["whole_ok"] is True and seen["tell_after_whole"] == BYTES, seen
+    assert seen["seek_middle"] == 40_000 and seen["middle_ok"] is True, seen
+    assert seen["seek_back_relative"] == 40_050 and seen["relative_ok"] is True, seen
+    assert seen["seek_end"] == BYTES, seen
+    assert seen["head_after_truncate"] == 30_000 and seen["tail_after_truncate"] == BYTES, seen
+    assert seen["after_cut_ok"] is True, seen
+    # Below the truncation point the store answers SegmentIsTruncated: an error, not bytes.
+    assert "error" in seen["below_cut"], seen
