@@ -1,12 +1,14 @@
 """Transactions and byte streams of the real Pravega Python client against `serve` alone: a
 committed transaction appears whole, in order, after everything written before its commit, an
-aborted one never; a byte stream is written, read back, sought and truncated."""
+aborted one never, and neither leaves a transaction segment behind; a byte stream is written, read
+back, sought and truncated."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
@@ -37,13 +39,29 @@ async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
         assert code == 0, instance.log()
 
 
+async def _segments(db_url: str, scope: str) -> dict[str, int]:
+    """Every segment of the scope the store holds, with its length."""
+    connection = await asyncpg.connect(db_url)
+    try:
+        rows = await connection.fetch(
+            "SELECT name, length FROM embedded_segments WHERE name LIKE $1", f"{scope}/%"
+        )
+    finally:
+        await connection.close()
+    return {row["name"]: row["length"] for row in rows}
+
+
 async def test_a_committed_transaction_appears_whole_and_an_aborted_one_never(
-    served: ServedProcess, tmp_path: Path
+    served: ServedProcess, db_url: str, tmp_path: Path
 ) -> None:
     controller = Controller(served)
     try:
-        # One segment, so the order the reader sees is the segment's order.
-        info = await controller.create_stream("tx", "s", 1)
+        # Segment 1 is split before the transactions begin, so they belong to epoch 1 while
+        # their routing key stays on segment 0 of epoch 0: the client names its transaction
+        # segment after the parent's id in the transaction's epoch (0.#epoch.1#transaction...),
+        # which must be the name the controller created and then merges into 0.#epoch.0.
+        info = await controller.create_stream("tx", "s", 2)
+        await controller.scale(info, [1], [(0.5, 0.75), (0.75, 1.0)])
         txn = await ClientProcess.start(
             "txn", tmp_path, uri=served.grpc_uri, scope="tx", stream="s", before=BEFORE, size=TXN_EVENTS,
             after=AFTER,
@@ -67,6 +85,13 @@ async def test_a_committed_transaction_appears_whole_and_an_aborted_one_never(
     # Every plain event was acknowledged before commit(): the merge lands after all of them,
     # as one block in write order; nothing of the aborted transaction is ever visible.
     assert names == plain + committed, names
+    segments = await _segments(db_url, "tx")
+    # All of it went to the epoch-0 segment (the routing key's hash is the client's; were it
+    # to move, this test would no longer cover a parent older than its transaction's epoch).
+    written = {name for name, length in segments.items() if name.startswith("tx/s/") and length > 0}
+    assert written == {"tx/s/0.#epoch.0"}, segments
+    # The merge deleted the committed transaction's segment, the abort the other one.
+    assert not [name for name in segments if "#transaction." in name], segments
 
 
 async def test_a_byte_stream_is_written_read_sought_and_truncated(
