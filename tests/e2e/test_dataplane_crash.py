@@ -36,6 +36,8 @@ from tests.support.dataplane import (
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(900)]
 
 CRASH_EVENTS, CRASH_KEYS = 50_000, 20
+# Between an append's commit and its DataAppended (app/wiring/segment_store.py).
+ACK_FAILPOINT = "segmentstore.append.before_ack"
 
 
 async def _read_to_end(
@@ -51,8 +53,22 @@ async def _read_to_end(
     return read_events(out)
 
 
+async def _until_parked(served: ServedProcess, connections: int, timeout_s: float = 30) -> None:
+    """Until `connections` appends are committed and parked before their acknowledgement."""
+    deadline = time.monotonic() + timeout_s
+    while served.log().count(f"failpoint {ACK_FAILPOINT} reached") < connections:
+        assert time.monotonic() < deadline, f"fewer than {connections} appends parked:\n{served.log()}"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: str, tmp_path: Path) -> None:
-    first = await start_with_segment_store(tmp_path, "--db-url", db_url)
+    # Armed mid-write, the failpoint holds each segment's next append after its commit: at the
+    # kill every writer has committed events it was never told of, so only the event number the
+    # restarted store reports at SetupAppend keeps them from being appended twice.
+    armed = tmp_path / "hold-acks"
+    first = await start_with_segment_store(
+        tmp_path, "--db-url", db_url, env={"PGCONTROLLER_FAILPOINTS": f"{ACK_FAILPOINT}=pause_when:{armed}"}
+    )
     restarted: ServedProcess | None = None
     try:
         controller = Controller(first)
@@ -66,6 +82,9 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: s
         )  # fmt: skip
         try:
             await writer.until(lambda p: p["acked"] >= 10_000, 120)
+            armed.touch()
+            # One writer connection per segment of the three.
+            await _until_parked(first, 3)
             await sigkill(first)
             killed_at = time.monotonic()
             restarted = await restart_on_same_ports(tmp_path, first, "--db-url", db_url)

@@ -28,10 +28,12 @@ from app.testing.served import ServedProcess, start_served
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-async def start_with_segment_store(work_dir: Path, *args: str) -> ServedProcess:
+async def start_with_segment_store(
+    work_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> ServedProcess:
     """`serve` with its embedded segment store on a free port; the bound port comes from the
     ready file's `segment_store_port`, like the gRPC and REST ports."""
-    served = await start_served(work_dir, "--segment-store-port", "0", *args)
+    served = await start_served(work_dir, "--segment-store-port", "0", *args, env=env)
     assert served.segment_store_port, f"the ready file names no segment-store port:\n{served.log()}"
     return served
 
