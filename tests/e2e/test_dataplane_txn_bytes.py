@@ -1,7 +1,8 @@
 """Transactions and byte streams of the real Pravega Python client against `serve` alone: a
 committed transaction appears whole, in order, after everything written before its commit, an
-aborted one never, and neither leaves a transaction segment behind; a byte stream is written, read
-back, sought and truncated."""
+aborted one never, and neither leaves a transaction segment behind, also when the commit has to
+roll because a scale sealed the transaction's epoch; a byte stream is written, read back, sought
+and truncated."""
 
 from __future__ import annotations
 
@@ -91,6 +92,44 @@ async def test_a_committed_transaction_appears_whole_and_an_aborted_one_never(
     written = {name for name, length in segments.items() if name.startswith("tx/s/") and length > 0}
     assert written == {"tx/s/0.#epoch.0"}, segments
     # The merge deleted the committed transaction's segment, the abort the other one.
+    assert not [name for name in segments if "#transaction." in name], segments
+
+
+async def test_a_transaction_outliving_its_epoch_commits_by_rolling(
+    served: ServedProcess, db_url: str, tmp_path: Path
+) -> None:
+    controller = Controller(served)
+    try:
+        info = await controller.create_stream("roll", "s", 1)
+        go = tmp_path / "commit-now"
+        txn = await ClientProcess.start(
+            "txn-held", tmp_path, uri=served.grpc_uri, scope="roll", stream="s", size=TXN_EVENTS,
+            before=BEFORE, go=str(go), deadline_s=60,
+        )  # fmt: skip
+        opened = await txn.until(lambda p: "txn" in p, 60)
+        # The transaction's epoch-0 segment is sealed by this scale: its commit cannot merge in
+        # place and rolls (copies of epoch 0 then of epoch 1, the transaction merged into the first).
+        await controller.scale(info, [0], [(0.0, 1.0)])
+        go.touch()
+        done = await txn.result(60)
+        assert done["committed"] == opened["txn"]
+        await wait_txn_state(controller, info, int(done["committed"]), pb.TxnState.COMMITTED)
+        await controller.seal(info)
+        out = tmp_path / "read.json"
+        reader = await ClientProcess.start(
+            "read", tmp_path, uri=served.grpc_uri, scope="roll", stream="s", group="rg", readers=1,
+            deadline_s=90, out=str(out),
+        )  # fmt: skip
+        seen = await reader.result(120)
+    finally:
+        controller.close()
+    assert seen["ended"] is True, seen
+    names = [name for _, name in read_events(out)]
+    # The rolled copy of the transaction's epoch comes after the segments of the scale's epoch:
+    # the transaction is read after every plain event, whole and in order.
+    assert names == [f"n:{i:04d}" for i in range(BEFORE)] + [f"c:{i:04d}" for i in range(TXN_EVENTS)], names
+    segments = await _segments(db_url, "roll")
+    assert segments.get("roll/s/0.#epoch.2", 0) > 0, segments
     assert not [name for name in segments if "#transaction." in name], segments
 
 

@@ -169,6 +169,31 @@ def txn(args: dict[str, Any]) -> None:
     finish({"committed": str(committed.get_txn_id()), "aborted": str(aborted.get_txn_id()), "plain": n})
 
 
+def txn_held(args: dict[str, Any]) -> None:
+    """Opens a transaction and writes `size` events into it, then `before` plain events on the
+    same routing key; reports the transaction and commits it only once the file `go` exists (the
+    test scales the stream meanwhile, so the commit has to roll)."""
+    manager = pravega_client.StreamManager(args["uri"])
+    scope, stream, key = args["scope"], args["stream"], "tk"
+    plain = manager.create_writer(scope, stream, 100)
+    # The writer must outlive the transaction: its pinger goes with it, and commit() needs it.
+    writer = manager.create_transaction_writer(scope, stream, 7)
+    txn = writer.begin_txn()
+    for i in range(args["size"]):
+        txn.write_event(f"c:{i:04d}", key)
+    for i in range(args["before"]):
+        plain.write_event(f"n:{i:04d}", key)
+    plain.flush()
+    emit("PROGRESS", {"txn": str(txn.get_txn_id())})
+    deadline = time.monotonic() + args["deadline_s"]
+    while not os.path.exists(args["go"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("never told to commit")
+        time.sleep(0.02)
+    txn.commit()
+    finish({"committed": str(txn.get_txn_id()), "plain": args["before"]})
+
+
 def read_exactly(stream: Any, size: int, deadline: float) -> bytes:
     """readinto until `size` bytes came (a 0-byte read is an empty tail reply, not the end)."""
     buffer = bytearray()
@@ -269,6 +294,7 @@ ROLES = {
     "write": write,
     "read": read,
     "txn": txn,
+    "txn-held": txn_held,
     "bytes": byte_stream,
     "paced-write": paced_write,
     "txn-load": txn_load,
