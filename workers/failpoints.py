@@ -2,7 +2,8 @@
 
 `PGCONTROLLER_FAILPOINTS=scale.after_new_epoch` parks the workflow there (a test then kills the
 process with SIGKILL at a known step instead of by luck); `name=raise` makes the point raise,
-e.g. to prove that a background loop that dies takes the process down.
+e.g. to prove that a background loop that dies takes the process down; `name=pause_when:PATH`
+passes until the file PATH exists and parks from then on (a test arms it mid-run).
 """
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ def _parse(text: str) -> dict[str, str]:
 
 
 _ENABLED = _parse(os.environ.get("PGCONTROLLER_FAILPOINTS", ""))
+_PAUSE_WHEN = "pause_when:"
 
 
 class FailpointError(RuntimeError):
     """Raised by a failpoint set to `raise`."""
+
+
+def _armed(action: str) -> bool:
+    # A stat per hit, and only at a point a test configured with pause_when.
+    return not action.startswith(_PAUSE_WHEN) or os.path.exists(action.removeprefix(_PAUSE_WHEN))
 
 
 async def failpoint(name: str) -> None:
@@ -36,5 +43,7 @@ async def failpoint(name: str) -> None:
         return
     if action == "raise":
         raise FailpointError(f"failpoint {name} raised")
+    if not _armed(action):
+        return
     log.warning("failpoint %s reached: parking this workflow until the process dies", name)
     await asyncio.Event().wait()

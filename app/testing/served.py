@@ -22,7 +22,8 @@ class ServedProcess:
     grpc_port: int
     rest_port: int
     log_path: Path
-    # The embedded segment store's port; None when serve runs without it.
+    # The embedded segment store's bound port, when this `serve` runs one (ready-file key
+    # `segment_store_port`); None for a `serve` without it.
     segment_store_port: int | None = None
 
     @property

@@ -15,10 +15,12 @@ from app.ports import Clock, SegmentStoreLocator
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
+from app.segmentstore.storage import AppendResult
 from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
 from app.store.db import Database
 from app.store.segment_data import PgSegmentStorage
 from app.wiring.resources import Contribution, Resources
+from workers.failpoints import failpoint
 
 _ANY_INTERFACE = ("", "0.0.0.0", "::")
 
@@ -42,6 +44,25 @@ def wire_segment_store(
     return SegmentStorage(store, client, Contribution())
 
 
+class _FailpointStorage(PgSegmentStorage):
+    """The failpoint `segmentstore.append.before_ack` sits between an append's commit and its
+    DataAppended, the window a crash test needs to prove that a writer reconnecting after a
+    crash is told the stored event number (and does not append those events twice)."""
+
+    async def append(
+        self,
+        name: str,
+        writer_id: int,
+        data: bytes,
+        last_event_number: int,
+        num_events: int,
+        expected_offset: int | None,
+    ) -> AppendResult:
+        result = await super().append(name, writer_id, data, last_event_number, num_events, expected_offset)
+        await failpoint("segmentstore.append.before_ack")
+        return result
+
+
 async def start_embedded_segment_store(
     settings: Settings, pool: Database, clock: Clock
 ) -> SegmentStoreServer | None:
@@ -49,7 +70,7 @@ async def start_embedded_segment_store(
     if settings.no_embedded_segment_store:
         return None
     return await SegmentStoreServer.start(
-        PgSegmentStorage(pool, clock),
+        _FailpointStorage(pool, clock),
         settings.segment_store_host,
         settings.segment_store_port,
         tail_wait_s=settings.segment_store_tail_wait_s,

@@ -1,0 +1,304 @@
+"""One role of the real Pravega Python client (`pravega_client`), run as its own process:
+`python -m tests.support.pravega_worker ROLE JSON-ARGS`.
+
+The client holds the GIL inside every blocking call and retries some failures forever, so a
+thread cannot be bounded or even observed from the test's event loop; a process can be read
+line by line and killed. Each role prints `PROGRESS {json}` lines while it works and one
+`RESULT {json}` line at the end; bulky output (the events read) goes to the file `out`.
+The process leaves with os._exit: tearing the client's runtime down can block on tasks that
+still retry against a store that is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import pravega_client  # type: ignore[import-untyped]
+
+# How many consecutive empty acquisitions (each waits up to 1 s inside the client) before the
+# reader asks the group whether any segment is left to read.
+IDLE_ROUNDS_BEFORE_CHECK = 2
+
+
+def emit(kind: str, payload: dict[str, Any]) -> None:
+    print(f"{kind} {json.dumps(payload)}", flush=True)
+
+
+def finish(payload: dict[str, Any]) -> None:
+    times = os.times()
+    emit("RESULT", {**payload, "cpu_s": times.user + times.system})
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def event_payload(prefix: str, index: int, keys: int, size: int) -> tuple[bytes, str]:
+    """Event `index` of a write run: key `index % keys`, per-key sequence `index // keys`,
+    padded to `size` bytes; the text before the padding identifies it uniquely."""
+    key = index % keys
+    head = f"{prefix}{key:03d}:{index // keys:08d}|".encode()
+    return head + b"x" * max(0, size - len(head)), f"k{key:03d}"
+
+
+def write(args: dict[str, Any]) -> None:
+    """Writes `count` events over `keys` routing keys with up to `inflight` unacknowledged, at
+    most `rate` per second if given; flushes every `progress_every` events and reports how many
+    are acknowledged so far. The result's t0/t1 bound the writing in CLOCK_MONOTONIC."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
+    count, keys, size = args["count"], args["keys"], args.get("size", 0)
+    every, prefix = args.get("progress_every", 1000), args.get("prefix", "e")
+    rate = args.get("rate")  # events/s, so that a test's action lands while writes flow
+    started = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes of this host
+    for index in range(count):
+        if rate and index % 100 == 0:
+            time.sleep(max(0.0, started + index / rate - time.monotonic()))
+        data, key = event_payload(prefix, index, keys, size)
+        writer.write_event_bytes(data, key)
+        if (index + 1) % every == 0:
+            writer.flush()
+            emit("PROGRESS", {"acked": index + 1, "seconds": time.monotonic() - started})
+    writer.flush()
+    ended = time.monotonic()
+    finish({"written": count, "seconds": ended - started, "t0": started, "t1": ended})
+
+
+def group_has_segments(group: Any) -> bool:
+    """False once the group has no segment left to read (a sealed stream read to its end): the
+    client then panics in get_streamcut ("Expected a StreamCut but none found"), the only
+    signal of a stream's end that its Python API gives."""
+    try:
+        group.get_streamcut()
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if "none found" in str(exc):
+            return False
+        raise
+    return True
+
+
+async def read_async(args: dict[str, Any]) -> None:
+    """Reads with `readers` readers of one group, in one process so that the order in which
+    events reach the test is one global order: per routing key it is the write order. Stops
+    when the group has nothing left to read (`until_end`) or at `deadline_s`."""
+    manager = pravega_client.StreamManager(args["uri"])
+    config = pravega_client.StreamReaderGroupConfig(False, args["scope"], args["stream"])
+    group = manager.create_reader_group_with_config(args["group"], args["scope"], config)
+    readers = [group.create_reader(f"reader-{i}") for i in range(args.get("readers", 2))]
+    deadline = time.monotonic() + args["deadline_s"]
+    events: list[tuple[int, str]] = []
+    latencies_ms: list[float] = []
+    stop_after = args.get("stop_after")  # a count: stop there instead of at the stream's end
+    idle_rounds, open_checks, ended = 0, 0, False
+    last_report = 0
+
+    async def one(index: int) -> int:
+        slice_ = await readers[index].get_segment_slice_async()
+        got = 0
+        for event in slice_:
+            name = bytes(event.data()).split(b"|", 1)[0].decode()
+            if args.get("latency"):  # the writer put its send time (monotonic ns) first
+                latencies_ms.append((time.monotonic_ns() - int(name.rpartition(":")[2])) / 1e6)
+            events.append((index, name))
+            got += 1
+        readers[index].release_segment(slice_)
+        return got
+
+    while time.monotonic() < deadline:
+        # One reader at a time: release_segment blocks the thread (holding the GIL) inside the
+        # client's runtime, and a slice future of another reader completing meanwhile needs the
+        # GIL on a runtime thread; with both in flight a run hung once for good.
+        got = 0
+        for index in range(len(readers)):
+            got += await one(index)
+        idle_rounds = 0 if got else idle_rounds + 1
+        if stop_after is not None and len(events) >= stop_after:
+            break
+        if idle_rounds >= IDLE_ROUNDS_BEFORE_CHECK and args.get("until_end", True):
+            if not group_has_segments(group):
+                ended = True
+                break
+            open_checks += 1
+            idle_rounds = 0
+            emit("PROGRESS", {"read": len(events), "open_checks": open_checks})
+        elif len(events) - last_report >= args.get("progress_every", 10_000):
+            last_report = len(events)
+            emit("PROGRESS", {"read": len(events), "open_checks": open_checks})
+    write_out(args["out"], events)
+    summary = {"read": len(events), "ended": ended, "open_checks": open_checks}
+    finish({**summary, "latencies_ms": latencies_ms} if args.get("latency") else summary)
+
+
+def write_out(path: str, events: list[tuple[int, str]]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(events, out)
+
+
+def read(args: dict[str, Any]) -> None:
+    asyncio.run(read_async(args))
+
+
+def txn(args: dict[str, Any]) -> None:
+    """Writes `before` plain events, then opens two transactions on the same routing key,
+    interleaving plain events with their writes; commits the first after `after` more plain
+    events and aborts the second."""
+    manager = pravega_client.StreamManager(args["uri"])
+    scope, stream, key = args["scope"], args["stream"], "tk"
+    plain = manager.create_writer(scope, stream, 100)
+    writer = manager.create_transaction_writer(scope, stream, 7)
+    committed, aborted = writer.begin_txn(), writer.begin_txn()
+    n = 0
+    for _ in range(args["before"]):
+        plain.write_event(f"n:{n:04d}", key)
+        n += 1
+    plain.flush()
+    for i in range(args["size"]):
+        committed.write_event(f"c:{i:04d}", key)
+        aborted.write_event(f"a:{i:04d}", key)
+        plain.write_event(f"n:{n:04d}", key)
+        n += 1
+    for _ in range(args["after"]):
+        plain.write_event(f"n:{n:04d}", key)
+        n += 1
+    plain.flush()
+    committed.commit()
+    aborted.abort()
+    finish({"committed": str(committed.get_txn_id()), "aborted": str(aborted.get_txn_id()), "plain": n})
+
+
+def txn_held(args: dict[str, Any]) -> None:
+    """Opens a transaction and writes `size` events into it, then `before` plain events on the
+    same routing key; reports the transaction and commits it only once the file `go` exists (the
+    test scales the stream meanwhile, so the commit has to roll)."""
+    manager = pravega_client.StreamManager(args["uri"])
+    scope, stream, key = args["scope"], args["stream"], "tk"
+    plain = manager.create_writer(scope, stream, 100)
+    # The writer must outlive the transaction: its pinger goes with it, and commit() needs it.
+    writer = manager.create_transaction_writer(scope, stream, 7)
+    txn = writer.begin_txn()
+    for i in range(args["size"]):
+        txn.write_event(f"c:{i:04d}", key)
+    for i in range(args["before"]):
+        plain.write_event(f"n:{i:04d}", key)
+    plain.flush()
+    emit("PROGRESS", {"txn": str(txn.get_txn_id())})
+    deadline = time.monotonic() + args["deadline_s"]
+    while not os.path.exists(args["go"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("never told to commit")
+        time.sleep(0.02)
+    txn.commit()
+    finish({"committed": str(txn.get_txn_id()), "plain": args["before"]})
+
+
+def read_exactly(stream: Any, size: int, deadline: float) -> bytes:
+    """readinto until `size` bytes came (a 0-byte read is an empty tail reply, not the end)."""
+    buffer = bytearray()
+    while len(buffer) < size:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"read {len(buffer)} of {size} bytes")
+        chunk = bytearray(size - len(buffer))
+        got = stream.readinto(chunk)
+        buffer += chunk[:got]
+    return bytes(buffer)
+
+
+def attempt(fn: Any, *call: Any) -> dict[str, Any]:
+    try:
+        return {"ok": fn(*call)}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def byte_stream(args: dict[str, Any]) -> None:
+    """Writes `size` bytes of a known pattern, reads them back, seeks, truncates, and reports
+    what each step saw; the test compares it against the pattern."""
+    manager = pravega_client.StreamManager(args["uri"])
+    stream = manager.create_byte_stream(args["scope"], args["stream"])
+    size = args["size"]
+    pattern = bytes((i * 7 + i // 251) % 256 for i in range(size))
+    deadline = time.monotonic() + args["deadline_s"]
+    written = 0
+    for start in range(0, size, 4096):
+        written += stream.write(pattern[start : start + 4096])
+    stream.flush()
+    result: dict[str, Any] = {"written": written, "tail": stream.current_tail_offset()}
+    stream.seek(0, 0)
+    result["whole_ok"] = read_exactly(stream, size, deadline) == pattern
+    result["tell_after_whole"] = stream.tell()
+    middle = args["middle"]
+    result["seek_middle"] = stream.seek(middle, 0)
+    result["middle_ok"] = read_exactly(stream, 100, deadline) == pattern[middle : middle + 100]
+    result["seek_back_relative"] = stream.seek(-50, 1)
+    result["relative_ok"] = read_exactly(stream, 50, deadline) == pattern[middle + 50 : middle + 100]
+    result["seek_end"] = stream.seek(0, 2)
+    cut = args["truncate_at"]
+    stream.truncate(cut)
+    result["head_after_truncate"] = stream.current_head_offset()
+    result["tail_after_truncate"] = stream.current_tail_offset()
+    stream.seek(cut, 0)
+    result["after_cut_ok"] = read_exactly(stream, 100, deadline) == pattern[cut : cut + 100]
+    stream.seek(0, 0)
+    result["below_cut"] = attempt(stream.readinto, bytearray(100))
+    finish(result)
+
+
+def paced_write(args: dict[str, Any]) -> None:
+    """Writes `rate` events/s for `seconds` on a fixed schedule (open loop), each carrying its
+    send time, for a reader in another process to measure write-to-read latency."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
+    rate, count, size = args["rate"], int(args["rate"] * args["seconds"]), args.get("size", 1024)
+    started = time.monotonic()
+    for index in range(count):
+        due = started + index / rate
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        head = f"t{index:08d}:{time.monotonic_ns()}|".encode()
+        writer.write_event_bytes(head + b"x" * max(0, size - len(head)), "k")
+    writer.flush()
+    finish({"written": count, "seconds": time.monotonic() - started})
+
+
+def txn_load(args: dict[str, Any]) -> None:
+    """Back to back for `seconds`: begin, `size` events, commit. Reports how many were committed
+    (commit() returns once the controller accepted it; the merge follows in the store)."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_transaction_writer(args["scope"], args["stream"], 1)
+    size, payload = args["size"], b"x" * args.get("event_size", 1024)
+    started = time.monotonic()
+    committed = 0
+    phases = {"begin_s": 0.0, "write_s": 0.0, "commit_s": 0.0}
+    while time.monotonic() - started < args["seconds"]:
+        t0 = time.monotonic()
+        txn = writer.begin_txn()
+        t1 = time.monotonic()
+        for _ in range(size):
+            txn.write_event_bytes(payload, "k")
+        t2 = time.monotonic()
+        txn.commit()
+        t3 = time.monotonic()
+        phases["begin_s"] += t1 - t0
+        phases["write_s"] += t2 - t1
+        phases["commit_s"] += t3 - t2
+        committed += 1
+    ended = time.monotonic()
+    finish({"committed": committed, "t0": started, "t1": ended, **phases})
+
+
+ROLES = {
+    "write": write,
+    "read": read,
+    "txn": txn,
+    "txn-held": txn_held,
+    "bytes": byte_stream,
+    "paced-write": paced_write,
+    "txn-load": txn_load,
+}
+
+if __name__ == "__main__":
+    ROLES[sys.argv[1]](json.loads(sys.argv[2]))

@@ -1,0 +1,31 @@
+"""The failpoints crash tests arm: `pause_when:PATH` passes while the file is absent and parks
+once it exists (a test arms a point mid-run, e.g. between an append's commit and its ack)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from workers import failpoints
+from workers.failpoints import failpoint
+
+POINT = "test.point"
+
+
+async def test_pause_when_passes_until_its_file_exists_then_parks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    armed = tmp_path / "armed"
+    monkeypatch.setitem(failpoints._ENABLED, POINT, f"pause_when:{armed}")
+    await asyncio.wait_for(failpoint(POINT), 5)
+    armed.touch()
+    parked = asyncio.create_task(failpoint(POINT))
+    done, _ = await asyncio.wait({parked}, timeout=0.2)
+    parked.cancel()
+    assert not done, "an armed point let the caller through"
+
+
+async def test_an_unnamed_point_passes() -> None:
+    await asyncio.wait_for(failpoint("test.not.configured"), 5)
