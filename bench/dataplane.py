@@ -352,6 +352,7 @@ async def write_read_latency(s: Setup, args: argparse.Namespace) -> None:
 async def transactions(s: Setup, args: argparse.Namespace) -> None:
     await stream(s.stub, "txns", 4)
     conn = await asyncpg.connect(s.url)
+    serve_cpu = cpu_seconds(s.served.process.pid)
     try:
         stream_id = await conn.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = 'txns'", SCOPE)
         results = await asyncio.gather(
@@ -379,6 +380,7 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
                 raise RuntimeError(f"only {done} of {committed} transactions completed")
             await asyncio.sleep(0.01)
         all_done = time.monotonic()
+        serve_used = cpu_seconds(s.served.process.pid) - serve_cpu
     finally:
         await conn.close()
     rate = committed / (all_done - min(r["t0"] for r in results))
@@ -401,6 +403,7 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         f"    per transaction in the client: begin {each['begin_s']:.1f} ms, 10 writes "
         f"{each['write_s']:.1f} ms, commit {each['commit_s']:.1f} ms"
     )
+    print(f"    serve's CPU per committed transaction: {1000 * serve_used / committed:.2f} ms")
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
 
 
