@@ -290,6 +290,45 @@ def txn_load(args: dict[str, Any]) -> None:
     finish({"committed": committed, "t0": started, "t1": ended, **phases})
 
 
+def group_read(args: dict[str, Any]) -> None:
+    """One reader `reader` of the group `group`, created by `create_reader_group` as an
+    application would (from the stream's head, or from its tail if `tail`): reports
+    `{"created": true}` once the group exists, then reads until `stop_after` events or, without
+    it, until the group has nothing left to read (a sealed stream read to its end), and finally
+    marks the reader offline, which hands its segments and positions back to the group."""
+    manager = pravega_client.StreamManager(args["uri"])
+    group = manager.create_reader_group(args["group"], args["scope"], args["stream"], args.get("tail", False))
+    emit("PROGRESS", {"created": True})
+    reader = group.create_reader(args["reader"])
+    deadline = time.monotonic() + args["deadline_s"]
+    stop_after = args.get("stop_after")
+    events: list[tuple[int, str]] = []
+    idle_rounds, ended = 0, False
+
+    async def run() -> None:
+        nonlocal idle_rounds, ended
+        while time.monotonic() < deadline:
+            slice_ = await reader.get_segment_slice_async()
+            got = 0
+            for event in slice_:
+                events.append((0, bytes(event.data()).split(b"|", 1)[0].decode()))
+                got += 1
+            reader.release_segment(slice_)
+            if stop_after is not None and len(events) >= stop_after:
+                return
+            idle_rounds = 0 if got else idle_rounds + 1
+            if stop_after is None and idle_rounds >= IDLE_ROUNDS_BEFORE_CHECK:
+                if not group_has_segments(group):
+                    ended = True
+                    return
+                idle_rounds = 0
+
+    asyncio.run(run())
+    reader.reader_offline()
+    write_out(args["out"], events)
+    finish({"read": len(events), "ended": ended})
+
+
 ROLES = {
     "write": write,
     "read": read,
@@ -298,6 +337,7 @@ ROLES = {
     "bytes": byte_stream,
     "paced-write": paced_write,
     "txn-load": txn_load,
+    "group-read": group_read,
 }
 
 if __name__ == "__main__":
