@@ -197,17 +197,35 @@ class PgTxnStore:
         state_version: int | None,
     ) -> int:
         highs, lows = _halves(txns)
-        sql = _SQL["complete_commit_batch"]
         return await self._committing_write(
-            sql, scope, name, expected_version, highs, lows, now_ms, state_version
+            _SQL["end_commit_batch"],
+            scope,
+            name,
+            expected_version,
+            highs,
+            lows,
+            "COMMITTED",
+            state_version,
+            False,
+            now_ms,
         )
 
     async def abandon_commit_batch(
         self, scope: str, name: str, txns: Sequence[TxnId], expected_version: int, now_ms: int
     ) -> int:
         highs, lows = _halves(txns)
-        sql = _SQL["abandon_commit_batch"]
-        return await self._committing_write(sql, scope, name, expected_version, highs, lows, now_ms)
+        return await self._committing_write(
+            _SQL["end_commit_batch"],
+            scope,
+            name,
+            expected_version,
+            highs,
+            lows,
+            "ABORTED",
+            None,
+            True,
+            now_ms,
+        )
 
     async def _committing_write(self, sql: str, scope: str, name: str, *args: Any) -> int:
         """A version-checked write of the committing-transactions record; on no row, tells a
@@ -215,7 +233,6 @@ class PgTxnStore:
         version = await self._db.fetchval(sql, scope, name, *args)
         if version is None:
             exists = await self._db.fetchval(_SQL["stream_exists"], scope, name)
-        if version is None:
             raise conflict_or_missing(bool(exists), f"committing-transactions record of {scope}/{name}")
         return int(version)
 

@@ -163,9 +163,12 @@ FROM streams s
 WHERE s.scope = $1 AND s.name = $2 AND c.stream_id = s.id AND c.version = $4 AND c.epoch >= 0
 RETURNING c.version;
 
--- name: complete_commit_batch
--- One metadata transaction per batch: completed records in, active records out, the batch
--- record emptied, and (when $7 is the state version read) COMMITTING_TXN back to ACTIVE.
+-- name: end_commit_batch
+-- One metadata transaction per batch: the batch's transactions end as $6 (COMMITTED once merged,
+-- ABORTED when the commit was parked after a final failure), completed records in, active
+-- records out, the batch record emptied, and COMMITTING_TXN back to ACTIVE when $8 is true (a
+-- parked commit: whatever the state's version) or $7 is the state version read (NULL: the state
+-- stays). Nothing stays COMMITTING with no run left to finish it.
 WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
 emptied AS (
     UPDATE committing_txns c
@@ -182,7 +185,7 @@ emptied AS (
               t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.requested_at
 ), done AS (
     INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
-    SELECT stream_id, txn_high, txn_low, 'COMMITTED', $6 FROM gone
+    SELECT stream_id, txn_high, txn_low, $6::text, $9 FROM gone
     ON CONFLICT DO NOTHING
     RETURNING stream_id, txn_high, txn_low
 ), kept AS (
@@ -196,43 +199,7 @@ emptied AS (
 ), state AS (
     UPDATE stream_states s SET state = 'ACTIVE', version = s.version + 1
     FROM target, emptied
-    WHERE s.stream_id = target.id AND s.state = 'COMMITTING_TXN' AND s.version = $7
-)
-SELECT version FROM emptied;
-
--- name: abandon_commit_batch
--- A commit parked after a final failure: the batch's transactions end ABORTED, the batch record
--- is emptied and COMMITTING_TXN goes back to ACTIVE, in one metadata transaction, so nothing
--- stays COMMITTING with no run left to finish it and the stream can be sealed, scaled, deleted.
-WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
-emptied AS (
-    UPDATE committing_txns c
-    SET epoch = -1, txn_highs = '{}', txn_lows = '{}', rolling_active_epoch = -1, version = c.version + 1
-    FROM target
-    WHERE c.stream_id = target.id AND c.version = $3
-    RETURNING c.version
-), gone AS (
-    DELETE FROM transactions t USING target, emptied,
-        unnest($4::bigint[], $5::bigint[]) AS b(high, low)
-    WHERE t.stream_id = target.id AND t.txn_high = b.high AND t.txn_low = b.low
-      AND t.status = 'COMMITTING'
-    RETURNING t.stream_id, t.txn_high, t.txn_low, t.epoch, t.creation_time, t.lease_ms, t.lease_expiry,
-              t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.requested_at
-), done AS (
-    INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)
-    SELECT stream_id, txn_high, txn_low, 'ABORTED', $6 FROM gone
-    ON CONFLICT DO NOTHING
-    RETURNING stream_id, txn_high, txn_low
-), kept AS (
-    INSERT INTO completed_txn_details (stream_id, txn_high, txn_low, epoch, creation_time, lease_ms,
-        lease_expiry, max_exec_expiry, writer_id, commit_time, commit_order, requested_at)
-    SELECT g.stream_id, g.txn_high, g.txn_low, g.epoch, g.creation_time, g.lease_ms, g.lease_expiry,
-           g.max_exec_expiry, g.writer_id, g.commit_time, g.commit_order, g.requested_at
-    FROM gone g JOIN done d USING (stream_id, txn_high, txn_low)
-), state AS (
-    UPDATE stream_states s SET state = 'ACTIVE', version = s.version + 1
-    FROM target, emptied
-    WHERE s.stream_id = target.id AND s.state = 'COMMITTING_TXN'
+    WHERE s.stream_id = target.id AND s.state = 'COMMITTING_TXN' AND ($8 OR s.version = $7)
 )
 SELECT version FROM emptied;
 
