@@ -22,18 +22,24 @@ from app.testing.served import start_served
 
 
 @asynccontextmanager
-async def throwaway_database() -> AsyncIterator[str]:
+async def throwaway_cluster() -> AsyncIterator[EmbeddedPostgres]:
+    """A private PostgreSQL with its durability on, migrated to head, removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="pgcontroller-bench-", dir="/tmp"))
     os.chmod(root, 0o755)
     cluster = EmbeddedPostgres(root / "data")
     await asyncio.to_thread(cluster.start)
     try:
-        url = cluster.url()
-        await asyncio.to_thread(upgrade_to_head, url)
-        yield url
+        await asyncio.to_thread(upgrade_to_head, cluster.url())
+        yield cluster
     finally:
         await asyncio.to_thread(cluster.stop)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@asynccontextmanager
+async def throwaway_database() -> AsyncIterator[str]:
+    async with throwaway_cluster() as cluster:
+        yield cluster.url()
 
 
 @asynccontextmanager

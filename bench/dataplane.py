@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -55,9 +54,8 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.embedded_pg import EmbeddedPostgres
-from app.store.migrate import upgrade_to_head
 from app.testing.served import ServedProcess, start_served
-from bench._common import create_fixed_stream, percentile
+from bench._common import create_fixed_stream, percentile, throwaway_cluster
 from bench.scale import Failures, latency
 
 SCOPE = "bench"
@@ -168,15 +166,10 @@ class Setup:
 async def setup() -> AsyncIterator[Setup]:
     """A throwaway embedded PostgreSQL with its durability on (acknowledged means durable), a
     `serve` with its embedded segment store on it, and a stub with the bench scope created."""
-    root = Path(tempfile.mkdtemp(prefix="pgcontroller-bench-", dir="/tmp"))
-    os.chmod(root, 0o755)
-    cluster = EmbeddedPostgres(root / "data")
-    await asyncio.to_thread(cluster.start)
-    try:
+    async with throwaway_cluster() as cluster:
         url = cluster.url()
-        await asyncio.to_thread(upgrade_to_head, url)
         with tempfile.TemporaryDirectory() as work:
-            served = await start_served(Path(work), "--db-url", url, "--segment-store-port", "0")
+            served = await start_served(Path(work), "--db-url", url)
             if not served.segment_store_port:
                 raise RuntimeError(f"serve reported no segment-store port:\n{served.log()}")
             channel = Channel("127.0.0.1", served.grpc_port)
@@ -187,9 +180,6 @@ async def setup() -> AsyncIterator[Setup]:
             finally:
                 channel.close()
                 await served.stop()
-    finally:
-        await asyncio.to_thread(cluster.stop)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def stream(stub: ControllerServiceStub, name: str, segments: int = 1) -> None:
