@@ -30,6 +30,7 @@ from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.wire import commands as wc
 from app.store.segment_data import PgSegmentStorage
 from app.testing.controller import Services
+from app.testing.segment_store import OneHost
 
 SEG = "scope/stream/0.#epoch.0"
 OTHER = "scope/stream/1.#epoch.0"
@@ -45,19 +46,11 @@ class Adapter:
     write: Callable[[str, int], Awaitable[int]]
 
 
-class _OneHost:
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.address = address
-
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
-        return self.address
-
-
 @asynccontextmanager
 async def _wire(services: Services) -> AsyncIterator[Adapter]:
     storage = PgSegmentStorage(services.resources.pool, services.resources.clock)
     server = await SegmentStoreServer.start(storage, "127.0.0.1", 0)
-    client = WireSegmentStore(_OneHost(server.address), request_timeout_s=10.0)
+    client = WireSegmentStore(OneHost(server.address), request_timeout_s=10.0)
 
     async def write(name: str, size: int) -> int:
         # Raw bytes, as a byte-stream writer appends them (the tests count bytes, some fewer than

@@ -196,10 +196,9 @@ class Connection:
                     raise
                 reply = refusal
             await self._send(reply)
-        except asyncio.CancelledError:
-            raise
         except (ConnectionError, OSError):
-            pass
+            # The peer left while its read waited: there is nobody to answer.
+            return
         except Exception:
             log.exception("segment store connection from %s: a parked read failed", self._peer)
             self._writer.close()

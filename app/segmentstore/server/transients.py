@@ -39,7 +39,7 @@ class Transients:
                 await storage.delete(name)
                 deleted.append(name)
             except st.NoSuchSegment:
-                pass
+                continue  # merged (or deleted) by its writer already: nothing to clean up
             except Exception:
                 log.exception("could not delete transient segment %s", name)
         self._names.clear()
