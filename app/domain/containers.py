@@ -67,9 +67,13 @@ def murmur3_128_as_long(s: str, seed: int) -> int:
 
     Each UTF-16 code unit is fed as 2 little-endian bytes; the result is h1 as a signed 64-bit int.
     """
+    return murmur3_128_bytes_as_long(_utf16_units(s), seed)
+
+
+def murmur3_128_bytes_as_long(data: bytes, seed: int) -> int:
+    """Guava ``Hashing.murmur3_128(seed).hashBytes(data).asLong()``: h1 as a signed 64-bit int."""
     if not _INT_MIN <= seed <= _INT_MAX:
         raise ValueError(f"seed must be a 32-bit int, got {seed}")
-    data = _utf16_units(s)
     length = len(data)
     # Guava stores the int seed into long fields, so a negative seed is sign-extended, not zero-extended.
     h1 = h2 = seed & _MASK64

@@ -61,6 +61,18 @@ def check_version(name: str, key: bytes, expected: int, current: int | None, *, 
         raise TableKeyBadVersion(name, f"{what} of key {key!r} expects version {expected}, it is {current}")
 
 
+def check_key_lengths(name: str, row: Row, keys: Sequence[bytes]) -> None:
+    """A table segment made with a key length (a key-value table's, Pravega's fixed-key layout)
+    takes keys of exactly that length; Java refuses others with an IllegalArgumentException,
+    which reaches the client as ErrorMessage(ILLEGAL_ARGUMENT), as TooLarge does here."""
+    length = int(row["key_length"])
+    if length <= 0:
+        return
+    for key in keys:
+        if len(key) != length:
+            raise TooLarge(name, f"the keys of table segment {name} have {length} bytes, not {len(key)}")
+
+
 def _table_row(name: str, row: Row | None) -> Row:
     if row is None:
         raise NoSuchSegment(name)
@@ -129,6 +141,7 @@ class PgTableSegments:
                 raise TooLarge(name, f"a table value must have at most {MAX_TABLE_VALUE_BYTES} bytes")
         async with self._db.transaction() as conn:
             row = await self._lock_table(conn, name, table_segment_offset)
+            check_key_lengths(name, row, [e.key for e in entries])
             current = await self._versions(conn, name, [e.key for e in entries])
             position = int(row["length"])
             versions: list[int] = []
@@ -160,6 +173,7 @@ class PgTableSegments:
             check_key(name, key)
         async with self._db.transaction() as conn:
             row = await self._lock_table(conn, name, table_segment_offset)
+            check_key_lengths(name, row, [k for k, _ in keys])
             current = await self._versions(conn, name, [k for k, _ in keys])
             # Checked against the table before the batch, as updates are.
             for key, version in keys:

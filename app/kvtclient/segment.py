@@ -1,0 +1,151 @@
+"""One table segment of a key-value table over Pravega's wire protocol: what Pravega's
+TableSegmentImpl does (UpdateTableEntries and RemoveTableKeys with offset -1, ReadTable,
+ReadTableKeys/ReadTableEntries bounded by fromKey/toKey).
+
+Invariant: every reply that is not the command's success becomes exactly one KvtError, and a
+refused condition is always BadKeyVersion or NoSuchKey (never retried: the caller decides). Only
+what cannot have been decided by the server's reply (a lost connection, a timeout, WrongHost) is
+retried, against the endpoint the controller names afresh, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, TypeVar
+
+from app.domain.errors import StoreUnavailable
+from app.kvtclient.errors import (
+    BadKeyVersion,
+    InvalidKey,
+    KvtError,
+    NoSuchKey,
+    TableNotFound,
+    TableUnavailable,
+)
+from app.kvtclient.model import MAX_BATCH_KEYS
+from app.segmentstore.client.connections import ConnectionPool, Endpoint, next_request_id
+from app.segmentstore.wire import commands as wc
+
+R = TypeVar("R", bound=wc.Command)
+
+# Attempts of one request when the connection fails or the host disowns the segment; the
+# endpoint is asked of the controller again before each retry.
+ATTEMPTS: Final = 4
+_BACKOFF_S: Final = 0.05
+# TableSegmentImpl.MAX_GET_KEY_BATCH_SIZE: keys per ReadTable so the reply (each value up to
+# ~1 MiB) stays under the wire's command size.
+MAX_GET_BATCH: Final = (wc.MAX_WIRECOMMAND_SIZE - 8192) // (8192 + 1024 * 1024 - 8192)
+# ErrorMessage.error_code of Java's IllegalArgumentException (a key of the wrong length).
+_ILLEGAL_ARGUMENT: Final = 0
+
+Resolve = Callable[[bool], Awaitable[Endpoint]]
+
+
+class TableSegment:
+    """Requests about one table segment; `resolve(refresh)` names the host that owns it."""
+
+    def __init__(
+        self, name: str, segment_id: int, pool: ConnectionPool, resolve: Resolve, token: str = ""
+    ) -> None:
+        self.name = name
+        self.segment_id = segment_id
+        self._pool = pool
+        self._resolve = resolve
+        self._token = token
+
+    async def put(self, entries: Sequence[tuple[bytes, bytes, int]]) -> list[int]:
+        """(key, value, wire version) items, applied all or none; their new versions in order."""
+        _check_batch(len(entries))
+        wire_entries = tuple((wc.TableKey(k, v), wc.TableValue(value)) for k, value, v in entries)
+        reply = await self._call(
+            lambda rid: wc.UpdateTableEntries(rid, self.name, self._token, wire_entries),
+            wc.TableEntriesUpdated,
+        )
+        if len(reply.versions) != len(entries):
+            raise TableUnavailable(
+                f"{self.name}: {len(entries)} entries updated, {len(reply.versions)} versions returned"
+            )
+        return list(reply.versions)
+
+    async def remove(self, keys: Sequence[tuple[bytes, int]]) -> None:
+        """(key, wire version) items, removed all or none."""
+        _check_batch(len(keys))
+        wire_keys = tuple(wc.TableKey(k, v) for k, v in keys)
+        await self._call(
+            lambda rid: wc.RemoveTableKeys(rid, self.name, self._token, wire_keys), wc.TableKeysRemoved
+        )
+
+    async def get(self, keys: Sequence[bytes]) -> list[tuple[bytes, bytes, int]]:
+        """(key, value, wire version) per key, in order; an absent key has version NOT_EXISTS."""
+        result: list[tuple[bytes, bytes, int]] = []
+        for start in range(0, len(keys), MAX_GET_BATCH):
+            batch = tuple(
+                wc.TableKey(k, wc.TABLE_KEY_NO_VERSION) for k in keys[start : start + MAX_GET_BATCH]
+            )
+            reply = await self._read_table(batch)
+            if len(reply.entries) != len(batch):
+                raise TableUnavailable(
+                    f"{self.name}: {len(batch)} keys read, {len(reply.entries)} entries returned"
+                )
+            result.extend((k.data, v.data, k.key_version) for k, v in reply.entries)
+        return result
+
+    async def _read_table(self, keys: tuple[wc.TableKey, ...]) -> wc.TableRead:
+        return await self._call(lambda rid: wc.ReadTable(rid, self.name, self._token, keys), wc.TableRead)
+
+    async def read_entries(
+        self, from_key: bytes, to_key: bytes, count: int
+    ) -> list[tuple[bytes, bytes, int]]:
+        """Up to `count` entries with keys in [from_key, to_key], in key order."""
+        reply = await self._call(
+            lambda rid: wc.ReadTableEntries(rid, self.name, self._token, count, b"", b"", from_key, to_key),
+            wc.TableEntriesRead,
+        )
+        return [(k.data, v.data, k.key_version) for k, v in reply.entries]
+
+    async def read_keys(self, from_key: bytes, to_key: bytes, count: int) -> list[tuple[bytes, int]]:
+        """Up to `count` keys in [from_key, to_key], in key order, with their versions."""
+        reply = await self._call(
+            lambda rid: wc.ReadTableKeys(rid, self.name, self._token, count, b"", b"", from_key, to_key),
+            wc.TableKeysRead,
+        )
+        return [(k.data, k.key_version) for k in reply.keys]
+
+    async def _call(self, build: Callable[[int], wc.Command], success: type[R]) -> R:
+        last = ""
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(_BACKOFF_S * 2 ** (attempt - 1))
+            try:
+                endpoint = await self._resolve(attempt > 0)
+                command = build(next_request_id())
+                reply = await self._pool.request(endpoint, command)
+            except StoreUnavailable as exc:
+                last = str(exc)
+                continue
+            if isinstance(reply, success):
+                return reply
+            if isinstance(reply, wc.WrongHost):
+                last = f"{endpoint[0]}:{endpoint[1]} does not own it (it names {reply.correct_host!r})"
+                continue
+            raise self._failure(command, reply)
+        raise TableUnavailable(f"{self.name}: no answer after {ATTEMPTS} attempts: {last}")
+
+    def _failure(self, command: wc.Command, reply: wc.Command) -> KvtError:
+        asked = type(command).__name__
+        match reply:
+            case wc.TableKeyBadVersion():
+                return BadKeyVersion(self.name, f"{asked} refused: a key's version is not the one expected")
+            case wc.TableKeyDoesNotExist():
+                return NoSuchKey(self.name, f"{asked} refused: a key conditioned on a version does not exist")
+            case wc.NoSuchSegment():
+                return TableNotFound(f"table segment {self.name} does not exist (was the table deleted?)")
+            case wc.ErrorMessage() if reply.error_code == _ILLEGAL_ARGUMENT:
+                return InvalidKey(f"{asked} on {self.name} refused: {reply.message}")
+        return TableUnavailable(f"{asked} on {self.name}: unexpected reply {reply}")
+
+
+def _check_batch(count: int) -> None:
+    if count > MAX_BATCH_KEYS:
+        raise InvalidKey(f"one batch carries at most {MAX_BATCH_KEYS} keys, not {count}")
