@@ -1,5 +1,5 @@
 """The `pgcontroller` command: `serve`, `db start|stop|url|upgrade|create-analyst`, `dev seed`,
-`pipeline run` and `request parked list|retry|drop`.
+`pipeline run`, `request parked list|retry|drop` and `kvt get|put|remove|list`.
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -18,6 +18,7 @@ from app.analyst_cli import add_create_analyst_parser
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
+from app.kvt_cli import add_kvt_parser
 from app.request_cli import add_request_parser
 from app.settings import add_global_settings, add_serve_settings, add_setting, resolve
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", required=True)
     add_run_arguments(pipeline_commands.add_parser("run", help="new reporting-view rows into lake and marts"))
     add_request_parser(commands)
+    add_kvt_parser(commands)
     return parser
 
 
@@ -116,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.request_cli import run_request
 
             return run_request(args)
+        if args.command == "kvt":
+            from app.kvt_cli import run_kvt
+
+            return run_kvt(args)
         if args.command == "pipeline":
             from spark.cli import run_command
 

@@ -40,6 +40,15 @@ class InvalidKey(KvtError, ValueError):
     Pravega's limit, a batch mixing primary keys. Refused before anything is sent."""
 
 
+class ScopeNotFound(KvtError):
+    """A table was to be created in a scope that does not exist (or is being deleted)."""
+
+
+class InvalidTable(KvtError, ValueError):
+    """A table name or configuration the controller refuses (INVALID_TABLE_NAME, a key length or
+    partition count out of bounds)."""
+
+
 class TableUnavailable(KvtError):
     """The controller or the segment store did not answer, or answered something unexpected,
     after the client's retries."""

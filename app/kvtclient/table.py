@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final
 
 from grpclib.client import Channel
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.kvtables import kvt_stream_name, table_segment_name
+from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, parse_controller
 from app.kvtclient.errors import BadKeyVersion, InvalidKey, TableNotFound, TableUnavailable
 from app.kvtclient.model import (
     NO_SEGMENT_ID,
@@ -46,20 +45,8 @@ from app.kvtclient.routing import KvtSegments, SegmentRange
 from app.kvtclient.segment import Resolve, TableSegment
 from app.segmentstore.client.connections import ConnectionPool, Endpoint
 
-T = TypeVar("T")
-
 # KeyValueTableIteratorImpl.Builder's default maxIterationSize.
 DEFAULT_PAGE_SIZE: Final = 10
-_CONTROLLER_TIMEOUT_S: Final = 30.0
-
-
-def parse_controller(address: str) -> tuple[str, int]:
-    """`host:port`, `tcp://host:port` or `[v6]:port` (the forms Pravega's clients take)."""
-    text = address.removeprefix("tcp://").removeprefix("tls://")
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"a controller address is host:port, not {address!r}")
-    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -115,17 +102,17 @@ class KeyValueTable:
         try:
             stub = ControllerServiceStub(channel)
             info = pb.KeyValueTableInfo(scope=scope, kvtName=name)
-            config = await _ask(
+            config = await ask_controller(
                 f"the configuration of {scope}/{name}",
-                stub.getKeyValueTableConfiguration(info, timeout=_CONTROLLER_TIMEOUT_S),
+                stub.getKeyValueTableConfiguration(info, timeout=CONTROLLER_TIMEOUT_S),
             )
             if config.status == pb.KeyValueTableConfigResponse.TABLE_NOT_FOUND:
                 raise TableNotFound(f"key-value table {scope}/{name} does not exist")
             if config.status != pb.KeyValueTableConfigResponse.SUCCESS:
                 raise TableUnavailable(f"the controller failed to read key-value table {scope}/{name}")
-            ranges = await _ask(
+            ranges = await ask_controller(
                 f"the segments of {scope}/{name}",
-                stub.getCurrentSegmentsKeyValueTable(info, timeout=_CONTROLLER_TIMEOUT_S),
+                stub.getCurrentSegmentsKeyValueTable(info, timeout=CONTROLLER_TIMEOUT_S),
             )
             segments = KvtSegments(
                 [SegmentRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in ranges.segmentRanges]
@@ -349,24 +336,12 @@ class KeyValueTable:
                 streamInfo=pb.StreamInfo(scope=self.scope, stream=kvt_stream_name(self.name)),
                 segmentId=segment_id,
             )
-            uri = await _ask(
+            uri = await ask_controller(
                 f"the segment store of {self.scope}/{self.name} segment {segment_id}",
-                self._stub.getURI(request, timeout=_CONTROLLER_TIMEOUT_S),
+                self._stub.getURI(request, timeout=CONTROLLER_TIMEOUT_S),
             )
             endpoint = (uri.endpoint, uri.port)
             self._endpoints[segment_id] = endpoint
             return endpoint
 
         return resolve
-
-
-async def _ask(what: str, call: Awaitable[T]) -> T:
-    """One controller call; its failures as KvtErrors."""
-    try:
-        return await call
-    except GRPCError as exc:
-        if exc.status == Status.NOT_FOUND:
-            raise TableNotFound(f"{what}: {exc.message}") from exc
-        raise TableUnavailable(f"{what}: the controller answered {exc.status.name}: {exc.message}") from exc
-    except (OSError, StreamTerminatedError, TimeoutError) as exc:
-        raise TableUnavailable(f"{what}: the controller cannot be reached: {exc!r}") from exc

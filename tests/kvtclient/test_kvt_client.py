@@ -7,22 +7,14 @@ tokens), keys in the segments Pravega's Java client would put them in."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import pytest
-from grpclib.client import Channel
 
-from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto import controller_pb2 as pb
-from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.api.grpc.service import ControllerService
 from app.kvtclient import (
     NOT_EXISTS,
     BadKeyVersion,
     InvalidKey,
-    KeyValueTable,
     NoSuchKey,
     Put,
     Remove,
@@ -32,81 +24,7 @@ from app.kvtclient import (
     Version,
 )
 from app.kvtclient.routing import hash_to_range
-from app.testing.controller import Services, running_controller
-from app.wiring import grpc_extensions
-
-SC = "kvc"
-
-
-@dataclass
-class Cluster:
-    services: Services
-    stub: ControllerServiceStub
-    address: str
-
-    async def create_table(self, name: str, partitions: int, primary: int, secondary: int = 0) -> None:
-        status = await self.stub.createKeyValueTable(
-            pb.KeyValueTableConfig(
-                scope=SC,
-                kvtName=name,
-                partitionCount=partitions,
-                primaryKeyLength=primary,
-                secondaryKeyLength=secondary,
-            )
-        )
-        assert status.status == pb.CreateKeyValueTableStatus.SUCCESS
-
-    async def open(self, name: str) -> KeyValueTable:
-        return await KeyValueTable.open(self.address, SC, name)
-
-    async def stored(self, name: str) -> dict[str, set[bytes]]:
-        """The keys the embedded store holds, per table segment, read from its tables."""
-        rows = await self.services.pool.fetch(
-            "SELECT s.name, e.key FROM embedded_segments s LEFT JOIN table_entries e ON e.segment = s.name"
-            " WHERE s.kind = 'table' AND s.name LIKE $1",
-            f"{SC}/{name}_kvtable/%",
-        )
-        result: dict[str, set[bytes]] = {}
-        for r in rows:
-            keys = result.setdefault(r["name"], set())
-            if r["key"] is not None:
-                keys.add(bytes(r["key"]))
-        return result
-
-
-@asynccontextmanager
-async def cluster(db_url: str) -> AsyncIterator[Cluster]:
-    """A controller with its workers and embedded segment store, its gRPC served on a loopback
-    port the client is given, as a user's client would be."""
-    async with running_controller(db_url) as services:
-        service = ControllerService(
-            services.scopes,
-            services.streams,
-            services.segments,
-            services.cluster,
-            services.lifecycle,
-            services.transactions,
-            grpc_extensions(services.controller),
-        )
-        server = bounded_server([service])
-        await server.start("127.0.0.1", 0)
-        assert server._server is not None
-        port = server._server.sockets[0].getsockname()[1]
-        channel = Channel("127.0.0.1", port)
-        try:
-            stub = ControllerServiceStub(channel)
-            await stub.createScope(pb.ScopeInfo(scope=SC))
-            yield Cluster(services, stub, f"127.0.0.1:{port}")
-        finally:
-            channel.close()
-            server.close()
-            await server.wait_closed()
-
-
-@pytest.fixture
-async def kvc(db_url: str) -> AsyncIterator[Cluster]:
-    async with cluster(db_url) as running:
-        yield running
+from tests.kvtclient.conftest import SC, Cluster
 
 
 def key(n: int) -> TableKey:

@@ -73,7 +73,8 @@ async def _wire(services: Services) -> AsyncIterator[Adapter]:
 
 
 async def _put_table_entry(client: WireSegmentStore, address: tuple[str, int], name: str, size: int) -> int:
-    entry = (wc.TableKey(b"key", wc.TABLE_KEY_NO_VERSION), wc.TableValue(bytes(size)))
+    # The tests make the table with key length 16, and such a table takes only 16-byte keys.
+    entry = (wc.TableKey(b"key-of-16-bytes!", wc.TABLE_KEY_NO_VERSION), wc.TableValue(bytes(size)))
     update = wc.UpdateTableEntries(next_request_id(), name, "", (entry,))
     expect(update, await client.pool.request(address, update), wc.TableEntriesUpdated)
     return (await client.get_segment_info(name)).length
