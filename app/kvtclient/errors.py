@@ -13,7 +13,7 @@ class KvtError(Exception):
 
 
 class TableNotFound(KvtError):
-    """The controller knows no such key-value table (or it is still being created)."""
+    """The controller knows no such key-value table, or its segments are gone (it was deleted)."""
 
 
 class ConditionalTableUpdateError(KvtError):

@@ -95,8 +95,9 @@ class KeyValueTable:
     async def open(
         cls, controller: str, scope: str, name: str, *, request_timeout_s: float = 30.0
     ) -> KeyValueTable:
-        """The table as the controller describes it now: TableNotFound if it does not exist (or
-        is still being created), TableUnavailable if the controller cannot be reached."""
+        """The table as the controller describes it now: TableNotFound if it does not exist,
+        TableUnavailable if the controller cannot be reached or cannot describe it yet (a table
+        still being created has no segments to give)."""
         host, port = parse_controller(controller)
         channel = Channel(host, port)
         try:

@@ -7,6 +7,7 @@ tokens), keys in the segments Pravega's Java client would put them in."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -21,9 +22,11 @@ from app.kvtclient import (
     TableEntry,
     TableKey,
     TableNotFound,
+    TableUnavailable,
     Version,
 )
 from app.kvtclient.routing import hash_to_range
+from app.kvtclient.segment import ATTEMPTS, TableSegment
 from tests.kvtclient.conftest import SC, Cluster
 
 
@@ -288,3 +291,39 @@ def test_the_routing_fractions_used_above_are_javas() -> None:
     assert (
         hash_to_range(b"user0003") < 1 / 3 < hash_to_range(b"user0002") < 2 / 3 < hash_to_range(b"user0000")
     )
+
+
+# --- retries ---------------------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_request_to_a_dead_endpoint_is_retried_where_the_controller_says_then_gives_up(
+    kvc: Cluster,
+) -> None:
+    await kvc.create_table("t", partitions=1, primary=8)
+    async with await kvc.open("t") as table:
+        real = next(iter(table._by_id.values()))
+        asked: list[bool] = []
+        right = await real._resolve(True)
+        dead = ("127.0.0.1", closed_port())
+
+        async def first_dead(refresh: bool) -> tuple[str, int]:
+            asked.append(refresh)
+            return right if refresh else dead
+
+        flaky = TableSegment(real.name, real.segment_id, real._pool, first_dead)
+        assert await flaky.put([(b"user0001", b"v", -(1 << 63))]) == [0]
+        assert asked == [False, True]
+
+        async def always_dead(refresh: bool) -> tuple[str, int]:
+            return dead
+
+        hopeless = TableSegment(real.name, real.segment_id, real._pool, always_dead)
+        with pytest.raises(TableUnavailable, match=f"no answer after {ATTEMPTS} attempts"):
+            await hopeless.get([b"user0001"])
+        assert await table.get(key(1)) == TableEntry(key(1), b"v", Version(real.segment_id, 0))
