@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.failover
 	$(BIN)/python -m bench.periodic
 	$(BIN)/python bench/dataplane.py
+	$(BIN)/python bench/kvt.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
