@@ -36,6 +36,11 @@ _BACKOFF_S: Final = 0.05
 # TableSegmentImpl.MAX_GET_KEY_BATCH_SIZE: keys per ReadTable so the reply (each value up to
 # ~1 MiB) stays under the wire's command size.
 MAX_GET_BATCH: Final = (wc.MAX_WIRECOMMAND_SIZE - 8192) // (8192 + 1024 * 1024 - 8192)
+# TableSegment.MAXIMUM_BATCH_LENGTH: the most one batch's keys and values may take on the wire.
+MAX_BATCH_BYTES: Final = wc.MAX_WIRECOMMAND_SIZE - 8192
+# What a key and a value take on the wire besides their bytes: each a payload length and a data
+# length, and the key's version.
+_ENTRY_OVERHEAD: Final = 4 + 4 + 8 + 4 + 4
 # ErrorMessage.error_code of Java's IllegalArgumentException (a key of the wrong length).
 _ILLEGAL_ARGUMENT: Final = 0
 
@@ -56,7 +61,7 @@ class TableSegment:
 
     async def put(self, entries: Sequence[tuple[bytes, bytes, int]]) -> list[int]:
         """(key, value, wire version) items, applied all or none; their new versions in order."""
-        _check_batch(len(entries))
+        _check_batch(len(entries), sum(len(k) + len(value) + _ENTRY_OVERHEAD for k, value, _ in entries))
         wire_entries = tuple((wc.TableKey(k, v), wc.TableValue(value)) for k, value, v in entries)
         reply = await self._call(
             lambda rid: wc.UpdateTableEntries(rid, self.name, self._token, wire_entries),
@@ -70,7 +75,7 @@ class TableSegment:
 
     async def remove(self, keys: Sequence[tuple[bytes, int]]) -> None:
         """(key, wire version) items, removed all or none."""
-        _check_batch(len(keys))
+        _check_batch(len(keys), sum(len(k) + _ENTRY_OVERHEAD for k, _ in keys))
         wire_keys = tuple(wc.TableKey(k, v) for k, v in keys)
         await self._call(
             lambda rid: wc.RemoveTableKeys(rid, self.name, self._token, wire_keys), wc.TableKeysRemoved
@@ -146,6 +151,9 @@ class TableSegment:
         return TableUnavailable(f"{asked} on {self.name}: unexpected reply {reply}")
 
 
-def _check_batch(count: int) -> None:
+def _check_batch(count: int, size: int) -> None:
+    """TableSegmentImpl.checkBatchSize: refused before anything is sent."""
     if count > MAX_BATCH_KEYS:
         raise InvalidKey(f"one batch carries at most {MAX_BATCH_KEYS} keys, not {count}")
+    if size > MAX_BATCH_BYTES:
+        raise InvalidKey(f"one batch carries at most {MAX_BATCH_BYTES} bytes, not {size}")

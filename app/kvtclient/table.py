@@ -47,6 +47,8 @@ from app.segmentstore.client.connections import ConnectionPool, Endpoint
 
 # KeyValueTableIteratorImpl.Builder's default maxIterationSize.
 DEFAULT_PAGE_SIZE: Final = 10
+# The wire's suggested count is a 32-bit int (the segment store caps a page at 2 MiB anyway).
+_MAX_PAGE_SIZE: Final = (1 << 31) - 1
 
 
 @dataclass
@@ -60,8 +62,8 @@ class _Cursor:
 
 
 class KeyValueTable:
-    """Open with `await KeyValueTable.open(controller, scope, name)` (or `async with` on
-    `open_table`); close with `await table.close()`."""
+    """Open with `await KeyValueTable.open(controller, scope, name)`; close with `await
+    table.close()`, or use it as `async with await KeyValueTable.open(...) as table:`."""
 
     def __init__(
         self,
@@ -115,9 +117,12 @@ class KeyValueTable:
                 f"the segments of {scope}/{name}",
                 stub.getCurrentSegmentsKeyValueTable(info, timeout=CONTROLLER_TIMEOUT_S),
             )
-            segments = KvtSegments(
-                [SegmentRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in ranges.segmentRanges]
-            )
+            try:
+                segments = KvtSegments(
+                    [SegmentRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in ranges.segmentRanges]
+                )
+            except ValueError as exc:
+                raise TableUnavailable(f"the controller described {scope}/{name} oddly: {exc}") from exc
             if len(segments.ranges) != config.config.partitionCount:
                 # KeyValueTableImpl's precondition: a table never changes its segments.
                 raise TableUnavailable(
@@ -256,8 +261,8 @@ class KeyValueTable:
         """KeyValueTableIteratorImpl: each segment read from `from_key` to `to_key` (both
         inclusive, full-length keys), the next read starting at the successor of the last key
         returned, and the segments merged in key order."""
-        if page_size <= 0:
-            raise ValueError(f"page_size must be positive, not {page_size}")
+        if not 0 < page_size <= _MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be 1 to {_MAX_PAGE_SIZE}, not {page_size}")
         secondary = self.layout.secondary_length
         if primary_key is None:
             from_key = bytes(self.layout.length)

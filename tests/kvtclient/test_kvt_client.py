@@ -327,3 +327,21 @@ async def test_a_request_to_a_dead_endpoint_is_retried_where_the_controller_says
         with pytest.raises(TableUnavailable, match=f"no answer after {ATTEMPTS} attempts"):
             await hopeless.get([b"user0001"])
         assert await table.get(key(1)) == TableEntry(key(1), b"v", Version(real.segment_id, 0))
+
+
+async def test_batches_over_pravegas_limits_are_refused_before_anything_is_sent(kvc: Cluster) -> None:
+    await kvc.create_table("t", partitions=1, primary=4, secondary=4)
+    async with await kvc.open("t") as table:
+        with pytest.raises(InvalidKey, match="at most 256 keys, not 257"):
+            await table.update([Put(TableKey(b"pkey", i.to_bytes(4, "big")), b"v") for i in range(257)])
+        big = bytes(1024 * 1024 - 8192)
+        with pytest.raises(InvalidKey, match="at most 16769023 bytes"):
+            await table.update([Put(TableKey(b"pkey", i.to_bytes(4, "big")), big) for i in range(17)])
+        with pytest.raises(InvalidKey, match="a value has at most"):
+            await table.put(TableKey(b"pkey", b"0000"), big + b"!")
+        assert [page async for page in table.entries()] == []
+        # The largest value there is goes through.
+        version = await table.put(TableKey(b"pkey", b"0000"), big)
+        assert await table.get(TableKey(b"pkey", b"0000")) == TableEntry(
+            TableKey(b"pkey", b"0000"), big, version
+        )
