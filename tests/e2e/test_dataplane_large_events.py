@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -113,11 +114,18 @@ async def test_events_over_8_mib_round_trip_through_the_real_client(
     assert served.segment_store_port is not None
     client = await Client.connect(("127.0.0.1", served.segment_store_port))
     try:
+        started = time.monotonic()
         await java_large_event(client, SEGMENT, java_event)
+        java_s = time.monotonic() - started
         go.touch()
         result = await worker.result(TIMEOUT_S)
         everything = [*client_events, java_event]
         assert result["read"] == [describe(e) for e in everything]
+        # Figures for the note (pytest -s shows them).
+        print(
+            f"large events: client write of 16 MiB - 5 B with two small events {progress['write_s']:.2f} s; "
+            f"Java-style 20 MiB write {java_s:.2f} s; real reader read of all four {result['read_s']:.2f} s"
+        )
         # What the store holds: the framed events back to back, nothing else.
         info = await client.info(SEGMENT)
         stored = bytearray()
