@@ -6,10 +6,14 @@ answers only when its own segment changes."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Iterator
 
+import pytest
+
+from app.segmentstore.server import SegmentStoreServer, connection
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
 from tests.segmentstore.server_harness import Client, ServerFactory, event, wid
@@ -170,5 +174,82 @@ async def test_many_parked_reads_on_one_connection_answer_independently(
         # The odd readers still wait; the connection still answers.
         assert await c.call(wc.KeepAlive()) == wc.KeepAlive()
         await c.nothing_within(0.2)
+    finally:
+        await c.close()
+
+
+def buffered_for_peers(server: SegmentStoreServer) -> int:
+    """Bytes the server's connections hold unsent (reaching into the server: nothing on the
+    wire shows how much it buffers for a peer that does not read)."""
+    connections = server._connections.values()
+    return sum(c._writer.transport.get_write_buffer_size() for c in connections)
+
+
+async def test_reads_woken_together_for_a_peer_that_does_not_read_buffer_one_reply(
+    start_server: ServerFactory,
+) -> None:
+    """Sixteen reads park on one connection whose peer then stops reading; 2 MiB lands on each
+    segment at once. The server reads and buffers one 2 MiB reply at a time for that peer (not
+    all sixteen); once the peer reads again every reply arrives, whole and in turn."""
+    server = await start_server(tail_wait_s=TAIL_WAIT_S)
+    lazy = await Client.connect(server.address)
+    busy = await Client.connect(server.address)
+    try:
+        admin = Flow()
+        names = [f"sc/lazy/{n}.#epoch.0" for n in range(16)]
+        ends = [await create_with(busy, admin, name, b"x") for name in names]
+        read_ids = [Flow().next() for _ in names]
+        for name, end, request_id in zip(names, ends, read_ids, strict=True):
+            await lazy.send(wc.ReadSegment(name, end, 2 * MIB, "", request_id))
+        big = event(bytes(2 * MIB - 8))
+        for name in names:
+            writer = wid()
+            await busy.expect(wc.SetupAppend(admin.next(), writer, name, ""), wc.AppendSetup)
+            await busy.expect(wc.AppendBlockEnd(writer, len(big), big, 1, 1, admin.next()), wc.DataAppended)
+        # Every read has woken; the unread replies beyond what the sockets took stay bounded.
+        peak = 0
+        for _ in range(25):
+            peak = max(peak, buffered_for_peers(server))
+            await asyncio.sleep(0.02)
+        assert 0 < peak <= 2 * MIB + 128 * 1024, peak
+        answers = {}
+        for _ in names:
+            reply = await lazy.recv()
+            assert isinstance(reply, wc.SegmentRead), reply
+            answers[reply.request_id] = reply
+        assert sorted(answers) == sorted(read_ids)
+        assert all(len(r.data) == 2 * MIB for r in answers.values())
+    finally:
+        await lazy.close()
+        await busy.close()
+
+
+async def test_reads_beyond_the_parking_limit_answer_at_once_as_an_expired_wait(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection parks at most MAX_PARKED_READS reads (here lowered to 4); a fifth tail read
+    answers at once, empty and at the tail, and the four parked ones still answer with data."""
+    monkeypatch.setattr(connection, "MAX_PARKED_READS", 4)
+    server = await start_server(tail_wait_s=TAIL_WAIT_S)
+    c = await Client.connect(server.address)
+    try:
+        flow = Flow()
+        name = "sc/cap/0.#epoch.0"
+        end = await create_with(c, flow, name, b"x")
+        parked = [flow.next() for _ in range(4)]
+        for request_id in parked:
+            await c.send(wc.ReadSegment(name, end, MIB, "", request_id))
+        extra = flow.next()
+        assert await c.call(wc.ReadSegment(name, end, MIB, "", extra)) == wc.SegmentRead(
+            name, end, True, False, b"", extra
+        )
+        writer = wid()
+        await c.expect(wc.SetupAppend(flow.next(), writer, name, ""), wc.AppendSetup)
+        data = event(b"y")
+        await c.send(wc.AppendBlockEnd(writer, len(data), data, 1, 1, flow.next()))
+        replies = [await c.recv() for _ in range(5)]
+        reads = {r.request_id: r for r in replies if isinstance(r, wc.SegmentRead)}
+        assert sorted(reads) == sorted(parked)
+        assert all(r.data == data for r in reads.values())
     finally:
         await c.close()
