@@ -211,3 +211,20 @@ async def test_keepalives_among_pipelined_requests_are_echoed_in_place(client: C
     assert [type(r) for r in replies[1::2]] == [wc.StreamSegmentInfo, wc.SegmentAttribute, wc.SegmentRead]
     assert [getattr(r, "request_id", None) for r in replies[1::2]] == ids
     await client.nothing_within(0.2)
+
+
+async def test_a_frame_of_exactly_the_largest_size_is_taken(client: Client) -> None:
+    """A ConditionalBlockEnd whose payload is MAX_WIRECOMMAND_SIZE bytes (the largest frame the
+    protocol allows; one byte more closes the connection) is stored whole."""
+    await client.create(SEG_A)
+    writer = wid()
+    await client.setup(SEG_A, writer)
+    overhead = len(encode(wc.ConditionalBlockEnd(writer, 0, 0, b"", 1))) - HEADER.size
+    data = bytes(range(256)) * ((wc.MAX_WIRECOMMAND_SIZE - overhead) // 256 + 1)
+    data = data[: wc.MAX_WIRECOMMAND_SIZE - overhead]
+    frame = encode(wc.ConditionalBlockEnd(writer, 0, 0, data, rid()))
+    assert HEADER.unpack_from(frame)[1] == wc.MAX_WIRECOMMAND_SIZE
+    await client.send_raw(frame)
+    reply = await client.recv()
+    assert isinstance(reply, wc.DataAppended) and reply.current_segment_write_offset == len(data), reply
+    assert await whole_segment(client, SEG_A) == data
