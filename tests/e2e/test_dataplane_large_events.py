@@ -6,9 +6,10 @@ serialize one of 16 MiB or more: its codec caps an Event command at MAX_WIRECOMM
 20 MiB write fails inside the client ("SizeLimit") before anything reaches the network. The test
 therefore writes the largest event the client can (16 MiB - 5 bytes) with the client, and a
 20 MiB event with the project's own wire client exactly as Pravega's Java LargeEventWriter does
-(one connection, its request ids carrying a flow id, all chunks sent before any reply is read);
-the real client's reader then reads all of them back whole and in order, and the segment holds
-exactly the framed events, contiguous, with no transient segment left."""
+(one connection, its request ids carrying a flow id, all chunks sent before any reply is read).
+The real client's reader reads all of them back whole and in order (the 20 MiB one while it
+waits at the tail, woken by the merge), and the segment holds exactly the framed events,
+contiguous, with no transient segment left."""
 
 from __future__ import annotations
 
@@ -99,16 +100,17 @@ async def test_events_over_8_mib_round_trip_through_the_real_client(
         await controller.create_stream("big", "s", 1)
     finally:
         controller.close()
-    go = tmp_path / "go"
     worker = await ClientProcess.start(
         "large", tmp_path, uri=served.grpc_uri, scope="big", stream="s", group="rg",
-        large_bytes=CLIENT_LARGEST, refused_bytes=LARGE, expect=4, go=str(go), deadline_s=TIMEOUT_S,
+        large_bytes=CLIENT_LARGEST, refused_bytes=LARGE, expect=4, deadline_s=TIMEOUT_S,
     )  # fmt: skip
     client_events = [b"before|small", payload(b"seed", CLIENT_LARGEST), b"after|small"]
     progress = await worker.until(lambda p: "written" in p, TIMEOUT_S)
     assert progress["written"] == [describe(e) for e in client_events]
     # The client's own limit, not the store's: the 20 MiB event never left the client.
     assert "SizeLimit" in progress["refused"], progress
+    # The reader has the client's three events and now waits at the segment's tail.
+    await worker.until(lambda p: p.get("read_count", 0) >= len(client_events), TIMEOUT_S)
 
     java_event = payload(b"java", LARGE)
     assert served.segment_store_port is not None
@@ -117,14 +119,14 @@ async def test_events_over_8_mib_round_trip_through_the_real_client(
         started = time.monotonic()
         await java_large_event(client, SEGMENT, java_event)
         java_s = time.monotonic() - started
-        go.touch()
         result = await worker.result(TIMEOUT_S)
         everything = [*client_events, java_event]
         assert result["read"] == [describe(e) for e in everything]
         # Figures for the note (pytest -s shows them).
         print(
             f"large events: client write of 16 MiB - 5 B with two small events {progress['write_s']:.2f} s; "
-            f"Java-style 20 MiB write {java_s:.2f} s; real reader read of all four {result['read_s']:.2f} s"
+            f"Java-style 20 MiB write {java_s:.2f} s; reader, from its start to its fourth event "
+            f"(the Java-style write included) {result['read_s']:.2f} s"
         )
         # What the store holds: the framed events back to back, nothing else.
         info = await client.info(SEGMENT)
