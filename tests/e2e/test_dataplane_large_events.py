@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from app.segmentstore.wire import commands as wc
@@ -93,7 +94,7 @@ async def java_large_event(client: Client, parent: str, data: bytes) -> None:
 
 
 async def test_events_over_8_mib_round_trip_through_the_real_client(
-    served: ServedProcess, tmp_path: Path
+    served: ServedProcess, tmp_path: Path, db_url: str
 ) -> None:
     controller = Controller(served)
     try:
@@ -138,3 +139,10 @@ async def test_events_over_8_mib_round_trip_through_the_real_client(
         assert bytes(stored) == b"".join(map(framed, everything))
     finally:
         await client.close()
+    # Both transient segments were merged away (the client's has a name the test cannot know).
+    db = await asyncpg.connect(db_url)
+    try:
+        left = await db.fetchval("SELECT count(*) FROM embedded_segments WHERE name LIKE '%#transient.%'")
+        assert left == 0
+    finally:
+        await db.close()
