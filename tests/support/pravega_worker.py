@@ -12,6 +12,7 @@ still retry against a store that is gone.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -329,6 +330,57 @@ def group_read(args: dict[str, Any]) -> None:
     finish({"read": len(events), "ended": ended})
 
 
+def large(args: dict[str, Any]) -> None:
+    """Writes, on one routing key, a small event, one of `large_bytes` (over the client's 8 MiB
+    limit for one append, so it goes through a transient segment), another small one; then tries
+    `refused_bytes` with a fresh writer and reports the client's error. Then reads the stream with
+    one reader of a new group until it has `expect` events (the test appends more once the first
+    ones are read, so the reader waits at the tail for them), reporting the count as it goes, and
+    finally each event's size and SHA-256 in the order read."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_writer(args["scope"], args["stream"], 10)
+    events = [b"before|small", large_payload(args["large_bytes"]), b"after|small"]
+    started = time.monotonic()
+    for data in events:
+        writer.write_event_bytes(data, "k")
+    writer.flush()
+    written = time.monotonic() - started
+    refused = ""
+    try:
+        other = manager.create_writer(args["scope"], args["stream"], 10)
+        other.write_event_bytes(large_payload(args["refused_bytes"]), "k")
+        other.flush()
+    except ValueError as exc:
+        refused = str(exc)
+    emit("PROGRESS", {"written": [describe(e) for e in events], "refused": refused, "write_s": written})
+    group = manager.create_reader_group(args["group"], args["scope"], args["stream"], False)
+    reader = group.create_reader("reader-0")
+    deadline = time.monotonic() + args["deadline_s"]
+    seen: list[dict[str, Any]] = []
+    read_started = time.monotonic()
+
+    async def run() -> None:
+        while time.monotonic() < deadline and len(seen) < args["expect"]:
+            slice_ = await reader.get_segment_slice_async()
+            got = [describe(bytes(event.data())) for event in slice_]
+            reader.release_segment(slice_)
+            if got:
+                seen.extend(got)
+                emit("PROGRESS", {"read_count": len(seen)})
+
+    asyncio.run(run())
+    finish({"read": seen, "write_s": written, "read_s": time.monotonic() - read_started})
+
+
+def large_payload(size: int) -> bytes:
+    """`size` bytes that are not all alike (a shifted or truncated copy would not match)."""
+    return (hashlib.sha256(b"seed").digest() * (size // 32 + 1))[:size]
+
+
+def describe(data: bytes) -> dict[str, Any]:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 ROLES = {
     "write": write,
     "read": read,
@@ -338,6 +390,7 @@ ROLES = {
     "paced-write": paced_write,
     "txn-load": txn_load,
     "group-read": group_read,
+    "large": large,
 }
 
 if __name__ == "__main__":

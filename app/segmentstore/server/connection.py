@@ -4,6 +4,8 @@ Invariant: requests are processed one at a time in arrival order (so a writer's 
 stored and acknowledged in order), except a read parked at a segment's tail, which waits in its
 own task and answers later; every reply echoes its request's id; nothing is sent unasked; a
 malformed frame, a protocol violation or an unexpected failure closes this connection only.
+What waits for a slow peer is bounded: one request's reply, one woken read's reply, and at most
+MAX_PARKED_READS parked reads.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Final
 
 from app.segmentstore import storage as st
@@ -29,6 +32,9 @@ log = logging.getLogger(__name__)
 UNSUPPORTED: Final[frozenset[type[wc.Command]]] = frozenset(
     {wc.LocateOffset, wc.FlushToStorage, wc.ListStorageChunks}
 )
+# Reads parked at once on one connection (a Java client parks one per segment it reads). Beyond
+# it a tail read answers at once, empty, as an expired wait would: the client simply asks again.
+MAX_PARKED_READS: Final = 1024
 
 
 def refusal_context(cmd: wc.Command) -> RefusalContext:
@@ -65,6 +71,7 @@ class Connection:
         self._reads = Reads(storage, tails, tail_wait_s)
         self._transients = Transients()
         self._parked: set[asyncio.Task[None]] = set()
+        self._reply_turn = asyncio.Lock()
         self._peer = writer.get_extra_info("peername")
 
     async def run(self) -> None:
@@ -179,6 +186,9 @@ class Connection:
             if reply is None:
                 raise
             outcome = reply
+        if isinstance(outcome, TailWatch) and len(self._parked) >= MAX_PARKED_READS:
+            outcome.cancel()
+            outcome = wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
         if isinstance(outcome, TailWatch):
             task = asyncio.create_task(self._parked_read(cmd, outcome))
             self._parked.add(task)
@@ -189,7 +199,7 @@ class Connection:
     async def _parked_read(self, cmd: wc.ReadSegment, watch: TailWatch) -> None:
         try:
             try:
-                reply = await self._reads.wait_at_tail(cmd, watch)
+                reply = await self._reads.wait_at_tail(cmd, watch, self._woken_reply_slot)
             except st.StorageError as exc:
                 refusal = refusal_reply(refusal_context(cmd), exc)
                 if refusal is None:
@@ -202,6 +212,15 @@ class Connection:
         except Exception:
             log.exception("segment store connection from %s: a parked read failed", self._peer)
             self._writer.close()
+
+    @contextlib.asynccontextmanager
+    async def _woken_reply_slot(self) -> AsyncIterator[None]:
+        """One woken read at a time reads its bytes, and only once what was sent before has
+        drained below the transport's high-water mark: reads woken together for a peer that is
+        slow to read never pile up their 2 MiB replies in memory."""
+        async with self._reply_turn:
+            await self._writer.drain()
+            yield
 
     async def _send(self, reply: wc.Command) -> None:
         # write() queues the whole frame at once, so frames from parked reads never interleave.

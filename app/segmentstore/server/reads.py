@@ -9,6 +9,8 @@ closes. A parked read never holds its connection's other requests.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Final
 
 from app.segmentstore import storage as st
@@ -19,6 +21,10 @@ from app.segmentstore.wire import commands as wc
 # at least 8 bytes are asked for.
 MAX_READ_BYTES: Final = 2 * 1024 * 1024
 MIN_READ_BYTES: Final = 8
+
+# What a woken read holds while it reads: the connection's turn to answer one woken read, so that
+# however many reads wake at once, one reply at a time is read and buffered for a peer.
+ReplySlot = Callable[[], AbstractAsyncContextManager[object]]
 
 
 def read_size(suggested: int) -> int:
@@ -60,8 +66,10 @@ class Reads:
             return _reply(cmd, result)
         return watch
 
-    async def wait_at_tail(self, cmd: wc.ReadSegment, watch: TailWatch) -> wc.Command:
-        """Parks until the segment changes or the wait runs out; storage refusals propagate."""
+    async def wait_at_tail(self, cmd: wc.ReadSegment, watch: TailWatch, slot: ReplySlot) -> wc.Command:
+        """Parks until the segment changes or the wait runs out; each read after a wake-up holds
+        `slot`, and the reply must be sent before the caller yields again. Storage refusals
+        propagate."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._tail_wait_s
         while True:
@@ -73,7 +81,9 @@ class Reads:
                 return wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
             watch = self._tails.watch(cmd.segment)
             try:
-                result = await self._storage.read(cmd.segment, cmd.offset, read_size(cmd.suggested_length))
+                async with slot():
+                    size = read_size(cmd.suggested_length)
+                    result = await self._storage.read(cmd.segment, cmd.offset, size)
             except BaseException:
                 watch.cancel()
                 raise
