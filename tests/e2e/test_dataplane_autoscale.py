@@ -1,7 +1,8 @@
 """Auto-scaling from real traffic: the real Pravega Python client writes to a stream with a rate
 policy through `serve`'s embedded segment store; the store measures the appends, reports the hot
 segment, and the controller splits it; once the writer stops, the idle halves report and are
-merged again. Nobody asks for a scale: every epoch here comes from the store's reports."""
+merged again; a stream written only through transactions splits from its merges. Nobody asks
+for a scale: every epoch here comes from the store's reports."""
 
 from __future__ import annotations
 
@@ -73,5 +74,28 @@ async def test_a_rate_policy_scales_up_under_load_and_down_when_the_load_stops(
         # Idle past the expiry, each half sends a silent DOWN; the second one merges them.
         merged, _ = await wait_for_segments(stub, info, lambda s: len(s) == 1, WAIT_S, "no merge")
         assert [(epoch_of(s), low, high) for s, low, high in merged] == [(2, 0.0, 1.0)], merged
+    finally:
+        controller.close()
+
+
+async def test_committed_transactions_count_as_the_streams_traffic(
+    served: ServedProcess, tmp_path: Path
+) -> None:
+    """Transactions' events reach the stream only by merges: the store counts each merged
+    transaction for the parent segment (spread over its life, as Pravega does), so a stream
+    written only through transactions splits too."""
+    controller = Controller(served)
+    stub = controller.stub
+    try:
+        info = await create_rate_stream(stub, "auto", "t", target_rate=1)
+        writer = await ClientProcess.start(
+            "txn-load", tmp_path, uri=served.grpc_uri, scope="auto", stream="t", size=20, event_size=100,
+            seconds=WAIT_S,
+        )  # fmt: skip
+        try:
+            split, _ = await wait_for_segments(stub, info, lambda s: len(s) > 1, WAIT_S, "no split")
+        finally:
+            await writer.kill()
+        assert [(epoch_of(s), low, high) for s, low, high in split] == [(1, 0.0, 0.5), (1, 0.5, 1.0)]
     finally:
         controller.close()
