@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from app.domain.errors import InvalidInput
@@ -205,15 +205,42 @@ COOLDOWN_MS = 10 * 60 * 1000
 MUTE_MS = 10 * 60 * 1000
 REPORTING_INTERVAL_MS = 2 * 60 * 1000
 IDLE_EXPIRY_MS = 20 * 60 * 1000
-_TWO_MIN, _FIVE_MIN, _TEN_MIN, _TWENTY_MIN = (m * 60 * 1000 for m in (2, 5, 10, 20))
+_MINUTE_MS = 60 * 1000
 
 
-def _alpha(minutes: int) -> float:
-    # One tick's weight in an exponentially weighted average over `minutes` (Pravega's M*_ALPHA).
-    return 1 - math.exp(-(TICK_MS / 1000) / 60 / minutes)
+@dataclass(frozen=True, slots=True)
+class TrafficWindows:
+    """The segment store's fixed durations: the 5-second tick, the windows of the 2/5/10/20-minute
+    averages (each also the age a segment must reach before its average is trusted) and the
+    2-minute reporting interval. Pravega fixes them; `scaled` shrinks them all alike for tests,
+    which keeps every rule as it is (an average's weight per tick depends only on tick / window,
+    and rates stay per real second)."""
+
+    tick_ms: int = TICK_MS
+    two_minute_ms: int = 2 * _MINUTE_MS
+    five_minute_ms: int = 5 * _MINUTE_MS
+    ten_minute_ms: int = 10 * _MINUTE_MS
+    twenty_minute_ms: int = 20 * _MINUTE_MS
+    reporting_interval_ms: int = REPORTING_INTERVAL_MS
+
+    def scaled(self, factor: float) -> TrafficWindows:
+        if not 0 < factor <= 1:
+            raise InvalidInput(f"the auto-scaler's time scale must be within (0, 1], got {factor}")
+        return TrafficWindows(*(max(1, round(getattr(self, f.name) * factor)) for f in fields(self)))
+
+    @property
+    def windows_ms(self) -> tuple[int, int, int, int]:
+        return (self.two_minute_ms, self.five_minute_ms, self.ten_minute_ms, self.twenty_minute_ms)
+
+    @property
+    def alphas(self) -> tuple[float, ...]:
+        # One tick's weight in an exponentially weighted average over each window (Pravega's
+        # M*_ALPHA, computed in the same order of operations so the defaults match it exactly).
+        tick_s = self.tick_ms / 1000
+        return tuple(1 - math.exp(-tick_s / 60 / (window / _MINUTE_MS)) for window in self.windows_ms)
 
 
-_ALPHAS = (_alpha(2), _alpha(5), _alpha(10), _alpha(20))
+PRAVEGA_WINDOWS = TrafficWindows()
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,16 +254,20 @@ class TrafficRates:
 
 
 class SegmentAggregates:
-    """One segment's traffic averages, updated in 5-second ticks exactly as Pravega's
-    SegmentAggregates: silent ticks decay the averages with a zero count, the first non-zero
-    tick seeds them. Mutable on purpose: it is a running average, owned by one simulator."""
+    """One segment's traffic averages, updated in ticks exactly as Pravega's SegmentAggregates:
+    silent ticks decay the averages with a zero count, the first non-zero tick seeds them.
+    Mutable on purpose: it is a running average, owned by one segment store's monitor."""
 
-    def __init__(self, scale_type: ScaleType, target_rate: int, now: int) -> None:
+    def __init__(
+        self, scale_type: ScaleType, target_rate: int, now: int, windows: TrafficWindows = PRAVEGA_WINDOWS
+    ) -> None:
         if scale_type == ScaleType.FIXED_NUM_SEGMENTS or target_rate <= 0:
             raise InvalidInput("traffic is only aggregated for rate-based policies with a positive target")
         self.scale_type = scale_type
         self.target_rate = target_rate
         self.start_time = now
+        self.windows = windows
+        self._alphas = windows.alphas
         self._last_tick = now
         self._last_reported = now
         self._count = 0
@@ -244,21 +275,32 @@ class SegmentAggregates:
 
     def update(self, events: int, size: int, now: int) -> None:
         self._count += size if self.scale_type == ScaleType.BY_RATE_IN_KBYTES_PER_SEC else events
+        tick = self.windows.tick_ms
         age = now - self._last_tick
-        if age <= TICK_MS:
+        if age <= tick:
             return
         self._last_tick = now
         count, self._count = self._count, 0
-        iterations = age // TICK_MS
+        iterations = age // tick
         for _ in range(iterations - 1):
-            self._decay(0, TICK_MS / 1000)
-        self._decay(count, (age - (iterations - 1) * TICK_MS) / 1000)
+            self._decay(0, tick / 1000)
+        self._decay(count, (age - (iterations - 1) * tick) / 1000)
+
+    def update_transaction(self, events: int, size: int, created_at: int, now: int) -> None:
+        """A merged transaction (Pravega's updateTx): one that lived longer than a tick counts
+        only a tick's share of its traffic, as if it had been spread over its life."""
+        lifetime = now - created_at
+        tick = self.windows.tick_ms
+        if lifetime < tick:
+            self.update(events, size, now)
+        else:
+            self.update(events * tick // lifetime, size * tick // lifetime, now)
 
     def _decay(self, count: int, seconds: float) -> None:
         instant = count / seconds
         self._rates = [
             instant if rate == 0 else rate + alpha * (instant - rate)
-            for rate, alpha in zip(self._rates, _ALPHAS, strict=True)
+            for rate, alpha in zip(self._rates, self._alphas, strict=True)
         ]
 
     @property
@@ -267,10 +309,11 @@ class SegmentAggregates:
         two, five, ten, twenty = (rate / unit for rate in self._rates)
         return TrafficRates(two, five, ten, twenty)
 
-    def report_due(self, now: int, interval_ms: int = REPORTING_INTERVAL_MS) -> bool:
-        """True at most once per interval: the segment store looks at a segment's rates only
-        that often, on its append path."""
-        if now - self._last_reported > interval_ms:
+    def report_due(self, now: int, interval_ms: int | None = None) -> bool:
+        """True at most once per interval (the windows' reporting interval unless given): the
+        segment store looks at a segment's rates only that often, on its append path."""
+        interval = self.windows.reporting_interval_ms if interval_ms is None else interval_ms
+        if now - self._last_reported > interval:
             self._last_reported = now
             return True
         return False
@@ -283,17 +326,23 @@ class TrafficVerdict:
 
 
 def traffic_verdict(
-    rates: TrafficRates, target_rate: int, start_time: int, now: int, cooldown_ms: int = COOLDOWN_MS
+    rates: TrafficRates,
+    target_rate: int,
+    start_time: int,
+    now: int,
+    cooldown_ms: int = COOLDOWN_MS,
+    windows: TrafficWindows = PRAVEGA_WINDOWS,
 ) -> TrafficVerdict | None:
     """Pravega's AutoScaleProcessor#report: UP when a short average is far above the target (or a
     long one above it), DOWN when every average is below it; nothing during the cooldown."""
     age = now - start_time
     if age <= cooldown_ms:
         return None
+    two, five, ten, twenty = windows.windows_ms
     if (
-        (rates.two_minute > 5.0 * target_rate and age > _TWO_MIN)
-        or (rates.five_minute > 2.0 * target_rate and age > _FIVE_MIN)
-        or (rates.ten_minute > target_rate and age > _TEN_MIN)
+        (rates.two_minute > 5.0 * target_rate and age > two)
+        or (rates.five_minute > 2.0 * target_rate and age > five)
+        or (rates.ten_minute > target_rate and age > ten)
     ):
         peak = max(rates.two_minute, rates.five_minute, rates.ten_minute)
         return TrafficVerdict(ScaleDirection.UP, max(2, int(peak / target_rate)))
@@ -302,7 +351,7 @@ def traffic_verdict(
         and rates.five_minute < target_rate
         and rates.ten_minute < target_rate
         and rates.twenty_minute < target_rate / 2.0
-        and age > _TWENTY_MIN
+        and age > twenty
     ):
         return TrafficVerdict(ScaleDirection.DOWN, 0)
     return None

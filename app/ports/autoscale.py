@@ -1,5 +1,5 @@
 """The auto-scaling ports (adapters: app/store/autoscale.py, app/services/autoscale.py,
-app/segmentstore/traffic.py): segment stores' traffic reports become AUTO_SCALE requests, and a
+app/segmentstore/autoscaler.py): segment stores' traffic reports become AUTO_SCALE requests, and a
 DOWN report marks its segment cold so that cold neighbours can merge."""
 
 from __future__ import annotations

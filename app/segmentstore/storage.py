@@ -93,6 +93,10 @@ class SegmentState:
     start_offset: int
     sealed: bool
     last_modified_ms: int
+    # The scale policy CreateSegment/UpdateSegmentPolicy gave it (the wire's scale type byte and
+    # target rate): what a store's auto-scaler reads for a segment it did not create.
+    scale_type: int = 0
+    target_rate: int = 0
 
 
 @dataclass(frozen=True, slots=True)

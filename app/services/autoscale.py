@@ -19,7 +19,7 @@ log = logging.getLogger("pgcontroller.autoscale")
 
 
 class AutoScaleIntake:
-    """Implements ScaleReportSink: the traffic simulator and the REST intake both report here."""
+    """Implements ScaleReportSink: the segment stores' auto-scalers and the REST intake both report here."""
 
     def __init__(self, store: AutoScaleStore, clock: Clock) -> None:
         self._store = store

@@ -71,7 +71,7 @@ class Setting:
 
     @property
     def is_switch(self) -> bool:
-        """A flag that takes no value (`--simulate-traffic`)."""
+        """A flag that takes no value (`--no-embedded-segment-store`)."""
         return self.parse is truthy
 
     def shown(self) -> str:

@@ -52,6 +52,10 @@ def _tail_wait(value: float) -> str | None:
     return None if 0 < value < 30 else "must be above 0 and below 30 (the clients' request timeout)"
 
 
+def _time_scale(value: float) -> str | None:
+    return None if 0 < value <= 1 else "must be above 0 and at most 1"
+
+
 _buckets = within(1, MAX_BUCKETS)
 _FIXED_BUCKETS = (
     "; applied by the first process while the cluster holds no stream, fixed afterwards "
@@ -261,17 +265,35 @@ class Settings:
         check=positive,
         help="how often watermarks are computed for the streams of the watermark buckets this process owns",
     )
-    simulate_traffic: bool = setting(
-        False,
-        help="count appends to the embedded segment store as traffic and send auto-scale reports from "
-        "it with a segment store's rules; external segment stores report through "
-        "`POST /v1/scopes/{s}/streams/{st}/scale-reports`",
+
+    # The segment store's auto-scaler (Pravega's autoScale.* settings of a segment store).
+    autoscale_cooldown_s: float = setting(
+        600.0,
+        check=not_negative,
+        help="a new segment sends no scale report for this long (Pravega's autoScale.cooldown.time.seconds)",
     )
-    traffic_report_period_s: float = setting(
-        5.0,
+    autoscale_mute_s: float = setting(
+        600.0,
+        check=not_negative,
+        help="after a scale report a segment sends no other in the same direction for this long "
+        "(an UP mutes both; Pravega's autoScale.mute.time.seconds)",
+    )
+    autoscale_cache_expiry_s: float = setting(
+        1200.0,
         check=positive,
-        old_flags=("--traffic-report-period",),
-        help="time between the traffic simulator's evaluations",
+        help="a segment without appends for this long is forgotten, with a silent DOWN report if it "
+        "was created by this store or reported on (Pravega's autoScale.cache.expiry.seconds)",
+    )
+    autoscale_cache_cleanup_s: float = setting(
+        300.0,
+        check=positive,
+        help="how often idle segments are looked for (Pravega's autoScale.cache.cleanUp.interval.seconds)",
+    )
+    autoscale_time_scale: float = setting(
+        1.0,
+        check=_time_scale,
+        help="multiplies the durations Pravega fixes: the 5 s tick, the 2/5/10/20-minute averages and "
+        "the 2-minute reporting interval; below 1 only to see auto-scaling within a test",
     )
 
     # The process's resources.

@@ -103,6 +103,8 @@ class PgSegmentStorage(PgTableSegments):
             start_offset=int(row["start_offset"]),
             sealed=bool(row["sealed"]),
             last_modified_ms=int(row["last_modified"]),
+            scale_type=int(row["scale_type"]),
+            target_rate=int(row["target_rate"]),
         )
 
     async def writer_event_number(self, name: str, writer_id: int) -> int:

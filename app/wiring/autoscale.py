@@ -1,17 +1,26 @@
 """Auto-scaling: the intake that turns segment stores' scale reports into AUTO_SCALE requests, the
-cold markers the scale workflow reads, and (with --simulate-traffic) the traffic simulator that
-judges the embedded segment store's appends as a segment store would and reports to the intake."""
+cold markers the scale workflow reads, and the segment store's side (its storage measured by an
+AutoScaleMonitor whose reports go to that intake).
+
+A segment store reaches the intake through the database alone (the intake writes the request row
+the controllers' workers take, as Pravega's store writes to `_requeststream`), so a store in a
+process of its own needs nothing but its pool to report.
+"""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from app.api.rest import autoscale as autoscale_routes
 from app.config import Settings
-from app.segmentstore.traffic import TrafficSimulator
+from app.domain.autoscale import TrafficWindows
+from app.ports import Clock
+from app.segmentstore.autoscaler import AutoScaleMonitor, AutoScalerConfig
+from app.segmentstore.measured_storage import MeasuredStorage
+from app.segmentstore.storage import SegmentStorage
 from app.services.autoscale import AutoScaleIntake
 from app.store.autoscale import PgAutoScaleStore
+from app.store.db import Database
 from app.wiring.resources import Contribution, Resources
 
 
@@ -19,19 +28,30 @@ from app.wiring.resources import Contribution, Resources
 class AutoScaling:
     store: PgAutoScaleStore
     intake: AutoScaleIntake
-    traffic: TrafficSimulator | None
     contribution: Contribution
 
 
 def wire_autoscale(settings: Settings, resources: Resources) -> AutoScaling:
     store = PgAutoScaleStore(resources.pool)
     intake = AutoScaleIntake(store, resources.clock)
-    traffic = TrafficSimulator(intake, resources.clock) if settings.simulate_traffic else None
-    loops = (
-        {"traffic-reports": functools.partial(traffic.run, settings.traffic_report_period_s)}
-        if traffic is not None
-        else {}
+    return AutoScaling(store, intake, Contribution(rest=(autoscale_routes.extension(intake),)))
+
+
+def autoscaler_config(settings: Settings) -> AutoScalerConfig:
+    """The segment store's auto-scaler settings (Pravega's autoScale.* with its defaults)."""
+    return AutoScalerConfig(
+        cooldown_ms=round(settings.autoscale_cooldown_s * 1000),
+        mute_ms=round(settings.autoscale_mute_s * 1000),
+        cache_expiry_ms=round(settings.autoscale_cache_expiry_s * 1000),
+        cache_cleanup_ms=max(1, round(settings.autoscale_cache_cleanup_s * 1000)),
+        windows=TrafficWindows().scaled(settings.autoscale_time_scale),
     )
-    return AutoScaling(
-        store, intake, traffic, Contribution(rest=(autoscale_routes.extension(intake),), loops=loops)
-    )
+
+
+def measured_storage(
+    storage: SegmentStorage, settings: Settings, pool: Database, clock: Clock
+) -> MeasuredStorage:
+    """`storage` with its appends measured and the scale reports they trigger sent to the
+    controllers' request queue in `pool`; start() it, and close() it after the store stops."""
+    sink = AutoScaleIntake(PgAutoScaleStore(pool), clock)
+    return MeasuredStorage(storage, AutoScaleMonitor(sink, clock, autoscaler_config(settings)), clock)

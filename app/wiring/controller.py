@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from app.clock import SystemClock
 from app.config import Settings
 from app.domain.cluster import BucketService
+from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import SharedContainerMap
-from app.segmentstore.traffic import AppendingSegmentStore, TrafficSimulator
 from app.services.autoscale import AutoScaleIntake
 from app.services.cluster import ClusterQueries
 from app.services.containers import ContainerMapService
@@ -164,11 +164,7 @@ class Controller:
         return self.scaling.intake
 
     @property
-    def traffic(self) -> TrafficSimulator | None:
-        return self.scaling.traffic
-
-    @property
-    def segment_store(self) -> AppendingSegmentStore:
+    def segment_store(self) -> WireSegmentStore:
         return self.storage.store
 
     @property
@@ -250,7 +246,7 @@ def wire(settings: Settings, resources: Resources) -> Controller:
     workflows (streams, transactions) themselves."""
     membership = wire_cluster(settings, resources)
     scaling = wire_autoscale(settings, resources)
-    storage = wire_segment_store(settings, resources, membership.locator, scaling.traffic)
+    storage = wire_segment_store(settings, resources, membership.locator)
     deps = WorkflowDeps(
         resources.stream_store, resources.scope_store, storage.store, resources.clock, resources.txn_store
     )

@@ -16,9 +16,9 @@ from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.storage import AppendResult
-from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
 from app.store.db import Database
 from app.store.segment_data import PgSegmentStorage
+from app.wiring.autoscale import measured_storage
 from app.wiring.resources import Contribution, Resources
 from workers.failpoints import failpoint
 
@@ -27,21 +27,16 @@ _ANY_INTERFACE = ("", "0.0.0.0", "::")
 
 @dataclass(frozen=True)
 class SegmentStorage:
-    store: AppendingSegmentStore
+    store: WireSegmentStore
     client: WireSegmentStore
     contribution: Contribution
 
 
 def wire_segment_store(
-    settings: Settings, resources: Resources, locator: SegmentStoreLocator, traffic: TrafficSimulator | None
+    settings: Settings, resources: Resources, locator: SegmentStoreLocator
 ) -> SegmentStorage:
-    """`traffic` (auto-scaling's simulator, when configured) is told of every append."""
     client = WireSegmentStore(locator, request_timeout_s=settings.segment_store_timeout_s)
-    store: AppendingSegmentStore = client
-    if traffic is not None:
-        # Appends are counted as traffic and turned into scale reports, as a segment store would.
-        store = TrafficRecordingSegmentStore(store, traffic)
-    return SegmentStorage(store, client, Contribution())
+    return SegmentStorage(client, client, Contribution())
 
 
 class _FailpointStorage(PgSegmentStorage):
@@ -66,15 +61,23 @@ class _FailpointStorage(PgSegmentStorage):
 async def start_embedded_segment_store(
     settings: Settings, pool: Database, clock: Clock
 ) -> SegmentStoreServer | None:
-    """The embedded segment store, listening (None with --no-embedded-segment-store)."""
+    """The embedded segment store, listening (None with --no-embedded-segment-store); it measures
+    its segments' traffic and sends their scale reports until it is closed."""
     if settings.no_embedded_segment_store:
         return None
-    return await SegmentStoreServer.start(
-        _FailpointStorage(pool, clock),
-        settings.segment_store_host,
-        settings.segment_store_port,
-        tail_wait_s=settings.segment_store_tail_wait_s,
-    )
+    storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock)
+    storage.start()
+    try:
+        return await SegmentStoreServer.start(
+            storage,
+            settings.segment_store_host,
+            settings.segment_store_port,
+            tail_wait_s=settings.segment_store_tail_wait_s,
+            on_close=storage.close,
+        )
+    except BaseException:
+        await storage.close()
+        raise
 
 
 def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:

@@ -14,7 +14,7 @@ ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
 -- name: segment_state
-SELECT name, kind, length, start_offset, sealed, last_modified, key_length
+SELECT name, kind, length, start_offset, sealed, last_modified, key_length, scale_type, target_rate
 FROM embedded_segments WHERE name = $1;
 
 -- name: lock_segment

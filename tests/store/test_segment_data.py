@@ -92,7 +92,7 @@ async def counts(db: Database, name: str) -> tuple[int, int]:
 
 async def test_create_and_state(storage: PgSegmentStorage, db: Database, clock: ManualClock) -> None:
     await create(storage)
-    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000)
+    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000, 1, 10)
     row = await db.fetchrow(
         "SELECT scale_type, target_rate, rollover_size_bytes FROM embedded_segments WHERE name = $1", SEG
     )
@@ -144,7 +144,7 @@ async def test_stream_operations_on_a_table_are_refused(storage: PgSegmentStorag
     await storage.update_table(TABLE, [], -1)
     with pytest.raises(WrongSegmentKind):
         await storage.merge(SEG, [TABLE], [])
-    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000)
+    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000, 1, 10)
 
 
 async def test_delete_removes_data_attributes_and_transaction_segments(
@@ -167,7 +167,7 @@ async def test_delete_removes_data_attributes_and_transaction_segments(
         await storage.delete(SEG)
     # Re-created: empty, no stale attributes or writer numbers.
     await create(storage)
-    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000)
+    assert await storage.segment_state(SEG) == SegmentState(SEG, "stream", 0, 0, False, 5_000, 1, 10)
     assert await storage.get_attribute(SEG, ATTR) == NULL_ATTRIBUTE_VALUE
     assert await storage.writer_event_number(SEG, W1) == NULL_ATTRIBUTE_VALUE
     assert (await storage.read(SEG, 0, 100)).data == b""
@@ -178,6 +178,9 @@ async def test_update_policy(storage: PgSegmentStorage, db: Database) -> None:
     await storage.update_policy(SEG, 2, 77)
     row = await db.fetchrow("SELECT scale_type, target_rate FROM embedded_segments WHERE name = $1", SEG)
     assert row is not None and tuple(row) == (2, 77)
+    # What a store's auto-scaler reads back for a segment it did not create.
+    state = await storage.segment_state(SEG)
+    assert (state.scale_type, state.target_rate) == (2, 77)
 
 
 # --- appends --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from app.domain.autoscale import (
     COOLDOWN_MS,
     EXPIRED,
     MUTE_MS,
+    PRAVEGA_WINDOWS,
     AutoScaleDecision,
     MuteRecord,
     ScaleDirection,
@@ -20,6 +21,7 @@ from app.domain.autoscale import (
     SegmentAggregates,
     TrafficRates,
     TrafficVerdict,
+    TrafficWindows,
     cold_segments,
     decide,
     decision_check,
@@ -304,6 +306,47 @@ def test_reports_are_due_once_per_interval() -> None:
     assert aggregates.report_due(T0 + 2 * MINUTE + 1)
     assert not aggregates.report_due(T0 + 3 * MINUTE)
     assert aggregates.report_due(T0 + 4 * MINUTE + 2)
+
+
+def test_the_default_windows_are_pravegas_to_the_bit() -> None:
+    # SegmentAggregates' M2/M5/M10/M20_ALPHA: 1 - exp(-5 / 60 / minutes), in Java's order.
+    assert PRAVEGA_WINDOWS.alphas == tuple(1 - math.exp(-5 / 60 / m) for m in (2, 5, 10, 20))
+    assert PRAVEGA_WINDOWS.windows_ms == (2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 20 * MINUTE)
+    assert (PRAVEGA_WINDOWS.tick_ms, PRAVEGA_WINDOWS.reporting_interval_ms) == (5_000, 2 * MINUTE)
+
+
+def test_scaled_windows_keep_the_weights_and_shrink_every_duration() -> None:
+    fast = PRAVEGA_WINDOWS.scaled(0.01)
+    assert fast == TrafficWindows(50, 1_200, 3_000, 6_000, 12_000, 1_200)
+    assert fast.alphas == pytest.approx(PRAVEGA_WINDOWS.alphas)
+    # The same traffic, a hundred times faster, gives the same averages (rates per real second).
+    slow = SegmentAggregates(ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10, T0)
+    quick = SegmentAggregates(ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10, T0, fast)
+    feed(slow, T0, 3, events_per_s=50)  # 300 events every 6 s
+    for step in range(1, 31):
+        quick.update(3, 0, T0 + step * 60)  # 3 events every 60 ms
+    assert quick.rates.two_minute == pytest.approx(slow.rates.two_minute)
+    assert quick.report_due(T0 + 1_201) and not slow.report_due(T0 + 1_201)
+    hot = rates(100, 100, 100, 100)
+    assert traffic_verdict(hot, 10, T0, T0 + 1_201, 0, fast) == TrafficVerdict(ScaleDirection.UP, 10)
+    assert traffic_verdict(hot, 10, T0, T0 + 1_201, 0) is None
+    cold = rates(1, 1, 1, 1)
+    assert traffic_verdict(cold, 10, T0, T0 + 12_001, 0, fast) == TrafficVerdict(ScaleDirection.DOWN, 0)
+    for factor in (0, 1.5, -1):
+        with pytest.raises(InvalidInput):
+            PRAVEGA_WINDOWS.scaled(factor)
+
+
+def test_a_merged_transaction_counts_a_ticks_share_of_its_life() -> None:
+    """Pravega's updateTx: under a tick of life it is ordinary traffic; otherwise its events and
+    bytes are scaled by tick / lifetime (integer division, as Java's)."""
+    short = SegmentAggregates(ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10, T0)
+    short.update_transaction(100, 0, T0 + 1_000, T0 + 4_999)
+    short.update(0, 0, T0 + 6_000)
+    assert short.rates.two_minute == pytest.approx(100 / 6)
+    long = SegmentAggregates(ScaleType.BY_RATE_IN_KBYTES_PER_SEC, 10, T0)
+    long.update_transaction(100, 30_000 * 1024, T0 - 24_000, T0 + 6_000)  # lived 30 s
+    assert long.rates.two_minute == pytest.approx(30_000 * 1024 * 5_000 // 30_000 / 1024 / 6)
 
 
 def rates(two: float, five: float, ten: float, twenty: float) -> TrafficRates:

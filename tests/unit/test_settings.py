@@ -62,8 +62,11 @@ SAMPLES = {
     "txn_timeout_grace_ms": "0",
     "retention_frequency_ms": "1000",
     "watermark_period_ms": "500",
-    "simulate_traffic": "yes",
-    "traffic_report_period_s": "1",
+    "autoscale_cooldown_s": "0",
+    "autoscale_mute_s": "1.5",
+    "autoscale_cache_expiry_s": "3",
+    "autoscale_cache_cleanup_s": "0.5",
+    "autoscale_time_scale": "0.01",
     "shutdown_timeout_s": "2",
     "pool_max_size": "5",
 }
@@ -101,8 +104,11 @@ BAD = {
     "txn_timeout_grace_ms": ["-1"],
     "retention_frequency_ms": ["0"],
     "watermark_period_ms": ["0"],
-    "simulate_traffic": ["maybe"],
-    "traffic_report_period_s": ["0"],
+    "autoscale_cooldown_s": ["-1"],
+    "autoscale_mute_s": ["-0.5", "soon"],
+    "autoscale_cache_expiry_s": ["0"],
+    "autoscale_cache_cleanup_s": ["0"],
+    "autoscale_time_scale": ["0", "1.5", "-1"],
     "shutdown_timeout_s": ["0"],
     "pool_max_size": ["1", "0"],
 }
@@ -171,7 +177,10 @@ def test_defaults_are_the_ones_the_controller_always_had() -> None:
     )
     assert settings.completion_timeout_s == 120.0
     assert (settings.retention_frequency_ms, settings.watermark_period_ms) == (1_800_000, 10_000)
-    assert settings.simulate_traffic is False and settings.traffic_report_period_s == 5.0
+    # Pravega's AutoScalerConfig defaults.
+    assert (settings.autoscale_cooldown_s, settings.autoscale_mute_s) == (600.0, 600.0)
+    assert (settings.autoscale_cache_expiry_s, settings.autoscale_cache_cleanup_s) == (1200.0, 300.0)
+    assert settings.autoscale_time_scale == 1.0
     assert (settings.shutdown_timeout_s, settings.pool_max_size) == (5.0, 20)
     assert settings.log_level == "INFO" and settings.ready_file is None and settings.advertise_host is None
     assert settings.instance_id != Settings().instance_id, "one random instance id per process start"
@@ -198,7 +207,7 @@ def test_the_samples_read_as_an_operator_means_them() -> None:
     assert settings.data_dir == Path("/var/lib/pgc") and settings.ready_file == Path("/run/pgc/ready.json")
     assert settings.txn_limits.completed_ttl_ms == 2 * 3_600_000
     assert settings.txn_limits.timeout_grace_ms == 0
-    assert settings.bucket_counts.requests == 32 and settings.simulate_traffic is True
+    assert settings.bucket_counts.requests == 32 and settings.autoscale_time_scale == 0.01
 
 
 OLD_FLAGS = [(item, old) for item in DECLARATIONS for old in item.old_flags]
@@ -213,7 +222,6 @@ def test_the_renamed_spellings_are_exactly_these() -> None:
         "--completion-timeout": "--completion-timeout-s",
         "--txn-min-lease": "--txn-min-lease-ms",
         "--txn-max-lease": "--txn-max-lease-ms",
-        "--traffic-report-period": "--traffic-report-period-s",
     }
     assert {old: item.env for item, old in OLD_ENVS} == {
         "PGCONTROLLER_COMPLETION_TIMEOUT": "PGCONTROLLER_COMPLETION_TIMEOUT_S"

@@ -1,6 +1,6 @@
 """Auto-scaling end to end over a real PostgreSQL: reports go through the intake into the request
 queue and are applied by the real request workers (dispatcher, keyed queues, runner, handlers),
-and the traffic simulator drives a real split with a fake clock.
+and the segment store's auto-scaler, fed simulated traffic, drives a real split with a fake clock.
 
 The workers here are wired by the test (the same classes app.main wires) so that AUTO_SCALE
 requests have their cold-marker store; `running_controller(..., workers=False)` provides every
@@ -25,14 +25,15 @@ from app.domain.records import EpochRecord, ScaleType, ScalingPolicy, StreamConf
 from app.domain.requests import NewRequest, Request, RequestKind
 from app.domain.scale_rules import COLD_FOREVER
 from app.ports import SegmentStoreLocator
+from app.segmentstore.autoscaler import AutoScaleMonitor
 from app.segmentstore.client import WireSegmentStore
-from app.segmentstore.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore, TrafficSimulator
 from app.services.autoscale import AutoScaleIntake
 from app.services.scaling import CheckScaleOutcome
 from app.services.stream_updates import UpdateOutcome
 from app.store.autoscale import PgAutoScaleStore
 from app.testing.clock import ManualClock
 from app.testing.controller import TEST_SETTINGS, Services, running_controller
+from app.testing.traffic import AppendingSegmentStore, TrafficRecordingSegmentStore
 from workers.dispatcher import RequestDispatcher
 from workers.handlers import stream_request_handlers
 from workers.handlers.auto_scale import AutoScaleHandler
@@ -429,11 +430,11 @@ async def test_a_redelivered_report_does_nothing_more(h: Harness) -> None:
     await h.assert_at_rest()
 
 
-# --- the traffic simulator -------------------------------------------------------------------
+# --- the segment store's auto-scaler on simulated traffic ----------------------------------------
 
 
 async def feed(
-    sim: TrafficSimulator, clock: ManualClock, name: str, minutes: float, per_s: int, step_s: int = 6
+    sim: AutoScaleMonitor, clock: ManualClock, name: str, minutes: float, per_s: int, step_s: int = 6
 ) -> list[ScaleDirection]:
     """Steady traffic on one segment, a report pass after every step; the directions sent."""
     sent: list[ScaleDirection] = []
@@ -446,11 +447,11 @@ async def feed(
 
 async def test_simulated_traffic_drives_a_real_split(h: Harness) -> None:
     clock = ManualClock(h.s.clock.now_ms())
-    sim = TrafficSimulator(h.intake, clock)
+    sim = AutoScaleMonitor(h.intake, clock)
     h.segment_store = TrafficRecordingSegmentStore(h.s.segment_store, sim)
     await make_stream(h, by_events(1, scale_factor=4, target=10))
     segment0 = qualified_segment_name(SC, ST, 0)
-    assert sim.track(segment0, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
+    assert sim.created(segment0, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
     h.start_workers()
 
     # 25 events/s against a target of 10: quiet through the 10-minute cooldown, then one UP.
@@ -473,15 +474,15 @@ async def test_simulator_reports_only_rate_based_segments_and_honours_mute_and_i
 ) -> None:
     await make_stream(h, by_events(1))
     clock = ManualClock(h.s.clock.now_ms())
-    sim = TrafficSimulator(h.intake, clock)
+    sim = AutoScaleMonitor(h.intake, clock)
     name = qualified_segment_name(SC, ST, 0)
 
-    assert not sim.track(name, ScaleType.FIXED_NUM_SEGMENTS, 0)
+    assert not sim.created(name, ScaleType.FIXED_NUM_SEGMENTS, 0)
     assert not sim.record(name, 1000, 1000)
-    assert not sim.track(
+    assert not sim.created(
         name + "#transaction.00000000000000010000000000000002", ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10
     )
-    assert sim.track(name, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
+    assert sim.created(name, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
 
     hot = await feed(sim, clock, name, 30, per_s=100)
     # First UP after the cooldown, the next only once the mute has passed.
@@ -500,18 +501,18 @@ async def test_simulator_reports_only_rate_based_segments_and_honours_mute_and_i
     assert [(r.direction, r.silent) for r in queued][-1] == (ScaleDirection.DOWN, True)
 
     # A policy changed to FIXED stops the reports; a sealed segment is forgotten.
-    assert not sim.track(name, ScaleType.FIXED_NUM_SEGMENTS, 0)
+    assert not sim.created(name, ScaleType.FIXED_NUM_SEGMENTS, 0)
     assert sim.tracked() == []
 
 
 async def test_simulator_keeps_going_when_a_report_is_refused(h: Harness) -> None:
     await make_stream(h, by_events(1))
     clock = ManualClock(h.s.clock.now_ms())
-    sim = TrafficSimulator(h.intake, clock)
+    sim = AutoScaleMonitor(h.intake, clock)
     ghost = qualified_segment_name(SC, "ghost", 0)  # a stream the controller does not know
     real = qualified_segment_name(SC, ST, 0)
     for name in (ghost, real):
-        sim.track(name, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
+        sim.created(name, ScaleType.BY_RATE_IN_EVENTS_PER_SEC, 10)
     sent = []
     for _ in range(110):  # 11 minutes: one report pass past the cooldown
         clock.advance(6_000)
@@ -530,7 +531,7 @@ async def test_simulator_keeps_going_when_a_report_is_refused(h: Harness) -> Non
 
 async def test_appends_through_the_wrapped_store_count_as_traffic(h: Harness) -> None:
     clock = ManualClock(h.s.clock.now_ms())
-    sim = TrafficSimulator(h.intake, clock)
+    sim = AutoScaleMonitor(h.intake, clock)
     wrapped = TrafficRecordingSegmentStore(h.s.segment_store, sim)
     name = qualified_segment_name(SC, ST, 0)
     await make_stream(h, by_events(1))

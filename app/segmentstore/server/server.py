@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from app.segmentstore import storage as st
@@ -24,9 +25,15 @@ CLOSE_ANSWER_TIMEOUT_S: Final = 5.0
 
 
 class SegmentStoreServer:
-    def __init__(self, storage: st.SegmentStorage, tail_wait_s: float) -> None:
+    def __init__(
+        self,
+        storage: st.SegmentStorage,
+        tail_wait_s: float,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._storage = storage
         self._tail_wait_s = tail_wait_s
+        self._on_close = on_close
         self._tails = Tails()
         self._handlers = Handlers(storage, self._tails)
         self._connections: dict[asyncio.Task[None], Connection] = {}
@@ -36,11 +43,18 @@ class SegmentStoreServer:
 
     @classmethod
     async def start(
-        cls, storage: st.SegmentStorage, host: str, port: int, *, tail_wait_s: float = 20.0
+        cls,
+        storage: st.SegmentStorage,
+        host: str,
+        port: int,
+        *,
+        tail_wait_s: float = 20.0,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
-        below the Rust client's 30 s request timeout."""
-        self = cls(storage, tail_wait_s)
+        below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
+        storage's own background work, e.g. its auto-scale reports, stops with the store)."""
+        self = cls(storage, tail_wait_s, on_close)
         self._server = await asyncio.start_server(self._accept, host, port)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
@@ -71,6 +85,8 @@ class SegmentStoreServer:
         await asyncio.gather(*connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._on_close is not None:
+            await self._on_close()
         log.info("segment store on %s:%d closed", *self._address)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,0 +1,186 @@
+"""The segment store's traffic measurement: a SegmentStorage decorator that tells an
+AutoScaleMonitor what a store learns from its requests, as Pravega's request processor tells its
+stats recorder: the policy a stream segment is created or updated with, its appends, the
+transactions merged into it, and its seal or deletion.
+
+Invariants: only what storage committed is counted (a failed call or a duplicate append counts
+nothing); every call reaches storage unchanged and its result or error comes back unchanged, so
+measuring never alters what a client sees; a transaction's or transient segment's appends count
+for its parent only when merged, spread over the life it had here (Pravega's merge stats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from app.ports import Clock
+from app.segmentstore import storage as st
+from app.segmentstore.autoscaler import AutoScaleMonitor
+
+log = logging.getLogger("pgcontroller.autoscaler")
+
+# Pravega's name markers of the segments merged into stream segments.
+_TRANSACTION: Final = "#transaction."
+_TRANSIENT: Final = "#transient."
+# A transaction may stay open a day (the controller's longest execution bound); its tally is
+# dropped if nothing touched it for longer (merged through another store after a container move).
+TALLY_EXPIRY_MS: Final = 2 * 86_400_000
+
+
+@dataclass
+class _Tally:
+    """What was appended here to a segment that will be merged (a transaction or transient one)."""
+
+    created_at: int
+    events: int = 0
+    size: int = 0
+    last_access: int = 0
+
+
+def _mergeable(name: str) -> bool:
+    return _TRANSACTION in name or _TRANSIENT in name
+
+
+class MeasuredStorage:
+    """Wraps the store's SegmentStorage; every call it does not observe passes straight through."""
+
+    def __init__(self, inner: st.SegmentStorage, monitor: AutoScaleMonitor, clock: Clock) -> None:
+        self._inner = inner
+        self.monitor = monitor
+        self._clock = clock
+        self._tallies: dict[str, _Tally] = {}
+        self._loading: set[str] = set()
+        self._loads: set[asyncio.Task[None]] = set()
+        self._next_sweep = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # Reads, attributes, table segments and whatever the protocol gains later measure nothing:
+        # they reach storage as they are.
+        return getattr(self._inner, name)
+
+    async def create_segment(
+        self,
+        name: str,
+        kind: st.SegmentKind,
+        scale_type: int,
+        target_rate: int,
+        rollover_size_bytes: int,
+    ) -> None:
+        await self._inner.create_segment(name, kind, scale_type, target_rate, rollover_size_bytes)
+        now = self._clock.now_ms()
+        if kind == "stream":
+            self.monitor.created(name, scale_type, target_rate)
+        elif _mergeable(name):
+            self._drop_stale_tallies(now)
+            self._tallies[name] = _Tally(now, last_access=now)
+
+    async def append(
+        self,
+        name: str,
+        writer_id: int,
+        data: bytes,
+        last_event_number: int,
+        num_events: int,
+        expected_offset: int | None,
+    ) -> st.AppendResult:
+        result = await self._inner.append(
+            name, writer_id, data, last_event_number, num_events, expected_offset
+        )
+        if not result.duplicate:
+            self._count(name, num_events, len(data))
+        return result
+
+    def _count(self, name: str, events: int, size: int) -> None:
+        if _mergeable(name):
+            now = self._clock.now_ms()
+            tally = self._tallies.setdefault(name, _Tally(now))
+            tally.events += events
+            tally.size += size
+            tally.last_access = now
+        elif not self.monitor.record(name, events, size) and self.monitor.wants_policy(name):
+            self._load_policy(name)
+
+    def _load_policy(self, name: str) -> None:
+        # Pravega loads a segment's policy from its attributes on its first append after a
+        # restart or a container move; that append itself is not counted.
+        if name in self._loading:
+            return
+        self._loading.add(name)
+        task = asyncio.create_task(self._load(name), name=f"autoscale-load {name}")
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _load(self, name: str) -> None:
+        try:
+            state = await self._inner.segment_state(name)
+            if not state.sealed:
+                self.monitor.loaded(name, state.scale_type, state.target_rate)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("policy of %s not loaded: %s", name, exc)
+        finally:
+            self._loading.discard(name)
+
+    async def merge(
+        self, target: str, sources: Sequence[str], attribute_updates: Sequence[st.AttributeUpdate]
+    ) -> list[int]:
+        lengths = await self._inner.merge(target, sources, attribute_updates)
+        for source in sources:
+            tally = self._tallies.pop(source, None)
+            if tally is None:
+                continue  # merged already, or its appends went to another store
+            # A transient segment holds one (large) event, whatever its appends were.
+            events = 1 if _TRANSIENT in source else tally.events
+            counted = self.monitor.record_transaction(target, events, tally.size, tally.created_at)
+            if not counted and self.monitor.wants_policy(target):
+                self._load_policy(target)
+        return lengths
+
+    async def seal(self, name: str) -> int:
+        try:
+            length = await self._inner.seal(name)
+        except st.SegmentSealed:
+            self.monitor.forget(name)  # sealed before: it takes no more traffic either
+            raise
+        self.monitor.forget(name)
+        return length
+
+    async def delete(self, name: str) -> None:
+        await self._inner.delete(name)
+        self.monitor.forget(name)
+        self._tallies.pop(name, None)
+
+    async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
+        await self._inner.update_policy(name, scale_type, target_rate)
+        self.monitor.policy_updated(name, scale_type, target_rate)
+
+    def _drop_stale_tallies(self, now: int) -> None:
+        """Forgets the tallies nothing touched for TALLY_EXPIRY_MS (looked for hourly at most)."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 3_600_000
+        for name, tally in list(self._tallies.items()):
+            if now - tally.last_access > TALLY_EXPIRY_MS:
+                del self._tallies[name]
+
+    def start(self) -> None:
+        self.monitor.start()
+
+    async def close(self) -> None:
+        for task in list(self._loads):
+            task.cancel()
+        for task in list(self._loads):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.monitor.close()
+
+
+if TYPE_CHECKING:
+    # mypy's proof that the wire server can take it in place of its storage.
+    _IMPLEMENTS: type[st.SegmentStorage] = MeasuredStorage
