@@ -18,6 +18,7 @@ from app.ports.streams import StreamCreation, StreamStore
 from app.ports.txns import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup, TxnStore
 from app.ports.watermarks import (
     MarkChange,
+    MarkStream,
     StoredWatermark,
     TxnWriterMarks,
     WatermarkAppend,
@@ -40,6 +41,7 @@ __all__ = [
     "KvtCreation",
     "KvtStore",
     "MarkChange",
+    "MarkStream",
     "ReaderGroupCreation",
     "ReaderGroupStore",
     "RegisteredHost",
