@@ -6,6 +6,7 @@ watermark's append and its row, or a retried round, never appends a watermark tw
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from app.api.grpc.watermarks import WatermarkRpcs
 from app.domain.errors import StoreUnavailable
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.names import mark_stream_name
+from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.watermarks import MarkEntry, Watermark
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.client.marks import MarkReader, WireMarkStream
@@ -200,3 +202,26 @@ async def test_a_missing_mark_segment_is_created_by_the_first_watermark(rig: Rig
     await rig.round()
     [entry] = await MarkReader(rig.client, segment).read_new()
     assert (entry.start, entry.watermark.lower_time_bound) == (0, 100)
+
+
+async def test_a_served_controller_appends_its_watermarks_to_the_mark_segment(db_url: str) -> None:
+    """As `serve` wires it: the periodic job of the buckets this process claimed writes `_MARK`."""
+    async with running_controller(db_url, watermark_period_ms=100) as s:
+        await s.scopes.create_scope(SC)
+        await s.streams.create_stream(SC, ST, StreamConfig(ScalingPolicy.fixed(1)))
+        async with served(s, [WatermarkRpcs(s.watermarking.service)]) as stub:
+            rig = Rig(
+                World(s, ManualClock(), PgWatermarkStore(s.pool), s.watermarking.service),
+                stub,
+                s.storage.client,
+            )
+            reader = MarkReader(rig.client, await rig.mark_segment())
+            seen: list[int] = []
+            for n in range(1, 3):
+                length = await rig.client.append(SEGMENT_0, 30)
+                await rig.note("w1", 1_000 * n, {0: length})
+                async with asyncio.timeout(20):
+                    while len(seen) < n:
+                        seen += [e.watermark.lower_time_bound for e in await reader.read_new()]
+                        await asyncio.sleep(0.05)
+            assert seen == [1_000, 2_000]
