@@ -19,6 +19,7 @@ from app.ports.txns import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn
 from app.ports.watermarks import (
     MarkChange,
     MarkStream,
+    MarkTail,
     StoredWatermark,
     TxnWriterMarks,
     WatermarkAppend,
@@ -42,6 +43,7 @@ __all__ = [
     "KvtStore",
     "MarkChange",
     "MarkStream",
+    "MarkTail",
     "ReaderGroupCreation",
     "ReaderGroupStore",
     "RegisteredHost",

@@ -127,6 +127,14 @@ class WatermarkStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class MarkTail:
+    """What a `_MARK` segment holds from some offset on, and its length when read."""
+
+    entries: tuple[MarkEntry, ...]
+    end: int
+
+
 class MarkStream(Protocol):
     """The revisioned `_MARK<stream>` segments watermarks are appended to, in Pravega's format,
     where readers read them. `segment` is the qualified segment name."""
@@ -136,8 +144,10 @@ class MarkStream(Protocol):
         new length, or None when the length differs (something was appended first)."""
         ...
 
-    async def read_from(self, segment: str, offset: int) -> list[MarkEntry]:
-        """Every watermark from `offset` (an entry's start) to the segment's current end."""
+    async def read_from(self, segment: str, offset: int) -> MarkTail:
+        """Every watermark from `offset` (an entry's start) to the segment's current end, and
+        that end. An offset past the end (the segment lost what was known of it) reads from
+        the segment's start."""
         ...
 
 

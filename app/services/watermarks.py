@@ -29,6 +29,7 @@ from app.domain.names import mark_stream_name, require_present
 from app.domain.txns import TxnId
 from app.domain.validation import check_writer_id, is_writer_time
 from app.domain.watermarks import (
+    NO_TIME,
     CutDraft,
     NoteOutcome,
     RemoveOutcome,
@@ -281,8 +282,11 @@ class WatermarkService:
                 try:
                     end = await marks.append(segment, append.watermark, expected)
                     if end is None:
-                        adopted += await self._adopt(p, marks, segment, expected, now)
-                        return None
+                        caught_up, append_at_end = await self._catch_up(
+                            p, append, marks, segment, expected, now
+                        )
+                        adopted += caught_up
+                        return append_at_end
                 except DomainError as exc:
                     # This stream waits for the next round; the others go on.
                     log.warning(
@@ -294,28 +298,45 @@ class WatermarkService:
         results = await asyncio.gather(*(one(p, append) for p, append in computed))
         return [append for append in results if append is not None], adopted
 
-    async def _adopt(self, p: _Planned, marks: MarkStream, segment: str, expected: int, now: int) -> int:
-        """The segment holds watermarks past the latest row (their rows were never written: a
-        crash or a lost bucket between the append and the row): each gets its row, in order, so
-        the next round computes after the watermark readers last saw."""
-        entries = await marks.read_from(segment, expected)
-        after = 0 if p.member.latest is None else p.member.latest.seq
+    async def _catch_up(
+        self, p: _Planned, append: WatermarkAppend, marks: MarkStream, segment: str, expected: int, now: int
+    ) -> tuple[int, WatermarkAppend | None]:
+        """The segment does not end where the latest row says. Watermarks in it newer than that
+        row (their rows were never written: a crash or a lost bucket between the append and the
+        row) get their rows, in order, and this round's watermark, computed after a stale
+        previous, is dropped. With nothing newer there (rows written without the segment, by a
+        controller of an older version; a segment that lost its end), this round's watermark is
+        appended at the segment's real end if it is newer than the segment's last one.
+        Returns how many were adopted, and the row to write for an append that landed."""
+        tail = await marks.read_from(segment, expected)
+        latest = p.member.latest
+        floor = NO_TIME if latest is None else latest.watermark.lower_time_bound
+        after = 0 if latest is None else latest.seq
         adopted = 0
-        for entry in entries:
+        for entry in tail.entries:
+            if entry.watermark.lower_time_bound <= floor:
+                continue  # older than a row already written
             row = WatermarkAppend(p.member.stream_id, p.fence, after, entry.watermark, now, entry.end)
             if not await self._store.append_watermarks([row], RETAINED_WATERMARKS):
-                break  # fenced, or another process adopted them first
+                return adopted, None  # fenced, or another process caught up first
             after += 1
             adopted += 1
-        log.info(
-            "watermarks of %s/%s: %d adopted from %s past offset %d",
-            p.member.scope,
-            p.member.stream,
-            adopted,
-            segment,
-            expected,
-        )
-        return adopted
+            floor = entry.watermark.lower_time_bound
+        if adopted:
+            log.info(
+                "watermarks of %s/%s: %d adopted from %s past offset %d",
+                p.member.scope,
+                p.member.stream,
+                adopted,
+                segment,
+                expected,
+            )
+            return adopted, None
+        last = tail.entries[-1].watermark.lower_time_bound if tail.entries else NO_TIME
+        if append.watermark.lower_time_bound <= last:
+            return 0, None
+        end = await marks.append(segment, append.watermark, tail.end)
+        return 0, None if end is None else dataclasses.replace(append, mark_offset=end)
 
     async def _watermarks_to_append(
         self, emitting: Sequence[_Planned], now: int

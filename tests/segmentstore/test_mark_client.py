@@ -13,6 +13,7 @@ import pytest
 from app.domain.errors import FinalFailure, IllegalState, InvalidInput, NotFound
 from app.domain.records import ScaleType
 from app.domain.watermarks import SegmentRange, Watermark
+from app.ports import MarkTail
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.client import store as store_module
 from app.segmentstore.client.marks import MarkReader, WireMarkStream
@@ -56,7 +57,7 @@ async def test_only_one_of_two_racing_appends_lands(client: WireSegmentStore) ->
         *(client.conditional_append(SEG, serialize_watermark(mark(n)), 0) for n in range(1, 5))
     )
     assert sum(r is not None for r in results) == 1
-    [entry] = await WireMarkStream(client).read_from(SEG, 0)
+    [entry] = (await WireMarkStream(client).read_from(SEG, 0)).entries
     winner = results.index(entry.end) + 1
     assert entry.watermark.lower_time_bound == winner
 
@@ -100,9 +101,16 @@ async def test_the_reader_reads_what_was_appended_in_order(client: WireSegmentSt
     assert [e.watermark.lower_time_bound for e in await reader.read_new()] == [1, 2]
     assert await marks.append(SEG, mark(3), end) is not None
     assert [e.watermark.lower_time_bound for e in await reader.read_new()] == [3]
-    assert reader.position == (await client.get_segment_info(SEG)).length
+    length = (await client.get_segment_info(SEG)).length
+    assert reader.position == length
+    # Past the end, the port reads all the segment holds (it lost what the caller knew of it);
+    # a reader whose position is past the end is told.
+    tail = await marks.read_from(SEG, length + 1)
+    assert ([e.watermark.lower_time_bound for e in tail.entries], tail.end) == ([1, 2, 3], length)
+    assert await marks.read_from(SEG, length) == MarkTail((), length)
+    reader.position = length + 1
     with pytest.raises(InvalidInput, match="short of"):
-        await marks.read_from(SEG, reader.position + 1)
+        await reader.read_new()
 
 
 async def test_a_segment_holding_something_else_is_a_clear_error(client: WireSegmentStore) -> None:

@@ -225,3 +225,33 @@ async def test_a_served_controller_appends_its_watermarks_to_the_mark_segment(db
                         seen += [e.watermark.lower_time_bound for e in await reader.read_new()]
                         await asyncio.sleep(0.05)
             assert seen == [1_000, 2_000]
+
+
+async def test_rows_written_without_the_segment_then_with_it(rig: Rig) -> None:
+    """A controller of the previous version (rows only) and one of this version take turns on a
+    stream (a rolling upgrade): the segment's watermarks still only ever increase, none twice."""
+    await make_stream(rig.w, segments=1)
+    reader = MarkReader(rig.client, await rig.mark_segment())
+    with_marks = rig.w.service
+    rows_only = WatermarkService(rig.w.store, rig.w.clock)
+    seen: list[int] = []
+    for n, service in enumerate([rows_only, with_marks, rows_only, rows_only, with_marks, with_marks], 1):
+        rig.w.service = service
+        await rig.note("w1", 100 * n, {0: 10 * n})
+        await rig.round()
+        seen += [e.watermark.lower_time_bound for e in await reader.read_new()]
+    assert seen == [200, 500, 600]
+    assert [r.watermark.lower_time_bound for r in await rig.w.watermarks()] == [100 * n for n in range(1, 7)]
+
+
+async def test_a_mark_segment_that_lost_its_watermarks_starts_again(rig: Rig) -> None:
+    await make_stream(rig.w, segments=1)
+    segment = await rig.mark_segment()
+    await rig.note("w1", 100, {0: 10})
+    await rig.round()
+    await rig.client.delete_segment(segment)  # the rows say it ends past its first watermark
+    await rig.note("w1", 200, {0: 20})
+    await rig.round()
+    [entry] = await MarkReader(rig.client, segment).read_new()
+    assert (entry.start, entry.watermark.lower_time_bound) == (0, 200)
+    assert [r.mark_offset for r in await rig.w.watermarks()] == [entry.end, entry.end]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from app.domain.errors import FinalFailure, InvalidInput, NotFound
 from app.domain.records import ScaleType
 from app.domain.watermarks import MarkEntry, Watermark
+from app.ports import MarkTail
 from app.segmentstore.client.store import WireSegmentStore
 from app.segmentstore.watermark_codec import MalformedWatermark, decode_entries, serialize_watermark
 
@@ -32,18 +33,12 @@ class WireMarkStream:
             await self._store.create_segment(segment, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
             return await self._store.conditional_append(segment, payload, expected_offset)
 
-    async def read_from(self, segment: str, offset: int) -> list[MarkEntry]:
+    async def read_from(self, segment: str, offset: int) -> MarkTail:
         info = await self._store.get_segment_info(segment)
-        if offset < info.start_offset:
-            raise InvalidInput(f"segment {segment} is truncated at {info.start_offset}, past {offset}")
         if offset > info.length:
-            raise InvalidInput(f"segment {segment} has length {info.length}, short of {offset}")
-        data = await self._store.read_range(segment, offset, info.length)
-        try:
-            return decode_entries(data, offset)
-        except MalformedWatermark as exc:
-            # Nothing a retry could fix: something other than a watermark writer wrote there.
-            raise FinalFailure(f"segment {segment} does not hold watermarks from {offset}: {exc}") from exc
+            offset = info.start_offset  # it lost what the caller knew of it: all it holds now
+        entries = await _entries(self._store, segment, offset, info.start_offset, info.length)
+        return MarkTail(tuple(entries), info.length)
 
 
 class MarkReader:
@@ -51,16 +46,32 @@ class MarkReader:
     them: from the segment's oldest entry, then each call continues where the last one ended."""
 
     def __init__(self, store: WireSegmentStore, segment: str) -> None:
-        self._marks = WireMarkStream(store)
         self._store = store
         self.segment = segment
         self.position: int | None = None  # the next entry's start; None: the segment's start
 
     async def read_new(self) -> list[MarkEntry]:
         """The watermarks appended since the last call (all of them on the first)."""
+        info = await self._store.get_segment_info(self.segment)
         if self.position is None:
-            self.position = (await self._store.get_segment_info(self.segment)).start_offset
-        entries = await self._marks.read_from(self.segment, self.position)
+            self.position = info.start_offset
+        entries = await _entries(self._store, self.segment, self.position, info.start_offset, info.length)
         if entries:
             self.position = entries[-1].end
         return entries
+
+
+async def _entries(
+    store: WireSegmentStore, segment: str, offset: int, start: int, end: int
+) -> list[MarkEntry]:
+    """The watermarks of [offset, end) of a segment starting at `start` and `end` long."""
+    if offset < start:
+        raise InvalidInput(f"segment {segment} is truncated at {start}, past {offset}")
+    if offset > end:
+        raise InvalidInput(f"segment {segment} has length {end}, short of {offset}")
+    data = await store.read_range(segment, offset, end)
+    try:
+        return decode_entries(data, offset)
+    except MalformedWatermark as exc:
+        # Nothing a retry could fix: something other than a watermark writer wrote there.
+        raise FinalFailure(f"segment {segment} does not hold watermarks from {offset}: {exc}") from exc
