@@ -19,7 +19,7 @@ from app.api.grpc.watermarks import WatermarkRpcs
 from app.domain.errors import StoreUnavailable
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.names import mark_stream_name
-from app.domain.records import ScalingPolicy, StreamConfig
+from app.domain.records import ScaleType, ScalingPolicy, StreamConfig
 from app.domain.watermarks import MarkEntry, Watermark
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.client.marks import MarkReader, WireMarkStream
@@ -194,14 +194,19 @@ async def test_a_retried_round_on_the_same_reads_appends_once(rig: Rig) -> None:
     assert len(await rig.w.watermarks()) == 1
 
 
-async def test_a_missing_mark_segment_is_created_by_the_first_watermark(rig: Rig) -> None:
+async def test_a_missing_mark_segment_holds_back_only_its_stream(rig: Rig) -> None:
+    """As in Pravega, the round does not create it (it is created with its stream, and one gone
+    now belongs to a stream being deleted): that stream gets no watermark, the others do."""
     await make_stream(rig.w, segments=1)
-    segment = await rig.mark_segment()
-    await rig.client.delete_segment(segment)
+    await make_stream(rig.w, segments=1, name="other")
+    await rig.client.delete_segment(await rig.mark_segment())
     await rig.note("w1", 100, {0: 10})
-    await rig.round()
-    [entry] = await MarkReader(rig.client, segment).read_new()
-    assert (entry.start, entry.watermark.lower_time_bound) == (0, 100)
+    await rig.w.service.note_timestamp(SC, "other", "w1", {0: 10}, 100)
+    rig.w.clock.advance(10_000)
+    summary = await rig.w.worker().run_once()
+    assert (summary.emitted, summary.not_landed) == (1, 1)
+    assert await rig.w.watermarks() == []
+    assert [r.watermark.lower_time_bound for r in await rig.w.watermarks("other")] == [100]
 
 
 async def test_a_served_controller_appends_its_watermarks_to_the_mark_segment(db_url: str) -> None:
@@ -249,7 +254,9 @@ async def test_a_mark_segment_that_lost_its_watermarks_starts_again(rig: Rig) ->
     segment = await rig.mark_segment()
     await rig.note("w1", 100, {0: 10})
     await rig.round()
-    await rig.client.delete_segment(segment)  # the rows say it ends past its first watermark
+    # The store lost the segment's data (re-created empty): the rows say it ends further on.
+    await rig.client.delete_segment(segment)
+    await rig.client.create_segment(segment, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
     await rig.note("w1", 200, {0: 20})
     await rig.round()
     [entry] = await MarkReader(rig.client, segment).read_new()

@@ -9,8 +9,7 @@ goes no further than the length the segment had when it started, so it never wai
 
 from __future__ import annotations
 
-from app.domain.errors import FinalFailure, InvalidInput, NotFound
-from app.domain.records import ScaleType
+from app.domain.errors import FinalFailure, InvalidInput
 from app.domain.watermarks import MarkEntry, Watermark
 from app.ports import MarkTail
 from app.segmentstore.client.store import WireSegmentStore
@@ -24,14 +23,9 @@ class WireMarkStream:
         self._store = store
 
     async def append(self, segment: str, watermark: Watermark, expected_offset: int) -> int | None:
-        payload = serialize_watermark(watermark)
-        try:
-            return await self._store.conditional_append(segment, payload, expected_offset)
-        except NotFound:
-            # The mark stream's metadata exists but its segment does not (a history seeded without
-            # the data plane, a store that lost it): created as stream creation creates it, once.
-            await self._store.create_segment(segment, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
-            return await self._store.conditional_append(segment, payload, expected_offset)
+        # A missing segment is NotFound, not created here: stream creation creates it (as
+        # Pravega's does), and one missing now belongs to a stream being deleted.
+        return await self._store.conditional_append(segment, serialize_watermark(watermark), expected_offset)
 
     async def read_from(self, segment: str, offset: int) -> MarkTail:
         info = await self._store.get_segment_info(segment)
