@@ -11,7 +11,9 @@ a conditional append at the offset where the previous one ends (kept on its row)
 row. A retried round cannot append it twice, nor append one computed after a stale previous: the
 segment's length no longer matches. When the Event landed but its row did not (a crash between
 the two, a bucket lost), the next round's append fails that check and the round adopts what the
-segment holds past the row as rows, so the rows catch up with what readers saw.
+segment holds past the row as rows, so the rows catch up with what readers saw; a segment holding
+nothing newer than the rows (rows written by a rows-only controller) takes the watermark at its
+real end. Readers of the segment never see a lower bound repeat or go back.
 """
 
 from __future__ import annotations
@@ -427,8 +429,9 @@ def _previous(latest: StoredWatermark | None) -> WatermarkRecord | None:
 
 
 def _mark_end(latest: StoredWatermark | None) -> int:
-    """Where the next Event must land: after the latest watermark's. A stream whose rows predate
-    the segment (or that has none) has an empty `_MARK` segment: 0."""
+    """Where the next Event must land: after the latest watermark's. Without a row naming an
+    offset, the segment is taken to be empty; if it is not, the append fails its check and the
+    catch-up finds where it really ends."""
     if latest is None or latest.mark_offset is None:
         return 0
     return latest.mark_offset

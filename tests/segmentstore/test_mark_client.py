@@ -121,3 +121,9 @@ async def test_a_segment_holding_something_else_is_a_clear_error(client: WireSeg
     assert await client.conditional_append(SEG, bogus, 20) is not None
     with pytest.raises(FinalFailure, match="the Event at offset 20: watermark: 0 revisions"):
         await WireMarkStream(client).read_from(SEG, 20)
+
+
+async def test_an_unwritable_watermark_is_a_domain_error(client: WireSegmentStore) -> None:
+    with pytest.raises(InvalidInput, match="cannot be written"):
+        await WireMarkStream(client).append(SEG, Watermark(1, 2**63, {}), 0)
+    assert (await client.get_segment_info(SEG)).length == 0

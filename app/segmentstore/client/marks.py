@@ -23,9 +23,14 @@ class WireMarkStream:
         self._store = store
 
     async def append(self, segment: str, watermark: Watermark, expected_offset: int) -> int | None:
+        try:
+            payload = serialize_watermark(watermark)
+        except MalformedWatermark as exc:
+            # A domain error, so the round skips this stream instead of failing the page.
+            raise InvalidInput(f"a watermark for {segment} cannot be written: {exc}") from exc
         # A missing segment is NotFound, not created here: stream creation creates it (as
         # Pravega's does), and one missing now belongs to a stream being deleted.
-        return await self._store.conditional_append(segment, serialize_watermark(watermark), expected_offset)
+        return await self._store.conditional_append(segment, payload, expected_offset)
 
     async def read_from(self, segment: str, offset: int) -> MarkTail:
         info = await self._store.get_segment_info(segment)
