@@ -111,6 +111,16 @@ class Watermark:
     stream_cut: Mapping[SegmentRange, int]
 
 
+@dataclass(frozen=True, slots=True)
+class MarkEntry:
+    """A watermark as an entry of its stream's `_MARK` segment: where its Event starts and ends
+    (the end is Pravega's revision of the entry, the offset the next conditional append names)."""
+
+    start: int
+    end: int
+    watermark: Watermark
+
+
 # --- who takes part in a round, who has gone quiet ----------------------------------------------
 
 

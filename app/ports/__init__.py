@@ -18,6 +18,8 @@ from app.ports.streams import StreamCreation, StreamStore
 from app.ports.txns import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup, TxnStore
 from app.ports.watermarks import (
     MarkChange,
+    MarkStream,
+    MarkTail,
     StoredWatermark,
     TxnWriterMarks,
     WatermarkAppend,
@@ -40,6 +42,8 @@ __all__ = [
     "KvtCreation",
     "KvtStore",
     "MarkChange",
+    "MarkStream",
+    "MarkTail",
     "ReaderGroupCreation",
     "ReaderGroupStore",
     "RegisteredHost",

@@ -11,7 +11,7 @@ from typing import Protocol
 from app.domain.cluster import Fence
 from app.domain.records import Versioned
 from app.domain.txns import TxnId
-from app.domain.watermarks import SegmentRange, TrackedMark, Watermark, WriterMark
+from app.domain.watermarks import MarkEntry, SegmentRange, TrackedMark, Watermark, WriterMark
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,9 @@ class StoredWatermark:
     seq: int
     watermark: Watermark
     created_at: int
+    # The `_MARK` segment's length after this watermark's Event; None for rows from before
+    # watermarks went to the segment (or written without one).
+    mark_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,8 @@ class WatermarkMember:
     timeout_ms: int  # the stream's timestampAggregationTimeout
     marks: tuple[TrackedMark, ...]
     latest: StoredWatermark | None
+    # The segment id of the stream's `_MARK<stream>` (None: it has no mark stream).
+    mark_segment: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,7 @@ class WatermarkAppend:
     after_seq: int
     watermark: Watermark
     created_at: int
+    mark_offset: int | None = None  # where its Event ends in the `_MARK` segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,30 @@ class WatermarkStore(Protocol):
     async def txn_commit_times(self, scope: str, name: str, txns: Sequence[TxnId]) -> list[tuple[str, int]]:
         """(writer id, commit time) of those of `txns` committed with both: only such a commit
         moves its writer's mark."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MarkTail:
+    """What a `_MARK` segment holds from some offset on, and its length when read."""
+
+    entries: tuple[MarkEntry, ...]
+    end: int
+
+
+class MarkStream(Protocol):
+    """The revisioned `_MARK<stream>` segments watermarks are appended to, in Pravega's format,
+    where readers read them. `segment` is the qualified segment name."""
+
+    async def append(self, segment: str, watermark: Watermark, expected_offset: int) -> int | None:
+        """Appends the watermark only if the segment's length is `expected_offset`; returns the
+        new length, or None when the length differs (something was appended first)."""
+        ...
+
+    async def read_from(self, segment: str, offset: int) -> MarkTail:
+        """Every watermark from `offset` (an entry's start) to the segment's current end, and
+        that end. An offset past the end (the segment lost what was known of it) reads from
+        the segment's start."""
         ...
 
 

@@ -5,21 +5,33 @@ commit time per writer).
 A round reads a whole page of streams in one query, the key ranges it needs in one more (and
 the gap-filling epochs in a third, only when some cut has gaps), and writes each kind of
 change in one fenced statement: a process that lost a bucket writes nothing for its streams.
+
+Each watermark goes first to the stream's `_MARK<stream>` segment, where readers read it, with
+a conditional append at the offset where the previous one ends (kept on its row), and then to its
+row. A retried round cannot append it twice, nor append one computed after a stale previous: the
+segment's length no longer matches. When the Event landed but its row did not (a crash between
+the two, a bucket lost), the next round's append fails that check and the round adopts what the
+segment holds past the row as rows, so the rows catch up with what readers saw; a segment holding
+nothing newer than the rows (rows written by a rows-only controller) takes the watermark at its
+real end. Readers of the segment never see a lower bound repeat or go back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.domain.cluster import Fence
 from app.domain.errors import DomainError, InvalidInput, NotFound, StoreUnavailable, WriteConflict
-from app.domain.names import require_present
+from app.domain.ids import qualified_segment_name
+from app.domain.names import mark_stream_name, require_present
 from app.domain.txns import TxnId
 from app.domain.validation import check_writer_id, is_writer_time
 from app.domain.watermarks import (
+    NO_TIME,
     CutDraft,
     NoteOutcome,
     RemoveOutcome,
@@ -37,6 +49,7 @@ from app.domain.watermarks import Watermark as WatermarkRecord
 from app.ports import (
     Clock,
     MarkChange,
+    MarkStream,
     StoredWatermark,
     WatermarkAppend,
     WatermarkMember,
@@ -54,6 +67,8 @@ LIST_MAX_LIMIT = RETAINED_WATERMARKS
 # mark can be the other writer, which Java's in-memory bookkeeping never is.
 _WRITE_ATTEMPTS = 3
 _STREAMS_PER_SLICE = 10
+# `_MARK` appends of one round in flight at once.
+_MARK_APPENDS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +81,7 @@ class RoundSummary:
     left_bucket: int = 0  # streams with no active writer: their marks removed, membership ends
     skipped: int = 0  # streams whose bucket is not (or no longer) ours: nothing was read or written
     not_landed: int = 0  # watermarks computed but not appended: fenced, or appended by another
+    adopted: int = 0  # watermarks found in a `_MARK` segment past the rows, given their rows
 
     def __add__(self, other: RoundSummary) -> RoundSummary:
         return RoundSummary(
@@ -75,6 +91,7 @@ class RoundSummary:
             self.left_bucket + other.left_bucket,
             self.skipped + other.skipped,
             self.not_landed + other.not_landed,
+            self.adopted + other.adopted,
         )
 
 
@@ -86,9 +103,11 @@ class _Planned:
 
 
 class WatermarkService:
-    def __init__(self, store: WatermarkStore, clock: Clock) -> None:
+    def __init__(self, store: WatermarkStore, clock: Clock, marks: MarkStream | None = None) -> None:
+        """Without `marks`, watermarks are kept as rows only (tests of the rules alone)."""
         self._store = store
         self._clock = clock
+        self._marks = marks
 
     # --- writers: noteTimestampFromWriter, removeWriter ------------------------------------
 
@@ -206,7 +225,8 @@ class WatermarkService:
                 continue
             plan = plan_round(member.marks, _previous(member.latest), member.timeout_ms, now)
             planned.append(_Planned(member, fence, plan))
-        appends = await self._watermarks_to_append([p for p in planned if p.plan.emit], now)
+        computed = await self._watermarks_to_append([p for p in planned if p.plan.emit], now)
+        appends, adopted = await self._append_to_mark_segments(computed, now)
         landed = await self._store.append_watermarks(appends, RETAINED_WATERMARKS)
         removed = await self._store.remove_marks(
             [
@@ -233,10 +253,96 @@ class WatermarkService:
             writers_removed=removed,
             left_bucket=sum(1 for p in planned if p.plan.leaves_bucket),
             skipped=skipped,
-            not_landed=len(appends) - len(landed),
+            not_landed=len(computed) - len(landed),
+            adopted=adopted,
         )
 
-    async def _watermarks_to_append(self, emitting: Sequence[_Planned], now: int) -> list[WatermarkAppend]:
+    # --- step 9: the `_MARK` segment first, then the row ------------------------------------
+
+    async def _append_to_mark_segments(
+        self, computed: Sequence[tuple[_Planned, WatermarkAppend]], now: int
+    ) -> tuple[list[WatermarkAppend], int]:
+        """The rows to write: each watermark whose Event landed in its `_MARK` segment, with its
+        end offset (a stream without a mark segment keeps rows only), and how many watermarks
+        were adopted from segments holding more than their rows."""
+        if self._marks is None:
+            return [append for _, append in computed], 0
+        marks = self._marks
+        gate = asyncio.Semaphore(_MARK_APPENDS_IN_FLIGHT)
+        adopted = 0
+
+        async def one(p: _Planned, append: WatermarkAppend) -> WatermarkAppend | None:
+            nonlocal adopted
+            member = p.member
+            if member.mark_segment is None:
+                return append
+            segment = qualified_segment_name(
+                member.scope, mark_stream_name(member.stream), member.mark_segment
+            )
+            expected = _mark_end(member.latest)
+            async with gate:
+                try:
+                    end = await marks.append(segment, append.watermark, expected)
+                    if end is None:
+                        caught_up, append_at_end = await self._catch_up(
+                            p, append, marks, segment, expected, now
+                        )
+                        adopted += caught_up
+                        return append_at_end
+                except DomainError as exc:
+                    # This stream waits for the next round; the others go on.
+                    log.warning(
+                        "watermark of %s/%s not appended to %s: %s", member.scope, member.stream, segment, exc
+                    )
+                    return None
+            return dataclasses.replace(append, mark_offset=end)
+
+        results = await asyncio.gather(*(one(p, append) for p, append in computed))
+        return [append for append in results if append is not None], adopted
+
+    async def _catch_up(
+        self, p: _Planned, append: WatermarkAppend, marks: MarkStream, segment: str, expected: int, now: int
+    ) -> tuple[int, WatermarkAppend | None]:
+        """The segment does not end where the latest row says. Watermarks in it newer than that
+        row (their rows were never written: a crash or a lost bucket between the append and the
+        row) get their rows, in order, and this round's watermark, computed after a stale
+        previous, is dropped. With nothing newer there (rows written without the segment, by a
+        controller of an older version; a segment that lost its end), this round's watermark is
+        appended at the segment's real end if it is newer than the segment's last one.
+        Returns how many were adopted, and the row to write for an append that landed."""
+        tail = await marks.read_from(segment, expected)
+        latest = p.member.latest
+        floor = NO_TIME if latest is None else latest.watermark.lower_time_bound
+        after = 0 if latest is None else latest.seq
+        adopted = 0
+        for entry in tail.entries:
+            if entry.watermark.lower_time_bound <= floor:
+                continue  # older than a row already written
+            row = WatermarkAppend(p.member.stream_id, p.fence, after, entry.watermark, now, entry.end)
+            if not await self._store.append_watermarks([row], RETAINED_WATERMARKS):
+                return adopted, None  # fenced, or another process caught up first
+            after += 1
+            adopted += 1
+            floor = entry.watermark.lower_time_bound
+        if adopted:
+            log.info(
+                "watermarks of %s/%s: %d adopted from %s past offset %d",
+                p.member.scope,
+                p.member.stream,
+                adopted,
+                segment,
+                expected,
+            )
+            return adopted, None
+        last = tail.entries[-1].watermark.lower_time_bound if tail.entries else NO_TIME
+        if append.watermark.lower_time_bound <= last:
+            return 0, None
+        end = await marks.append(segment, append.watermark, tail.end)
+        return 0, None if end is None else dataclasses.replace(append, mark_offset=end)
+
+    async def _watermarks_to_append(
+        self, emitting: Sequence[_Planned], now: int
+    ) -> list[tuple[_Planned, WatermarkAppend]]:
         """Step 8: the cut of each emitting stream, with two batched reads for all of them."""
         ranges = await self._store.segment_ranges(
             sorted(
@@ -273,7 +379,7 @@ class WatermarkService:
                 }
             )
         )
-        appends: list[WatermarkAppend] = []
+        appends: list[tuple[_Planned, WatermarkAppend]] = []
         for i, (p, draft) in enumerate(drafts):
             await _share_the_loop(i)
             epoch_segments: tuple[SegmentRange, ...] = ()
@@ -285,12 +391,15 @@ class WatermarkService:
             cut = complete_cut(draft, epoch_segments)
             latest = p.member.latest
             appends.append(
-                WatermarkAppend(
-                    stream_id=p.member.stream_id,
-                    fence=p.fence,
-                    after_seq=0 if latest is None else latest.seq,
-                    watermark=WatermarkRecord(p.plan.lower_time_bound, p.plan.upper_time_bound, cut),
-                    created_at=now,
+                (
+                    p,
+                    WatermarkAppend(
+                        stream_id=p.member.stream_id,
+                        fence=p.fence,
+                        after_seq=0 if latest is None else latest.seq,
+                        watermark=WatermarkRecord(p.plan.lower_time_bound, p.plan.upper_time_bound, cut),
+                        created_at=now,
+                    ),
                 )
             )
         return appends
@@ -317,3 +426,12 @@ async def _share_the_loop(i: int) -> None:
 
 def _previous(latest: StoredWatermark | None) -> WatermarkRecord | None:
     return None if latest is None else latest.watermark
+
+
+def _mark_end(latest: StoredWatermark | None) -> int:
+    """Where the next Event must land: after the latest watermark's. Without a row naming an
+    offset, the segment is taken to be empty; if it is not, the append fails its check and the
+    catch-up finds where it really ends."""
+    if latest is None or latest.mark_offset is None:
+        return 0
+    return latest.mark_offset

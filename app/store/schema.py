@@ -519,6 +519,8 @@ watermarks = Table(
     Column("upper_time_bound", BigInteger, nullable=False),
     Column("stream_cut", JSONB, nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    # The `_MARK<stream>` segment's length after this watermark's Event (0015); NULL before.
+    Column("mark_offset", BigInteger, nullable=True),
     CheckConstraint("seq > 0", name="watermarks_seq_positive"),
     PrimaryKeyConstraint("stream_id", "seq", name="watermarks_pkey"),
 )

@@ -43,6 +43,7 @@ def _stored(row: Row) -> StoredWatermark | None:
             row["lower_time_bound"], row["upper_time_bound"], stream_cut_from_json(row["stream_cut"])
         ),
         created_at=row["created_at"],
+        mark_offset=row["mark_offset"],
     )
 
 
@@ -67,6 +68,7 @@ def _member(row: Row) -> WatermarkMember:
         timeout_ms=row["timestamp_aggregation_timeout"],
         marks=marks,
         latest=_stored(row),
+        mark_segment=row["mark_segment"],
     )
 
 
@@ -184,6 +186,7 @@ class PgWatermarkStore:
             [json.dumps(stream_cut_to_json(a.watermark.stream_cut)) for a in appends],
             [a.created_at for a in appends],
             keep,
+            [a.mark_offset for a in appends],
         )
         return {r["stream_id"] for r in rows}
 

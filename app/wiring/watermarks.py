@@ -1,5 +1,5 @@
 """Watermarks: writers' marks recorded through the API, and the periodic computation of each
-stream's watermark for the watermark buckets this process owns."""
+stream's watermark for the watermark buckets this process owns, appended to its `_MARK` segment."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from app.api.grpc.watermarks import WatermarkRpcs
 from app.api.rest import watermarks as watermark_routes
 from app.config import Settings
+from app.segmentstore.client import WireSegmentStore
+from app.segmentstore.client.marks import WireMarkStream
 from app.services.watermarks import WatermarkService
 from app.store.watermarks import PgWatermarkStore
 from app.wiring.resources import Contribution, Resources
@@ -22,9 +24,12 @@ class Watermarks:
     contribution: Contribution
 
 
-def wire_watermarks(settings: Settings, resources: Resources, claims: BucketClaims) -> Watermarks:
-    """`claims` are this process's watermark buckets."""
-    service = WatermarkService(PgWatermarkStore(resources.pool), resources.clock)
+def wire_watermarks(
+    settings: Settings, resources: Resources, claims: BucketClaims, segments: WireSegmentStore
+) -> Watermarks:
+    """`claims` are this process's watermark buckets; `segments` carries each watermark to its
+    stream's `_MARK` segment."""
+    service = WatermarkService(PgWatermarkStore(resources.pool), resources.clock, WireMarkStream(segments))
     worker = WatermarkWorker(
         service,
         claims.owned,

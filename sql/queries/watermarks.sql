@@ -26,7 +26,8 @@ RETURNING m.version;
 -- name: members
 -- A page of the member streams of the buckets $2 (of $1): streams with at least one mark,
 -- after stream id $3, at most $4. Marks come as parallel arrays ordered by writer, the latest
--- watermark as columns (NULL when none): one round trip for a whole page.
+-- watermark as columns (NULL when none), and the segment of its `_MARK<stream>` (one segment,
+-- never scaled; NULL when it has none): one round trip for a whole page.
 WITH page AS (
     SELECT s.id, s.scope, s.name, (s.name_hash & 2147483647) % $1::int AS bucket
     FROM streams s
@@ -42,7 +43,12 @@ SELECT p.id AS stream_id, p.scope, p.name, p.bucket,
        (SELECT c.timestamp_aggregation_timeout FROM stream_configs c WHERE c.stream_id = p.id)
            AS timestamp_aggregation_timeout,
        m.writers, m.times, m.positions, m.alive, m.inactive_since, m.versions,
-       w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at
+       w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at, w.mark_offset,
+       (SELECT e.segment_ids[1]
+        FROM streams ms
+        JOIN stream_current_epochs ce ON ce.stream_id = ms.id
+        JOIN epochs e ON e.stream_id = ms.id AND e.epoch = ce.epoch
+        WHERE ms.scope = p.scope AND ms.name = '_MARK' || p.name) AS mark_segment
 FROM page p
 CROSS JOIN LATERAL (
     SELECT array_agg(k.writer ORDER BY k.writer) AS writers,
@@ -54,7 +60,7 @@ CROSS JOIN LATERAL (
     FROM writer_marks k WHERE k.stream_id = p.id
 ) m
 LEFT JOIN LATERAL (
-    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at
+    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at, x.mark_offset
     FROM watermarks x WHERE x.stream_id = p.id ORDER BY x.seq DESC LIMIT 1
 ) w ON true
 WHERE m.writers IS NOT NULL
@@ -65,7 +71,12 @@ ORDER BY p.id;
 SELECT s.id AS stream_id, s.scope, s.name, (s.name_hash & 2147483647) % $3::int AS bucket,
        c.timestamp_aggregation_timeout,
        m.writers, m.times, m.positions, m.alive, m.inactive_since, m.versions,
-       w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at
+       w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at, w.mark_offset,
+       (SELECT e.segment_ids[1]
+        FROM streams ms
+        JOIN stream_current_epochs ce ON ce.stream_id = ms.id
+        JOIN epochs e ON e.stream_id = ms.id AND e.epoch = ce.epoch
+        WHERE ms.scope = s.scope AND ms.name = '_MARK' || s.name) AS mark_segment
 FROM streams s
 JOIN stream_configs c ON c.stream_id = s.id
 CROSS JOIN LATERAL (
@@ -78,7 +89,7 @@ CROSS JOIN LATERAL (
     FROM writer_marks k WHERE k.stream_id = s.id
 ) m
 LEFT JOIN LATERAL (
-    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at
+    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at, x.mark_offset
     FROM watermarks x WHERE x.stream_id = s.id ORDER BY x.seq DESC LIMIT 1
 ) w ON true
 WHERE s.scope = $1 AND s.name = $2;
@@ -97,11 +108,12 @@ JOIN epochs e ON e.stream_id = u.stream_id AND e.epoch = u.epoch;
 -- Pravega's conditional append to the revisioned mark stream: number after_seq + 1, only when
 -- after_seq is still the stream's latest (0: none) and the fence holds. Two appends after the
 -- same number meet on the primary key; the later one is dropped. A landed append trims its
--- stream to the $10 most recent watermarks, so the table does not grow without bound.
+-- stream to the $10 most recent watermarks, so the table does not grow without bound. $11: where
+-- each one's Event ends in the `_MARK` segment (NULL: not appended there).
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::bigint[],
-                         $6::bigint[], $7::bigint[], $8::text[], $9::bigint[])
-        AS i(stream_id, service, bucket, generation, after_seq, low, high, cut, created_at)
+                         $6::bigint[], $7::bigint[], $8::text[], $9::bigint[], $11::bigint[])
+        AS i(stream_id, service, bucket, generation, after_seq, low, high, cut, created_at, mark_offset)
 ), allowed AS (
     -- A stream deleted since the round read it is left out rather than failing the batch.
     SELECT i.* FROM input i JOIN streams s ON s.id = i.stream_id
@@ -111,8 +123,9 @@ WITH input AS (
         )
       AND COALESCE((SELECT max(x.seq) FROM watermarks x WHERE x.stream_id = i.stream_id), 0) = i.after_seq
 ), appended AS (
-    INSERT INTO watermarks (stream_id, seq, lower_time_bound, upper_time_bound, stream_cut, created_at)
-    SELECT stream_id, after_seq + 1, low, high, cut::jsonb, created_at FROM allowed
+    INSERT INTO watermarks (stream_id, seq, lower_time_bound, upper_time_bound, stream_cut, created_at,
+                            mark_offset)
+    SELECT stream_id, after_seq + 1, low, high, cut::jsonb, created_at, mark_offset FROM allowed
     ON CONFLICT (stream_id, seq) DO NOTHING
     RETURNING stream_id, seq
 ), trimmed AS (
@@ -156,10 +169,11 @@ SELECT count(*) FROM changed;
 
 -- name: list_watermarks
 -- Newest first; one row with NULL columns for a stream without watermarks, none when missing.
-SELECT s.id AS stream_id, w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at
+SELECT s.id AS stream_id, w.seq, w.lower_time_bound, w.upper_time_bound, w.stream_cut, w.created_at,
+       w.mark_offset
 FROM streams s
 LEFT JOIN LATERAL (
-    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at
+    SELECT x.seq, x.lower_time_bound, x.upper_time_bound, x.stream_cut, x.created_at, x.mark_offset
     FROM watermarks x WHERE x.stream_id = s.id ORDER BY x.seq DESC LIMIT $3
 ) w ON true
 WHERE s.scope = $1 AND s.name = $2

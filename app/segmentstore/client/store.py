@@ -34,6 +34,8 @@ _WRONG_HOST_ATTEMPTS: Final = 4
 _WRONG_HOST_BACKOFF_S: Final = 0.05
 # Segments of one batch (a stream's first epoch, a transaction's segments) in flight at once.
 _BATCH_CONCURRENCY: Final = 4
+# One ReadSegment of a bounded read asks for at most this much (Pravega's readers ask 1 MiB).
+_READ_CHUNK_BYTES: Final = 1024 * 1024
 
 
 def _wire_policy(scale_type: ScaleType, target_rate: int) -> tuple[int, int]:
@@ -235,6 +237,50 @@ class WireSegmentStore:
 
         return await self._on_owner(name, attempt)
 
+    # --- revisioned segments (`_MARK<stream>`): conditional appends and bounded reads ---------
+
+    async def conditional_append(self, name: str, payload: bytes, expected_offset: int) -> int | None:
+        """Appends `payload` as one Event only if the segment's length is `expected_offset`, as
+        Pravega's ConditionalOutputStream does (a new writer's SetupAppend, then ConditionalAppend
+        with event number 1). Returns the segment's new length, or None when its length was not
+        `expected_offset` (ConditionalCheckFailed: someone appended first, maybe this very event
+        before a lost reply). IllegalState when sealed, NotFound when missing."""
+        if expected_offset < 0:
+            raise ValueError(f"an expected offset is never negative, not {expected_offset}")
+        writer_id = secrets.randbits(128)
+
+        async def attempt(endpoint: Endpoint) -> int | None:
+            async with self._pool.dedicated(endpoint) as connection:
+                setup = wc.SetupAppend(next_request_id(), writer_id, name, self._token())
+                expect(setup, await connection.request(setup, self._pool.timeout_s), wc.AppendSetup)
+                append = wc.ConditionalAppend(
+                    writer_id, 1, expected_offset, wc.Event(payload), next_request_id()
+                )
+                reply = await connection.request(append, self._pool.timeout_s)
+            if isinstance(reply, wc.ConditionalCheckFailed):
+                return None
+            done = expect(append, reply, wc.DataAppended)
+            if done.current_segment_write_offset >= 0:
+                return done.current_segment_write_offset
+            return expected_offset + EVENT_HEADER_BYTES + len(payload)
+
+        return await self._on_owner(name, attempt)
+
+    async def read_range(self, name: str, start: int, end: int) -> bytes:
+        """The segment's bytes [start, end), `end` at most its length (a read at the tail of an
+        open segment would wait for an append). InvalidInput when `start` is truncated away."""
+        if not 0 <= start <= end:
+            raise ValueError(f"cannot read [{start}, {end})")
+        out = bytearray()
+        while start + len(out) < end:
+            offset = start + len(out)
+            wanted = min(end - offset, _READ_CHUNK_BYTES)
+            read = await self._call(name, _read_command(name, offset, wanted, self._token), wc.SegmentRead)
+            if not read.data:
+                raise StoreUnavailable(f"segment {name}: an empty read at {offset}, below its end {end}")
+            out += read.data[: end - offset]
+        return bytes(out)
+
     # --- plumbing ------------------------------------------------------------------------------
 
     async def _create(self, name: str, scale_type: int, target_rate: int, rollover_size_bytes: int) -> None:
@@ -279,6 +325,12 @@ class WireSegmentStore:
             f"segment {segment}: the segment stores disowned it {_WRONG_HOST_ATTEMPTS} times "
             f"(last asked {endpoint[0]}:{endpoint[1]}, which named {named!r})"
         )
+
+
+def _read_command(
+    name: str, offset: int, length: int, token: Callable[[], str]
+) -> Callable[[int], wc.Command]:
+    return lambda rid: wc.ReadSegment(name, offset, length, token(), rid)
 
 
 async def _for_each(items: Sequence[str], call: Callable[[str], Awaitable[None]]) -> None:
