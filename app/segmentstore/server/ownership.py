@@ -1,9 +1,14 @@
 """Which segment containers this store serves: its share of the cluster's container map.
 
-Invariant: a segment request is served only when the last map this store read gives the
+Invariant: a stream-segment request is served only when the last map this store read gives the
 segment's container to it. Containers the map does not name belong to the static hosts (host i
 of n owns {i, i+n, ...}), exactly as getURI answers for them; before the first read, nothing is
 served. Every change reports the containers lost, so their parked reads can be disowned.
+
+Table-segment requests are served by any store (Java answers WrongHost for them too): a table
+has no reads parked at its tail to wake and each operation is one PostgreSQL transaction, so any
+store answers them correctly, while the Rust client (0.3.x) keeps a table segment's host for the
+table's life and panics its reader group on a WrongHost.
 """
 
 from __future__ import annotations
@@ -17,10 +22,26 @@ from app.segmentstore.wire import commands as wc
 # The fields a request names its segment in (a merge's target and sources share a container:
 # transaction segments hash with their parent).
 _SEGMENT_FIELDS = ("segment", "segment_name", "target", "parent_segment")
+TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
+    {
+        wc.CreateTableSegment,
+        wc.DeleteTableSegment,
+        wc.GetTableSegmentInfo,
+        wc.UpdateTableEntries,
+        wc.RemoveTableKeys,
+        wc.ReadTable,
+        wc.ReadTableKeys,
+        wc.ReadTableEntries,
+        wc.ReadTableEntriesDelta,
+    }
+)
 
 
 def requested_segment(cmd: wc.Command) -> str | None:
-    """The segment a request acts on, when the request names it (appends name their writer)."""
+    """The stream segment a request acts on and whose owner must serve it, when the request
+    names it (appends name their writer); None for table-segment requests."""
+    if type(cmd) in TABLE_REQUESTS:
+        return None
     for name in _SEGMENT_FIELDS:
         value = getattr(cmd, name, None)
         if isinstance(value, str):
