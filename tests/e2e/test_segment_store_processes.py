@@ -108,7 +108,7 @@ async def test_a_store_serves_only_its_containers_and_disowns_a_moved_ones_reads
             wc.SetupAppend(rid(), wid(), theirs, ""),
             wc.ReadSegment(theirs, 0, 100, "", rid()),
         ):
-            request_id = getattr(request, "request_id")
+            request_id = request.request_id
             assert await client.call(request) == wc.WrongHost(request_id, theirs, "", "")
         on_b = await Client.connect(b.address)
         await on_b.create(theirs)

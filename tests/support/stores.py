@@ -39,7 +39,6 @@ class StoreProcess:
 
 async def start_store(work_dir: Path, name: str, db_url: str, *args: str) -> StoreProcess:
     """One store on a free port of 127.0.0.1 (a fixed one when `args` names --segment-store-port)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
     ready = work_dir / f"{name}.ready.json"
     ready.unlink(missing_ok=True)
     log_path = work_dir / f"{name}.log"
