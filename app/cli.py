@@ -1,5 +1,5 @@
-"""The `pgcontroller` command: `serve`, `db start|stop|url|upgrade|create-analyst`, `dev seed`,
-`pipeline run`, `request parked list|retry|drop` and `kvt get|put|remove|list`.
+"""The `pgcontroller` command: `serve`, `segment-store`, `db start|stop|url|upgrade|create-analyst`,
+`dev seed`, `pipeline run`, `request parked list|retry|drop` and `kvt get|put|remove|list`.
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -26,6 +26,21 @@ from app.settings import add_global_settings, add_serve_settings, add_setting, r
 from spark.cli import add_run_arguments
 
 EXIT_USAGE = 2
+# What `segment-store` reads; the container count is the cluster's own (in the database).
+SEGMENT_STORE_SETTINGS = (
+    "db_url",
+    "data_dir",
+    "segment_store_host",
+    "segment_store_port",
+    "advertise_host",
+    "segment_store_hosts",
+    "segment_store_tail_wait_s",
+    "segment_store_heartbeat_s",
+    "segment_store_expiry_s",
+    "pool_max_size",
+    "shutdown_timeout_s",
+    "ready_file",
+)
 log = logging.getLogger("pgcontroller")
 
 
@@ -36,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_global_settings(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_settings(commands.add_parser("serve", help="run the controller (gRPC + REST)"))
+    store = commands.add_parser(
+        "segment-store", help="run a segment store of its own (any number share one database)"
+    )
+    for name in SEGMENT_STORE_SETTINGS:
+        add_setting(store, name)
 
     db = commands.add_parser("db", help="the embedded PostgreSQL and migrations")
     db_commands = db.add_subparsers(dest="db_command", required=True)
@@ -126,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from spark.cli import run_command
 
             return run_command(args)
+        if args.command == "segment-store":
+            from app.segment_store_main import serve_segment_store
+
+            return asyncio.run(serve_segment_store(settings))
         from app.main import serve
 
         return asyncio.run(serve(settings))

@@ -67,7 +67,7 @@ async def serve(settings: Settings) -> int:
         pool = await _pool(settings, url, stack)
         if not await _join_cluster(settings, pool):
             return EXIT_CANNOT_JOIN
-        embedded_store = await start_embedded_segment_store(settings, pool, clock)
+        embedded_store = await start_embedded_segment_store(settings, pool, clock, url)
         if embedded_store is not None:
             stack.push_async_callback(embedded_store.close)
         settings = with_embedded_store(settings, embedded_store)

@@ -1,10 +1,12 @@
 """The leader's container-balancing duty (Pravega's SegmentMonitorLeader).
 
 Runs only while this process leads: the lead's leader loop calls `run_once` (or runs `run`
-and cancels it when leadership goes). Its one piece of memory is the host set it last saw and
-when that set last changed; a rebalance waits until the set has been stable for the rebalance
-delay, so a burst of joins and leaves (a cluster starting, a rolling restart) moves containers
-once. A lost database or a concurrent map write costs one pass, never the duty.
+and cancels it when leadership goes). Each pass first removes the segment stores whose
+heartbeats stopped (older than the expiry). Its one piece of memory is the host set it last saw
+and when that set last changed; a rebalance waits until the set has been stable for the
+rebalance delay, so a burst of joins (a cluster starting, a rolling restart) moves containers
+once, except when hosts only left: their containers are served by nobody, so they move at once.
+A lost database or a concurrent map write costs one pass, never the duty.
 """
 
 from __future__ import annotations
@@ -45,21 +47,26 @@ class ContainerBalancerDuty:
         *,
         rebalance_delay_s: float,
         tick_s: float = 1.0,
+        host_expiry_s: float | None = None,
     ) -> None:
+        """`host_expiry_s`: remove heartbeating hosts silent this long (None: never)."""
         if rebalance_delay_s < 0:
             raise ValueError(f"the rebalance delay must not be negative, got {rebalance_delay_s}")
         self._service = service
         self._clock = clock
         self._delay_ms = round(rebalance_delay_s * 1000)
         self._tick_s = tick_s
+        self._expiry_ms = None if host_expiry_s is None else round(host_expiry_s * 1000)
         self._seen: frozenset[SegmentStoreHost] | None = None
         self._changed_at = 0
+        self._departed = False  # the last change removed a host: rebalance without delay
 
     def reset(self) -> None:
         """Forgets the host set; call when leadership is (re)gained. The first pass then counts
         as a change and waits the delay, as Pravega's leader does on taking leadership: the
         previous leader may have seen changes this process never did."""
         self._seen = None
+        self._departed = False
 
     async def run(self) -> None:
         """One pass per tick until cancelled; run it only while this process leads."""
@@ -71,6 +78,14 @@ class ContainerBalancerDuty:
     async def run_once(self) -> BalancerPass:
         now = self._clock.now_ms()
         try:
+            if self._expiry_ms is not None:
+                expired = await self._service.expire_hosts(self._expiry_ms)
+                if expired:
+                    log.warning(
+                        "removed segment stores without a heartbeat for %d ms: %s",
+                        self._expiry_ms,
+                        ", ".join(map(str, expired)),
+                    )
             registered = await self._service.hosts()
         except StoreUnavailable as exc:
             log.warning("cannot read the segment-store hosts: %s", exc)
@@ -80,9 +95,12 @@ class ContainerBalancerDuty:
         if observed != self._seen:
             if self._seen is not None:
                 log.info("segment-store hosts changed to [%s]", ", ".join(map(str, hosts)))
+            # A host left: its containers are served by nobody until they move, so no delay
+            # (hosts that joined meanwhile get their share in the same rebalance).
+            self._departed = self._seen is not None and not observed >= self._seen
             self._seen = observed
             self._changed_at = now
-        remaining = self._changed_at + self._delay_ms - now
+        remaining = 0 if self._departed else self._changed_at + self._delay_ms - now
         if remaining > 0:
             return BalancerPass(PassOutcome.WAITING, hosts, wait_ms=remaining)
         try:

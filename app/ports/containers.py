@@ -33,13 +33,25 @@ class RegisteredHost:
     address: SegmentStoreHost
     registered_at: int
     version: int
+    # The store's last heartbeat (ms); None for a host an operator registered, which never
+    # heartbeats and never expires.
+    heartbeat_at: int | None = None
 
 
 class ContainerMapStore(Protocol):
     """Registered segment stores and the container -> host map the leader maintains."""
 
-    async def register_host(self, host: SegmentStoreHost, now_ms: int) -> bool:
-        """Idempotent; True when the host was not registered before."""
+    async def register_host(self, host: SegmentStoreHost, now_ms: int, *, heartbeat: bool = False) -> bool:
+        """Idempotent; True when the host was not registered before. `heartbeat`: the host
+        heartbeats from now on (its first heartbeat is `now_ms`) and expires when it stops."""
+        ...
+
+    async def heartbeat_host(self, host: SegmentStoreHost, now_ms: int, expected_version: int) -> int | None:
+        """The host's new version, or None when it is not registered at `expected_version`."""
+        ...
+
+    async def remove_hosts(self, hosts: list[tuple[SegmentStoreHost, int]]) -> list[SegmentStoreHost]:
+        """Removes each host still at its version (host, version); returns those removed."""
         ...
 
     async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:

@@ -81,9 +81,21 @@ class ContainerMapService:
         created = await self._store.register_host(address, self._clock.now_ms())
         return await self._store.get_host(address), created
 
+    async def expire_hosts(self, expiry_ms: int) -> list[SegmentStoreHost]:
+        """Removes every heartbeating host whose last heartbeat is older than `expiry_ms` (each
+        at the version it was judged by, so a heartbeat landing meanwhile keeps it); returns the
+        hosts removed. Hosts an operator registered never heartbeat and never expire."""
+        now = self._clock.now_ms()
+        stale = [
+            (registered.address, registered.version)
+            for registered in await self._store.list_hosts()
+            if registered.heartbeat_at is not None and now - registered.heartbeat_at > expiry_ms
+        ]
+        return await self._store.remove_hosts(stale)
+
     async def deregister_host(self, host: str, port: int) -> None:
         """NotFound for a host that is not registered. Its containers stay with it until the
-        leader's next rebalance moves them (after the rebalance delay)."""
+        leader's next rebalance moves them (at its next pass: a departure is not delayed)."""
         address = host_address(host, port)
         registered = await self._store.get_host(address)
         await self._store.deregister_host(address, registered.version)

@@ -137,6 +137,19 @@ class Settings:
         help="longest a read at a segment's tail waits for data before an empty answer (below the "
         "clients' 30 s request timeout, or they drop the connection)",
     )
+    segment_store_heartbeat_s: float = setting(
+        2.0,
+        check=positive,
+        help="how often a segment store (`pgcontroller segment-store`, or the embedded one) heartbeats "
+        "its registration; below --segment-store-expiry-s",
+    )
+    segment_store_expiry_s: float = setting(
+        10.0,
+        check=positive,
+        help="a segment store without a heartbeat for this long is removed by the leader and its "
+        "containers move (Pravega's segment-store ZooKeeper session timeout); a store that could not "
+        "heartbeat for this long stops serving",
+    )
     segment_store_timeout_s: float = setting(
         30.0,
         check=positive,

@@ -17,16 +17,37 @@ _SQL = queries.load("containers")
 
 
 def _registered(row: Row) -> RegisteredHost:
-    return RegisteredHost(SegmentStoreHost(row["host"], row["port"]), row["registered_at"], row["version"])
+    return RegisteredHost(
+        SegmentStoreHost(row["host"], row["port"]), row["registered_at"], row["version"], row["heartbeat_at"]
+    )
 
 
 class PgContainerMapStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def register_host(self, host: SegmentStoreHost, now_ms: int) -> bool:
-        version = await self._db.fetchval(_SQL["register_host"], host.host, host.port, now_ms)
+    async def register_host(self, host: SegmentStoreHost, now_ms: int, *, heartbeat: bool = False) -> bool:
+        version = await self._db.fetchval(
+            _SQL["register_host"], host.host, host.port, now_ms, now_ms if heartbeat else None
+        )
         return version is not None
+
+    async def heartbeat_host(self, host: SegmentStoreHost, now_ms: int, expected_version: int) -> int | None:
+        version = await self._db.fetchval(
+            _SQL["heartbeat_host"], host.host, host.port, now_ms, expected_version
+        )
+        return None if version is None else int(version)
+
+    async def remove_hosts(self, hosts: list[tuple[SegmentStoreHost, int]]) -> list[SegmentStoreHost]:
+        if not hosts:
+            return []
+        rows = await self._db.fetch(
+            _SQL["remove_hosts"],
+            [h.host for h, _ in hosts],
+            [h.port for h, _ in hosts],
+            [version for _, version in hosts],
+        )
+        return sorted(SegmentStoreHost(r["host"], r["port"]) for r in rows)
 
     async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
         row = await self._db.fetchrow(_SQL["get_host"], host.host, host.port)

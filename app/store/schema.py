@@ -474,6 +474,7 @@ segment_store_hosts = Table(
     Column("port", Integer, nullable=False),
     Column("registered_at", BigInteger, nullable=False),
     _version(),
+    Column("heartbeat_at", BigInteger, nullable=True),
     CheckConstraint("port > 0 AND port < 65536", name="segment_store_hosts_port_check"),
     PrimaryKeyConstraint("host", "port", name="segment_store_hosts_pkey"),
 )

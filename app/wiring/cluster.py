@@ -139,7 +139,10 @@ def _container_map(
         store, resources.clock, settings.container_count, [SegmentStoreHost(h.host, h.port) for h in hosts]
     )
     balancer = ContainerBalancerDuty(
-        service, resources.clock, rebalance_delay_s=settings.container_rebalance_delay_s
+        service,
+        resources.clock,
+        rebalance_delay_s=settings.container_rebalance_delay_s,
+        host_expiry_s=settings.segment_store_expiry_s,
     )
 
     async def balance_containers() -> None:

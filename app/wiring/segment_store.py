@@ -8,21 +8,31 @@ the concrete store.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.config import Settings
-from app.ports import Clock, SegmentStoreLocator
+from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
+from app.segmentstore.server.membership import StoreMembership
+from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.storage import AppendResult
+from app.store.cache import RecordCache
+from app.store.containers import PgContainerMapStore
 from app.store.db import Database
+from app.store.notifications import PgListener
 from app.store.segment_data import PgSegmentStorage
 from app.wiring.autoscale import measured_storage
 from app.wiring.resources import Contribution, Resources
 from workers.failpoints import failpoint
 
 _ANY_INTERFACE = ("", "0.0.0.0", "::")
+log = logging.getLogger("pgcontroller.segment-store")
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,9 @@ class _FailpointStorage(PgSegmentStorage):
         return result
 
 
-async def start_embedded_segment_store(
-    settings: Settings, pool: Database, clock: Clock
-) -> SegmentStoreServer | None:
-    """The embedded segment store, listening (None with --no-embedded-segment-store); it measures
-    its segments' traffic and sends their scale reports until it is closed."""
-    if settings.no_embedded_segment_store:
-        return None
+async def _start_measured_server(settings: Settings, pool: Database, clock: Clock) -> SegmentStoreServer:
+    """A listening store whose storage measures its segments' traffic and sends their scale
+    reports until the server closes."""
     storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock)
     storage.start()
     try:
@@ -80,6 +86,103 @@ async def start_embedded_segment_store(
         raise
 
 
+class RunningStore:
+    """A listening segment store and, when it is a cluster member, its membership: registration,
+    heartbeats, and the container map it follows (its own notification connection)."""
+
+    def __init__(
+        self,
+        server: SegmentStoreServer,
+        membership: StoreMembership | None = None,
+        listener: PgListener | None = None,
+    ) -> None:
+        self.server = server
+        self.membership = membership
+        self._listener = listener
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.address
+
+    async def join(self) -> None:
+        """Registers, reads the map, then follows it and heartbeats in the background."""
+        if self.membership is None:
+            return
+        await self.membership.start()
+        if self._listener is not None:
+            self._listener.on_cluster_change(self.membership.changed)
+            self._listener.on_connected(self.membership.wake)
+            self._tasks.append(asyncio.create_task(self._listener.run(), name="segment-store-listener"))
+        self._tasks.append(asyncio.create_task(self.membership.run(), name="segment-store-membership"))
+
+    def died(self) -> BaseException | None:
+        """The failure of a background task that ended, if any (they run until cancelled)."""
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                return task.exception() or RuntimeError(f"{task.get_name()} ended")
+        return None
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.membership is not None:
+            await self.membership.leave()
+        await self.server.close()
+
+
+async def start_segment_store(
+    settings: Settings, pool: Database, clock: Clock, url: str, static_hosts: Sequence[HostAddress]
+) -> RunningStore:
+    """A segment store that joins the cluster: it registers its address, heartbeats, and serves
+    only the containers the map gives it (containers the map does not name go to `static_hosts`,
+    as getURI answers)."""
+    if not settings.segment_store_heartbeat_s < settings.segment_store_expiry_s:
+        raise ValueError(
+            f"--segment-store-heartbeat-s ({settings.segment_store_heartbeat_s}) must be below "
+            f"--segment-store-expiry-s ({settings.segment_store_expiry_s})"
+        )
+    server = await _start_measured_server(settings, pool, clock)
+    me = embedded_store_address(settings, server)
+    statics = [SegmentStoreHost(h.host, h.port) for h in static_hosts] or [SegmentStoreHost(me.host, me.port)]
+    # Set before the first await after listening: no connection is accepted without it.
+    server.ownership = ContainerOwnership(
+        SegmentStoreHost(me.host, me.port), settings.container_count, statics
+    )
+    membership = StoreMembership(
+        PgContainerMapStore(pool),
+        clock,
+        server.ownership,
+        server.disown,
+        heartbeat_s=settings.segment_store_heartbeat_s,
+        expiry_s=settings.segment_store_expiry_s,
+    )
+    store = RunningStore(server, membership, PgListener(url, RecordCache()))
+    try:
+        await store.join()
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+async def start_embedded_segment_store(
+    settings: Settings, pool: Database, clock: Clock, url: str | None = None
+) -> RunningStore | None:
+    """The embedded segment store, listening (None with --no-embedded-segment-store). Given the
+    database `url` it joins the cluster as any `pgcontroller segment-store` does (its own address
+    is the static host until the leader's first map); without, it serves every segment."""
+    if settings.no_embedded_segment_store:
+        return None
+    if url is not None:
+        return await start_segment_store(settings, pool, clock, url, ())
+    server = await _start_measured_server(settings, pool, clock)
+    return RunningStore(server)
+
+
 def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:
     """Where clients reach the embedded store: its bound address, or the advertised host when it
     listens on every interface."""
@@ -89,9 +192,9 @@ def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> Ho
     return HostAddress(host, port)
 
 
-def with_embedded_store(settings: Settings, server: SegmentStoreServer | None) -> Settings:
+def with_embedded_store(settings: Settings, store: RunningStore | None) -> Settings:
     """The settings the controller is wired with: the embedded store, when it runs, is the host
-    getURI names (and the controller's client calls) until other stores register."""
-    if server is None:
+    getURI names (and the controller's client calls) until the leader's first container map."""
+    if store is None:
         return settings
-    return replace(settings, segment_store_hosts=(embedded_store_address(settings, server),))
+    return replace(settings, segment_store_hosts=(embedded_store_address(settings, store.server),))

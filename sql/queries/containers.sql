@@ -2,19 +2,36 @@
 -- Each block's name is the store method that runs it.
 
 -- name: register_host
-INSERT INTO segment_store_hosts (host, port, registered_at) VALUES ($1, $2, $3)
+-- $4: the first heartbeat of a store that heartbeats; NULL for an operator's registration.
+INSERT INTO segment_store_hosts (host, port, registered_at, heartbeat_at) VALUES ($1, $2, $3, $4)
 ON CONFLICT (host, port) DO NOTHING
 RETURNING version;
 
 -- name: get_host
-SELECT host, port, registered_at, version FROM segment_store_hosts WHERE host = $1 AND port = $2;
+SELECT host, port, registered_at, version, heartbeat_at FROM segment_store_hosts
+WHERE host = $1 AND port = $2;
+
+-- name: heartbeat_host
+-- Conditional on the version the store last wrote or read: no row means the leader removed it
+-- (or someone else wrote it), and the store registers afresh.
+UPDATE segment_store_hosts SET heartbeat_at = $3, version = version + 1
+WHERE host = $1 AND port = $2 AND version = $4
+RETURNING version;
+
+-- name: remove_hosts
+-- Each host at the version the leader judged it expired by: a heartbeat landing meanwhile
+-- bumps the version and keeps the host.
+DELETE FROM segment_store_hosts h
+USING unnest($1::text[], $2::int[], $3::bigint[]) AS d(host, port, expected)
+WHERE h.host = d.host AND h.port = d.port AND h.version = d.expected
+RETURNING h.host, h.port;
 
 -- name: deregister_host
 DELETE FROM segment_store_hosts WHERE host = $1 AND port = $2 AND version = $3
 RETURNING host;
 
 -- name: list_hosts
-SELECT host, port, registered_at, version FROM segment_store_hosts ORDER BY host, port;
+SELECT host, port, registered_at, version, heartbeat_at FROM segment_store_hosts ORDER BY host, port;
 
 -- name: read_container_map
 SELECT container, host, port, version FROM container_map ORDER BY container;

@@ -1,7 +1,8 @@
 """ContainerMapService and the leader's ContainerBalancerDuty over a real database.
 
 The rebalance waits until the host set has been stable for the delay (a fake clock drives
-it), keeps the map while the host set is unchanged, builds the first map uniformly, and on
+it) unless a host left (then it moves at once), removes hosts whose heartbeats stopped, keeps
+the map while the host set is unchanged, builds the first map uniformly, and on
 joins and leaves moves as few containers as balance needs; a lost database or a concurrent
 writer costs one pass, never the duty.
 """
@@ -246,7 +247,8 @@ async def test_a_leaving_hosts_containers_go_to_the_least_loaded(pool: Any, cloc
     heavy = next(h for h in (A, B, C, d) if load[h] == 2)
     light = {h for h in (A, B, C, d) if load[h] == 1}
     await deregister(service, heavy)
-    assert await settle(duty, clock) == PassOutcome.REBALANCED
+    # A departure does not wait out the delay: nobody serves the departed host's containers.
+    assert (await duty.run_once()).outcome == PassOutcome.REBALANCED
     after = await owners(service)
 
     orphans = {c for c, h in before.items() if h == heavy}
@@ -261,7 +263,7 @@ async def test_a_single_remaining_host_takes_every_container(
     await register(service, A, B, C)
     await settle(duty, clock)
     await deregister(service, A, C)
-    assert await settle(duty, clock) == PassOutcome.REBALANCED
+    assert (await duty.run_once()).outcome == PassOutcome.REBALANCED
     assert await owners(service) == dict.fromkeys(range(4), B)
 
 
@@ -271,10 +273,6 @@ async def test_when_every_host_leaves_the_static_hosts_answer_again(
     await register(service, A, B)
     await settle(duty, clock)
     await deregister(service, A, B)
-    assert (await duty.run_once()).outcome == PassOutcome.WAITING
-    assert not (await service.assignment()).from_static_hosts  # the departed keep them meanwhile
-
-    clock.advance(DELAY_MS)
     assert (await duty.run_once()).outcome == PassOutcome.REBALANCED
     assignment = await service.assignment()
     assert assignment.from_static_hosts and set(assignment.owners.values()) == set(STATIC)
@@ -377,3 +375,61 @@ async def test_run_loops_until_cancelled(service: ContainerMapService, clock: Ma
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_departure_while_a_join_waits_moves_at_once_and_includes_the_joiner(
+    service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
+) -> None:
+    await register(service, A, B)
+    await settle(duty, clock)
+    await register(service, C)
+    assert (await duty.run_once()).outcome == PassOutcome.WAITING  # a join alone waits
+    await deregister(service, A)
+    result = await duty.run_once()
+    assert result.outcome == PassOutcome.REBALANCED
+    assert set((await owners(service)).values()) == {B, C}
+    clock.advance(DELAY_MS)
+    assert (await duty.run_once()).outcome == PassOutcome.KEPT
+
+
+# --- heartbeats ----------------------------------------------------------------------------------
+
+
+async def test_a_host_whose_heartbeats_stop_is_removed_and_its_containers_move(
+    pool: Any, service: ContainerMapService, clock: ManualClock
+) -> None:
+    store = PgContainerMapStore(pool)
+    duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=1, host_expiry_s=5)
+    await store.register_host(A, clock.now, heartbeat=True)
+    await store.register_host(B, clock.now, heartbeat=True)
+    await register(service, C)  # an operator's registration: it never heartbeats, never expires
+    assert (await duty.run_once()).outcome == PassOutcome.WAITING
+    clock.advance(1_000)
+    assert (await duty.run_once()).outcome == PassOutcome.REBALANCED
+    assert set((await owners(service)).values()) == {A, B, C}
+
+    clock.advance(3_000)
+    b = await store.get_host(B)
+    assert await store.heartbeat_host(B, clock.now, b.version) == b.version + 1
+    clock.advance(2_000)  # A last beat 6 s ago, B 2 s ago
+    result = await duty.run_once()
+    assert result.outcome == PassOutcome.REBALANCED and A not in result.hosts
+    assert [h.address for h in await service.hosts()] == [B, C]
+    assert set((await owners(service)).values()) == {B, C}
+
+
+async def test_a_heartbeat_landing_after_the_judgement_keeps_the_host(
+    pool: Any, service: ContainerMapService, clock: ManualClock
+) -> None:
+    store = PgContainerMapStore(pool)
+    await store.register_host(A, clock.now, heartbeat=True)
+    judged = await store.get_host(A)
+    clock.advance(10_000)
+    assert await store.heartbeat_host(A, clock.now, judged.version) is not None
+    # The removal presents the version it judged the host by: the heartbeat bumped it.
+    assert await store.remove_hosts([(A, judged.version)]) == []
+    assert [h.address for h in await service.hosts()] == [A]
+    assert await service.expire_hosts(5_000) == []
+    clock.advance(6_000)
+    assert await service.expire_hosts(5_000) == [A]
+    assert await service.hosts() == []

@@ -57,6 +57,10 @@ class Appends:
         if not isinstance(cmd, wc.AppendBlockEnd) or cmd.writer_id != block.writer_id:
             raise ProtocolViolation(f"{type(cmd).__name__} after an AppendBlock")
 
+    def abandon_block(self) -> None:
+        """The open AppendBlock's end was refused before it was stored (WrongHost)."""
+        self._open_block = None
+
     def segment_of(self, writer_id: int) -> str | None:
         writer = self._writers.get(writer_id)
         return None if writer is None else writer.segment

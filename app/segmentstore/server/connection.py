@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
 from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.ownership import ContainerOwnership, requested_segment
 from app.segmentstore.server.reads import Reads
 from app.segmentstore.server.refusals import RefusalContext, refusal_reply
 from app.segmentstore.server.tails import Tails, TailWatch
@@ -62,15 +63,17 @@ class Connection:
         tails: Tails,
         handlers: Handlers,
         tail_wait_s: float,
+        ownership: ContainerOwnership | None = None,
     ) -> None:
         self._reader = reader
+        self._ownership = ownership
         self._writer = writer
         self._storage = storage
         self._handlers = handlers
         self._appends = Appends(storage, tails)
         self._reads = Reads(storage, tails, tail_wait_s)
         self._transients = Transients()
-        self._parked: set[asyncio.Task[None]] = set()
+        self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
         self._reply_turn = asyncio.Lock()
         self._peer = writer.get_extra_info("peername")
 
@@ -131,12 +134,49 @@ class Connection:
         if isinstance(cmd, wc.AppendBlock):
             self._appends.append_block(cmd)
             return True
+        wrong = self._wrong_host(cmd)
+        if wrong is not None:
+            if isinstance(cmd, wc.AppendBlockEnd):
+                self._appends.abandon_block()
+            await self._send(wrong)
+            return True
         if isinstance(cmd, wc.ReadSegment):
             await self._read(cmd)
             return True
         reply = await self._reply(cmd)
         await self._send(reply)
         return True
+
+    def _wrong_host(self, cmd: wc.Command) -> wc.WrongHost | None:
+        """WrongHost (no host named, as Java answers) for a request on a container this store
+        does not own; the client asks the controller's getURI again."""
+        if self._ownership is None:
+            return None
+        segment = requested_segment(cmd)
+        if segment is None and isinstance(
+            cmd, (wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend)
+        ):
+            segment = self._appends.segment_of(cmd.writer_id)
+        if segment is None or self._ownership.owns(segment):
+            return None
+        return wc.WrongHost(refusal_context(cmd).request_id, segment, "", "")
+
+    def disown(self, lost: Callable[[str], bool]) -> None:
+        """Reads parked on segments `lost` names answer WrongHost at once."""
+        for task, cmd in list(self._parked.items()):
+            if lost(cmd.segment) and not task.done():
+                task.cancel()
+                reply = wc.WrongHost(cmd.request_id, cmd.segment, "", "")
+                answer = asyncio.create_task(self._send_quietly(reply))
+                self._parked[answer] = cmd
+                answer.add_done_callback(self._forget_parked)
+
+    async def _send_quietly(self, reply: wc.Command) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._send(reply)
+
+    def _forget_parked(self, task: asyncio.Task[None]) -> None:
+        self._parked.pop(task, None)
 
     async def _reply(self, cmd: wc.Command) -> wc.Command:
         try:
@@ -191,8 +231,8 @@ class Connection:
             outcome = wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
         if isinstance(outcome, TailWatch):
             task = asyncio.create_task(self._parked_read(cmd, outcome))
-            self._parked.add(task)
-            task.add_done_callback(self._parked.discard)
+            self._parked[task] = cmd
+            task.add_done_callback(self._forget_parked)
         else:
             await self._send(outcome)
 

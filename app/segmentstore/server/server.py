@@ -16,6 +16,7 @@ from typing import Final
 from app.segmentstore import storage as st
 from app.segmentstore.server.connection import Connection
 from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.tails import Tails
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,13 @@ class SegmentStoreServer:
         storage: st.SegmentStorage,
         tail_wait_s: float,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        ownership: ContainerOwnership | None = None,
     ) -> None:
         self._storage = storage
         self._tail_wait_s = tail_wait_s
         self._on_close = on_close
+        # None: a store of its own with no cluster (tests of the protocol) serves every segment.
+        self.ownership = ownership
         self._tails = Tails()
         self._handlers = Handlers(storage, self._tails)
         self._connections: dict[asyncio.Task[None], Connection] = {}
@@ -50,11 +54,13 @@ class SegmentStoreServer:
         *,
         tail_wait_s: float = 20.0,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        ownership: ContainerOwnership | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
-        storage's own background work, e.g. its auto-scale reports, stops with the store)."""
-        self = cls(storage, tail_wait_s, on_close)
+        storage's own background work, e.g. its auto-scale reports, stops with the store). With
+        `ownership`, only the containers it gives this store are served (WrongHost for the others)."""
+        self = cls(storage, tail_wait_s, on_close, ownership)
         self._server = await asyncio.start_server(self._accept, host, port)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
@@ -64,6 +70,16 @@ class SegmentStoreServer:
     @property
     def address(self) -> tuple[str, int]:
         return self._address
+
+    def disown(self, containers: frozenset[int]) -> None:
+        """Containers this store lost: reads parked on their segments answer WrongHost now (the
+        new owner's appends would never wake them); their writers get WrongHost at their next
+        request, as every request of a container not owned does."""
+        ownership = self.ownership
+        if ownership is None or not containers:
+            return
+        for connection in self._connections.values():
+            connection.disown(lambda segment: ownership.container_of(segment) in containers)
 
     async def close(self) -> None:
         if self._closed:
@@ -94,7 +110,9 @@ class SegmentStoreServer:
         if self._closed or task is None:
             writer.close()
             return
-        connection = Connection(reader, writer, self._storage, self._tails, self._handlers, self._tail_wait_s)
+        connection = Connection(
+            reader, writer, self._storage, self._tails, self._handlers, self._tail_wait_s, self.ownership
+        )
         self._connections[task] = connection
         try:
             await connection.run()

@@ -1,0 +1,98 @@
+"""Which segment containers this store serves: its share of the cluster's container map.
+
+Invariant: a stream-segment request is served only when the last map this store read gives the
+segment's container to it. Containers the map does not name belong to the static hosts (host i
+of n owns {i, i+n, ...}), exactly as getURI answers for them; before the first read, nothing is
+served. Every change reports the containers lost, so their parked reads can be disowned.
+
+Table-segment requests are served by any store (Java answers WrongHost for them too): a table
+has no reads parked at its tail to wake and each operation is one PostgreSQL transaction, so any
+store answers them correctly, while the Rust client (0.3.x) keeps a table segment's host for the
+table's life and panics its reader group on a WrongHost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from app.domain.containers import container_for_segment
+from app.ports import SegmentStoreHost
+from app.segmentstore.wire import commands as wc
+
+# The fields a request names its segment in (a merge's target and sources share a container:
+# transaction segments hash with their parent).
+_SEGMENT_FIELDS = ("segment", "segment_name", "target", "parent_segment")
+TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
+    {
+        wc.CreateTableSegment,
+        wc.DeleteTableSegment,
+        wc.GetTableSegmentInfo,
+        wc.UpdateTableEntries,
+        wc.RemoveTableKeys,
+        wc.ReadTable,
+        wc.ReadTableKeys,
+        wc.ReadTableEntries,
+        wc.ReadTableEntriesDelta,
+    }
+)
+
+
+def requested_segment(cmd: wc.Command) -> str | None:
+    """The stream segment a request acts on and whose owner must serve it, when the request
+    names it (appends name their writer); None for table-segment requests."""
+    if type(cmd) in TABLE_REQUESTS:
+        return None
+    for name in _SEGMENT_FIELDS:
+        value = getattr(cmd, name, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+class ContainerOwnership:
+    def __init__(
+        self, me: SegmentStoreHost, container_count: int, static_hosts: Sequence[SegmentStoreHost]
+    ) -> None:
+        if container_count <= 0:
+            raise ValueError(f"the container count must be positive, got {container_count}")
+        if not static_hosts:
+            raise ValueError("at least one static segment-store host is needed")
+        self.me = me
+        self.container_count = container_count
+        self._static = tuple(static_hosts)
+        # Replaced whole, never mutated: a check sees one complete map or the next one.
+        self._owners: Mapping[int, SegmentStoreHost] = {}
+        self.loaded = False
+
+    def container_of(self, segment: str) -> int:
+        return container_for_segment(segment, self.container_count)
+
+    def owns(self, segment: str) -> bool:
+        return self.loaded and self.owner_of(self.container_of(segment)) == self.me
+
+    def owner_of(self, container: int) -> SegmentStoreHost:
+        owner = self._owners.get(container)
+        if owner is not None:
+            return owner
+        # Metadata segments name their container directly, which may lie beyond the count.
+        return self._static[container % len(self._static)]
+
+    def owned(self) -> frozenset[int]:
+        if not self.loaded:
+            return frozenset()
+        return frozenset(c for c in range(self.container_count) if self.owner_of(c) == self.me)
+
+    def update(self, owners: Mapping[int, SegmentStoreHost]) -> tuple[frozenset[int], frozenset[int]]:
+        """Takes a freshly read map; returns (gained, lost) containers."""
+        before = self.owned()
+        self._owners = dict(owners)
+        self.loaded = True
+        after = self.owned()
+        return after - before, before - after
+
+    def disown_all(self) -> frozenset[int]:
+        """This store can no longer prove it is a member (its heartbeats fail): it serves
+        nothing until a map read succeeds again. Returns the containers lost."""
+        before = self.owned()
+        self.loaded = False
+        return before
