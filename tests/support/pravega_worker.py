@@ -296,7 +296,8 @@ def group_read(args: dict[str, Any]) -> None:
     application would (from the stream's head, or from its tail if `tail`): reports
     `{"created": true}` once the group exists, then reads until `stop_after` events or, without
     it, until the group has nothing left to read (a sealed stream read to its end), and finally
-    marks the reader offline, which hands its segments and positions back to the group."""
+    marks the reader offline, which hands its segments and positions back to the group. The
+    result's `cut` is the group's stream cut after that."""
     manager = pravega_client.StreamManager(args["uri"])
     group = manager.create_reader_group(args["group"], args["scope"], args["stream"], args.get("tail", False))
     emit("PROGRESS", {"created": True})
@@ -314,6 +315,10 @@ def group_read(args: dict[str, Any]) -> None:
             for event in slice_:
                 events.append((0, bytes(event.data()).split(b"|", 1)[0].decode()))
                 got += 1
+                if stop_after is not None and len(events) >= stop_after:
+                    # Mid-slice: the released slice keeps the rest, and the reader's position
+                    # (what it hands back when going offline) is right after this event.
+                    break
             reader.release_segment(slice_)
             if stop_after is not None and len(events) >= stop_after:
                 return
@@ -327,7 +332,20 @@ def group_read(args: dict[str, Any]) -> None:
     asyncio.run(run())
     reader.reader_offline()
     write_out(args["out"], events)
-    finish({"read": len(events), "ended": ended})
+    finish({"read": len(events), "ended": ended, "cut": group_cut(group)})
+
+
+def group_cut(group: Any) -> dict[str, int] | None:
+    """The group's stream cut once its reader handed its positions back: for each segment the
+    offset after the last event read (what a Java application hands to
+    updateRetentionStreamCut); None once nothing is left to read."""
+    try:
+        cut = group.get_streamcut()
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if "none found" in str(exc):
+            return None
+        raise
+    return {str(segment): int(offset) for segment, offset in cut.get_segment_offset_map().items()}
 
 
 def large(args: dict[str, Any]) -> None:
