@@ -216,11 +216,12 @@ class PgSegmentStorage(PgTableSegments):
         for each, even on a sealed target, and the attribute updates are not looked at: they
         belonged to the merge that happened. Otherwise the updates apply only with the merge."""
         async with self._db.transaction() as conn:
-            row = _stream_row(target, await conn.fetchrow(_SQL["lock_segment"], target))
-            length = int(row["length"])
+            # Four round trips (begin, lock, apply, commit): a commit merges one per segment.
             wanted = [s for s in dict.fromkeys(sources) if s != target]
-            locked = await conn.fetch(_SQL["lock_segments"], wanted) if wanted else []
-            present = {str(r["name"]): r for r in locked}
+            locked = await conn.fetch(_SQL["lock_merge"], target, wanted)
+            row = _stream_row(target, locked[0] if locked and locked[0]["name"] == target else None)
+            length = int(row["length"])
+            present = {str(r["name"]): r for r in locked[1:]}
             if not present:
                 return [length] * len(sources)
             if row["sealed"]:
@@ -247,9 +248,7 @@ class PgSegmentStorage(PgTableSegments):
                     bases.append(length)
                     length += int(source["length"])
                 lengths.append(length)
-            await conn.execute(_SQL["move_chunks"], target, moved, bases)
-            await conn.execute(_SQL["delete_sources"], moved)
-            await conn.execute(_SQL["set_length"], target, length, self._clock.now_ms())
+            await conn.execute(_SQL["merge_apply"], target, moved, bases, length, self._clock.now_ms())
             if attribute_updates:
                 await self._put_attributes(conn, target, values)
         return lengths
