@@ -340,18 +340,21 @@ async def write_read_latency(s: Setup, args: argparse.Namespace) -> None:
 
 
 async def transactions(s: Setup, args: argparse.Namespace) -> None:
-    await stream(s.stub, "txns", 4)
+    # A stream per run of this part, so both segment counts can be measured in one serve.
+    name = f"txns{args.txn_segments}"
+    await stream(s.stub, name, args.txn_segments)
     conn = await asyncpg.connect(s.url)
-    serve_cpu = cpu_seconds(s.served.process.pid)
+    load_before = os.getloadavg()[0]
+    serve_cpu, pg_cpu = cpu_seconds(s.served.process.pid), postgres_cpu(s.cluster)
     try:
-        stream_id = await conn.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = 'txns'", SCOPE)
+        stream_id = await conn.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = $2", SCOPE, name)
         results = await asyncio.gather(
             *(
                 client(
                     "txn-load",
                     uri=s.served.grpc_uri,
                     scope=SCOPE,
-                    stream="txns",
+                    stream=name,
                     size=10,
                     seconds=args.txn_seconds,
                     event_size=args.event_size,
@@ -371,8 +374,10 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
             await asyncio.sleep(0.01)
         all_done = time.monotonic()
         serve_used = cpu_seconds(s.served.process.pid) - serve_cpu
+        pg_used = sum(now - pg_cpu.get(pid, 0.0) for pid, now in postgres_cpu(s.cluster).items())
     finally:
         await conn.close()
+    clients_used = sum(r["loop_cpu_s"] for r in results)
     rate = committed / (all_done - min(r["t0"] for r in results))
     began = time.monotonic()
     await asyncio.gather(
@@ -383,8 +388,9 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
     )
     base_rate = committed / (time.monotonic() - began)
     print(
-        f"transactions of 10 x {args.event_size} B events, {args.txn_clients} clients back to back, "
-        f"{args.txn_seconds:g} s"
+        f"transactions of 10 x {args.event_size} B events, {args.txn_segments}-segment stream, "
+        f"{args.txn_clients} clients back to back, {args.txn_seconds:g} s (load average before: "
+        f"{load_before:.2f})"
     )
     print(f"    {rate:7.0f} committed/s (until completed_txns holds all {committed})")
     print(f"    baseline ({args.txn_clients} connections, 10 inserts per commit): {base_rate:7.0f} commits/s")
@@ -393,7 +399,10 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         f"    per transaction in the client: begin {each['begin_s']:.1f} ms, 10 writes "
         f"{each['write_s']:.1f} ms, commit {each['commit_s']:.1f} ms"
     )
-    print(f"    serve's CPU per committed transaction: {1000 * serve_used / committed:.2f} ms")
+    print(
+        f"    CPU per committed transaction: serve {1000 * serve_used / committed:.2f} ms, PostgreSQL "
+        f"{1000 * pg_used / committed:.2f} ms, clients {1000 * clients_used / committed:.2f} ms"
+    )
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
 
 
@@ -425,6 +434,7 @@ async def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--txn-seconds", type=float, default=10.0)
     parser.add_argument("--txn-clients", type=int, default=4, help="txn: client processes at once")
+    parser.add_argument("--txn-segments", type=int, default=4, help="txn: segments of the stream")
     parser.add_argument("--scales", type=int, default=50)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: " + ",".join(PARTS))
     args = parser.parse_args()

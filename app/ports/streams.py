@@ -94,7 +94,10 @@ class StreamStore(Protocol):
         """The state and the active epoch record in one read."""
         ...
 
-    async def get_epoch(self, scope: str, name: str, epoch: int) -> EpochRecord: ...
+    async def get_epoch(self, scope: str, name: str, epoch: int, stream_id: int | None = None) -> EpochRecord:
+        """`stream_id` (the stream row's id, when the caller read it) lets an epoch cached under
+        it answer without the stream's cached view, which any change of its state drops."""
+        ...
 
     async def get_head(self, scope: str, name: str) -> dict[int, int]:
         """The truncation stream cut, or the epoch-0 segments at offset 0 if never truncated."""

@@ -33,6 +33,8 @@ class TxnLookup:
 class CreatedTxn:
     txn: TxnId
     rollover_size_bytes: int
+    epoch: int  # the transaction's epoch
+    stream_id: int  # the stream row's id (for get_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +67,11 @@ class TxnStore(Protocol):
     WriteConflict, a missing stream NotFound."""
 
     async def create_txn(
-        self, scope: str, name: str, epoch: int, now_ms: int, lease_ms: int, max_exec_expiry: int
+        self, scope: str, name: str, epoch: int | None, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
-        """A new OPEN record under `epoch`, in the stream's request bucket (the database decides
-        it). IllegalState while the stream is SEALING/SEALED."""
+        """A new OPEN record under `epoch` (None: the current epoch's reference epoch, read by
+        the same statement), in the stream's request bucket (the database decides it).
+        IllegalState while the stream is SEALING/SEALED."""
         ...
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup: ...
@@ -97,6 +100,23 @@ class TxnStore(Protocol):
         commit_time: int | None = None,
     ) -> int:
         """OPEN -> COMMITTING/ABORTING together with the request that completes it."""
+        ...
+
+    async def move_open_txn(
+        self,
+        scope: str,
+        name: str,
+        txn: TxnId,
+        target: TxnStatus,
+        request: NewRequest,
+        *,
+        writer_id: str | None = None,
+        commit_time: int | None = None,
+    ) -> int | None:
+        """A commit's or abort's common case in one statement: move_txn of a transaction that is
+        OPEN, at whatever version it is (the database re-checks OPEN on the row version it
+        updates, so no concurrent change is overwritten). None when it is not OPEN or missing:
+        the caller reads the record and decides."""
         ...
 
     async def complete_abort(

@@ -71,22 +71,14 @@ class TransactionService:
         """InvalidInput for a lease out of bounds, NotFound for a missing stream, IllegalState
         while it is SEALING or SEALED."""
         self._limits.check_lease(lease_ms)
-        _state, active = await self._streams.get_active_epoch(scope, name)
-        txn_epoch_number = active.reference_epoch
         now = self._clock.now_ms()
+        # The epoch is read with the insert (and its record from the cache of epochs, under the
+        # stream's id): the stream's cached view goes with every change of its state, which
+        # commits make twice a batch.
         created = await self._txns.create_txn(
-            scope,
-            name,
-            txn_epoch_number,
-            now,
-            lease_ms,
-            now + self._limits.max_execution_time(lease_ms),
+            scope, name, None, now, lease_ms, now + self._limits.max_execution_time(lease_ms)
         )
-        txn_epoch = (
-            active
-            if active.epoch == txn_epoch_number
-            else await self._streams.get_epoch(scope, name, txn_epoch_number)
-        )
+        txn_epoch = await self._streams.get_epoch(scope, name, created.epoch, created.stream_id)
         parents = txn_segments(txn_epoch)
         txn = created.txn
         names = [qualified_segment_name(scope, name, parent.id) for parent in parents]
@@ -209,6 +201,14 @@ class TransactionService:
     ) -> Outcome:
         """Idempotent on its own outcome (commit of a committing txn succeeds); FAILURE when crossing
         the other one (abort of a committing txn, commit of an aborting one) or unknown."""
+        # The common case, an OPEN transaction (which every decision lets proceed), in one
+        # statement; any other status is read and decided below.
+        if decide(TxnStatus.OPEN) is Decision.PROCEED:
+            moved = await self._txns.move_open_txn(
+                scope, name, txn, target, request, writer_id=writer_id, commit_time=commit_time
+            )
+            if moved is not None:
+                return Outcome.SUCCESS
         for _ in range(_WRITE_ATTEMPTS):
             lookup = await self._lookup(scope, name, txn)
             if lookup is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.ports import Clock
@@ -31,6 +32,7 @@ from app.segmentstore.storage import (
     WrongSegmentKind,
 )
 from app.store import queries
+from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
 from app.store.segment_tables import PgTableSegments
 
@@ -81,6 +83,9 @@ class PgSegmentStorage(PgTableSegments):
 
     def __init__(self, db: Database, clock: Clock) -> None:
         super().__init__(db, clock)
+        self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
+            self._merge_alone, self._merge_many
+        )
 
     async def create_segment(
         self,
@@ -216,22 +221,28 @@ class PgSegmentStorage(PgTableSegments):
     ) -> list[int]:
         """When no source exists any more (all merged already) the target's length is the answer
         for each, even on a sealed target, and the attribute updates are not looked at: they
-        belonged to the merge that happened. Otherwise the updates apply only with the merge."""
+        belonged to the merge that happened. Otherwise the updates apply only with the merge.
+        Merges without attribute updates asked for at once (a commit merges into every segment of
+        the stream together) share one database transaction."""
+        if attribute_updates:
+            return await self._merge_one(target, sources, attribute_updates)
+        return await self._merges((target, tuple(sources)))
+
+    async def _merge_alone(self, merge: tuple[str, tuple[str, ...]]) -> list[int]:
+        return await self._merge_one(merge[0], merge[1], ())
+
+    async def _merge_one(
+        self, target: str, sources: Sequence[str], attribute_updates: Sequence[AttributeUpdate]
+    ) -> list[int]:
         async with self._db.transaction() as conn:
-            row = _stream_row(target, await conn.fetchrow(_SQL["lock_segment"], target))
-            length = int(row["length"])
+            # Four round trips (begin, lock, apply, commit).
             wanted = [s for s in dict.fromkeys(sources) if s != target]
-            locked = await conn.fetch(_SQL["lock_segments"], wanted) if wanted else []
-            present = {str(r["name"]): r for r in locked}
-            if not present:
-                return [length] * len(sources)
-            if row["sealed"]:
-                raise SegmentSealed(target)
-            for name, source in present.items():
-                if source["kind"] == "table":
-                    raise WrongSegmentKind(name, f"{name} is a table segment")
-                if source["start_offset"] > 0:
-                    raise SegmentTruncated(name, int(source["start_offset"]), f"{name} is truncated")
+            locked = await conn.fetch(_SQL["lock_merge"], target, wanted)
+            row = _stream_row(target, locked[0] if locked and locked[0]["name"] == target else None)
+            present = {str(r["name"]): r for r in locked[1:]}
+            plan = _plan_merge(target, sources, row, present)
+            if not plan.moved:
+                return plan.lengths
             if attribute_updates:
                 current = await self._attributes(conn, target, [u.attribute_id for u in attribute_updates])
                 values: dict[int, int] = {}
@@ -239,22 +250,86 @@ class PgSegmentStorage(PgTableSegments):
                     key = update.attribute_id
                     before = values.get(key, current.get(key, NULL_ATTRIBUTE_VALUE))
                     values[key] = _updated_value(target, update, before)
-            lengths: list[int] = []
-            moved: list[str] = []
-            bases: list[int] = []
-            for name in sources:
-                if name in present:
-                    source = present.pop(name)
-                    moved.append(name)
-                    bases.append(length)
-                    length += int(source["length"])
-                lengths.append(length)
-            await conn.execute(_SQL["move_chunks"], target, moved, bases)
-            await conn.execute(_SQL["delete_sources"], moved)
-            await conn.execute(_SQL["set_length"], target, length, self._clock.now_ms())
+            await conn.execute(
+                _SQL["merge_apply"], target, plan.moved, plan.bases, plan.length, self._clock.now_ms()
+            )
             if attribute_updates:
                 await self._put_attributes(conn, target, values)
-        return lengths
+        return plan.lengths
+
+    async def _merge_many(self, batch: Sequence[tuple[str, tuple[str, ...]]]) -> list[list[int] | Exception]:
+        """Merges into distinct targets from distinct sources in one transaction of four round
+        trips. Raises (changing nothing) when any of them is refused or they overlap: each then
+        runs alone, with its own outcome."""
+        targets = [target for target, _ in batch]
+        wanted = [[s for s in dict.fromkeys(sources) if s != target] for target, sources in batch]
+        every_source = [s for w in wanted for s in w]
+        if len(set(targets)) < len(targets) or len(set(every_source)) < len(every_source):
+            raise _Overlap()
+        if not set(every_source).isdisjoint(targets):
+            raise _Overlap()
+        async with self._db.transaction() as conn:
+            locked = {str(r["name"]): r for r in await conn.fetch(_SQL["lock_merges"], targets, every_source)}
+            plans = [
+                _plan_merge(
+                    target,
+                    sources,
+                    _stream_row(target, locked.get(target)),
+                    {s: locked[s] for s in names if s in locked},
+                )
+                for (target, sources), names in zip(batch, wanted, strict=True)
+            ]
+            applied = [(target, plan) for target, plan in zip(targets, plans, strict=True) if plan.moved]
+            if applied:
+                await conn.execute(
+                    _SQL["merges_apply"],
+                    [target for target, plan in applied for _ in plan.moved],
+                    [source for _, plan in applied for source in plan.moved],
+                    [base for _, plan in applied for base in plan.bases],
+                    [target for target, _ in applied],
+                    [plan.length for _, plan in applied],
+                    self._clock.now_ms(),
+                )
+        return [plan.lengths for plan in plans]
+
+
+class _Overlap(Exception):
+    """Merges asked for together that touch a segment twice: they run one by one instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MergePlan:
+    lengths: list[int]  # the target's length after each source, as the reply reports them
+    moved: list[str]  # the sources still there, in merge order
+    bases: list[int]  # each moved source's offset in the target
+    length: int  # the target's length after the merge
+
+
+def _plan_merge(target: str, sources: Sequence[str], row: Row, present: dict[str, Row]) -> _MergePlan:
+    """What merging the locked `present` sources into the locked target `row` does, or the
+    refusal: a sealed target (unless nothing is left to merge), a table or truncated source."""
+    length = int(row["length"])
+    if not present:
+        return _MergePlan([length] * len(sources), [], [], length)
+    if row["sealed"]:
+        raise SegmentSealed(target)
+    for name, source in present.items():
+        if source["kind"] == "table":
+            raise WrongSegmentKind(name, f"{name} is a table segment")
+        if source["start_offset"] > 0:
+            raise SegmentTruncated(name, int(source["start_offset"]), f"{name} is truncated")
+    left = dict(present)
+    lengths: list[int] = []
+    moved: list[str] = []
+    bases: list[int] = []
+    for name in sources:
+        if name in left:
+            source = left.pop(name)
+            moved.append(name)
+            bases.append(length)
+            length += int(source["length"])
+        lengths.append(length)
+    return _MergePlan(lengths, moved, bases, length)
 
 
 if TYPE_CHECKING:

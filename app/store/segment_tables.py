@@ -9,6 +9,7 @@ increase per table; every write locks the table's row first, so batches never in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from app.ports import Clock
 from app.segmentstore.storage import (
@@ -30,6 +31,7 @@ from app.segmentstore.storage import (
     WrongSegmentKind,
 )
 from app.store import queries
+from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
 
 _SQL = queries.load("segment_data")
@@ -81,6 +83,17 @@ def _table_row(name: str, row: Row | None) -> Row:
     return row
 
 
+class _NewSegment(NamedTuple):
+    """One create, in the column order of the create statements."""
+
+    name: str
+    kind: str
+    scale_type: int
+    target_rate: int
+    rollover: int
+    key_length: int
+
+
 def _entry(row: Row) -> TableEntry:
     return TableEntry(bytes(row["key"]), bytes(row["value"]), int(row["version"]))
 
@@ -91,6 +104,8 @@ class PgTableSegments:
     def __init__(self, db: Database, clock: Clock) -> None:
         self._db = db
         self._clock = clock
+        # A transaction's segments are created at once, over as many connections.
+        self._creates: Coalescer[_NewSegment, None] = Coalescer(self._create_one, self._create_many)
 
     async def create_table(self, name: str, key_length: int, rollover_size_bytes: int) -> None:
         await self._create(name, "table", 0, 0, rollover_size_bytes, key_length)
@@ -98,18 +113,31 @@ class PgTableSegments:
     async def _create(
         self, name: str, kind: str, scale_type: int, target_rate: int, rollover: int, key_length: int
     ) -> None:
-        created = await self._db.fetchval(
-            _SQL["create_segment"],
-            name,
-            kind,
-            scale_type,
-            target_rate,
-            rollover,
-            key_length,
-            self._clock.now_ms(),
-        )
+        await self._creates(_NewSegment(name, kind, scale_type, target_rate, rollover, key_length))
+
+    async def _create_one(self, new: _NewSegment) -> None:
+        created = await self._db.fetchval(_SQL["create_segment"], *new, self._clock.now_ms())
         if created is None:
-            raise SegmentAlreadyExists(name)
+            raise SegmentAlreadyExists(new.name)
+
+    async def _create_many(self, batch: Sequence[_NewSegment]) -> list[Exception | None]:
+        """One statement; of two creates of one name, the later one finds it existing."""
+        first = list({new.name: new for new in reversed(batch)}.values())
+        columns = list(zip(*first, strict=True))
+        created = {
+            row["name"]
+            for row in await self._db.fetch(
+                _SQL["create_segments"], *(list(c) for c in columns), self._clock.now_ms()
+            )
+        }
+        results: list[Exception | None] = []
+        for new in batch:
+            if new.name in created:
+                created.discard(new.name)
+                results.append(None)
+            else:
+                results.append(SegmentAlreadyExists(new.name))
+        return results
 
     async def delete_table(self, name: str, must_be_empty: bool) -> None:
         async with self._db.transaction() as conn:

@@ -261,10 +261,12 @@ class PgStreamStore:
         self._cache.remember_view(scope, name, StreamView(row["stream_id"], state, record.epoch), generation)
         return state, record
 
-    async def get_epoch(self, scope: str, name: str, epoch: int) -> EpochRecord:
-        view = self._cache.view(scope, name)
-        if view is not None:
-            cached = self._cache.epoch(view.stream_id, epoch)
+    async def get_epoch(self, scope: str, name: str, epoch: int, stream_id: int | None = None) -> EpochRecord:
+        if stream_id is None:
+            view = self._cache.view(scope, name)
+            stream_id = None if view is None else view.stream_id
+        if stream_id is not None:
+            cached = self._cache.epoch(stream_id, epoch)
             if cached is not None:
                 return cached
         row = await self._db.fetchrow(_SQL["get_epoch"], scope, name, epoch)

@@ -50,7 +50,7 @@ class PgTxnStore:
         self._db = db
 
     async def create_txn(
-        self, scope: str, name: str, epoch: int, now_ms: int, lease_ms: int, max_exec_expiry: int
+        self, scope: str, name: str, epoch: int | None, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
         row = await self._db.fetchrow(
             _SQL["create_txn"], scope, name, epoch, now_ms, lease_ms, max_exec_expiry
@@ -59,7 +59,9 @@ class PgTxnStore:
             raise NotFound(f"stream {scope}/{name} not found")
         if row["txn_low"] is None:
             raise IllegalState(f"stream {scope}/{name} is {row['state']}: no new transactions")
-        return CreatedTxn(TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"])
+        return CreatedTxn(
+            TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"], row["epoch"], row["stream_id"]
+        )
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
         row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
@@ -107,6 +109,37 @@ class PgTxnStore:
         writer_id: str | None = None,
         commit_time: int | None = None,
     ) -> int:
+        version = await self._move(
+            scope, name, txn, target, expected_version, request, writer_id, commit_time
+        )
+        if version is None:
+            raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
+        return version
+
+    async def move_open_txn(
+        self,
+        scope: str,
+        name: str,
+        txn: TxnId,
+        target: TxnStatus,
+        request: NewRequest,
+        *,
+        writer_id: str | None = None,
+        commit_time: int | None = None,
+    ) -> int | None:
+        return await self._move(scope, name, txn, target, None, request, writer_id, commit_time)
+
+    async def _move(
+        self,
+        scope: str,
+        name: str,
+        txn: TxnId,
+        target: TxnStatus,
+        expected_version: int | None,
+        request: NewRequest,
+        writer_id: str | None,
+        commit_time: int | None,
+    ) -> int | None:
         if target not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
             raise ValueError(f"an open transaction moves to COMMITTING or ABORTING, not {target.value}")
         version = await self._db.fetchval(
@@ -123,9 +156,7 @@ class PgTxnStore:
             request.kind.value,
             request.created_at,
         )
-        if version is None:
-            raise conflict_or_missing(await self._exists(scope, name, txn), f"transaction {txn}")
-        return int(version)
+        return None if version is None else int(version)
 
     async def complete_abort(
         self, scope: str, name: str, txn: TxnId, expected_version: int, now_ms: int

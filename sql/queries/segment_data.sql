@@ -13,6 +13,17 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
+-- name: create_segments
+-- Several creates in one statement (names distinct): the names created come back; a name
+-- that exists already does not.
+INSERT INTO embedded_segments
+    (name, kind, scale_type, target_rate, rollover_size_bytes, key_length, created_at, last_modified)
+SELECT n.name, n.kind, n.scale_type, n.target_rate, n.rollover, n.key_length, $7, $7
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bigint[], $6::int[])
+    AS n(name, kind, scale_type, target_rate, rollover, key_length)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
 -- name: segment_state
 SELECT name, kind, length, start_offset, sealed, last_modified, key_length, scale_type, target_rate
 FROM embedded_segments WHERE name = $1;
@@ -22,11 +33,21 @@ SELECT name, kind, length, start_offset, sealed, key_length
 FROM embedded_segments WHERE name = $1
 FOR UPDATE;
 
--- name: lock_segments
--- The merge sources, in name order: two merges lock them in the same order.
+-- name: lock_merge
+-- A merge's target ($1) and its sources ($2) in one statement, locked in the order the rows come
+-- out: the target first, then the sources in name order (the order two merges agree on).
 SELECT name, kind, length, start_offset, sealed
-FROM embedded_segments WHERE name = ANY($1::text[])
-ORDER BY name
+FROM embedded_segments WHERE name = $1 OR name = ANY($2::text[])
+ORDER BY name <> $1, name
+FOR UPDATE;
+
+-- name: lock_merges
+-- Several merges' targets ($1) and sources ($2) in one statement, locked in the order the rows
+-- come out: the targets in name order, then the sources in name order (a lone merge locks its
+-- target, then its sources: no order of the two waits on the other in a circle).
+SELECT name, kind, length, start_offset, sealed
+FROM embedded_segments WHERE name = ANY($1::text[]) OR name = ANY($2::text[])
+ORDER BY name <> ALL($1::text[]), name
 FOR UPDATE;
 
 -- name: append
@@ -143,16 +164,37 @@ SELECT $1, u.attribute_id, u.value FROM u WHERE u.value <> $4::bigint
 ON CONFLICT (segment, attribute_id) DO UPDATE
 SET previous_value = a.value, value = EXCLUDED.value, version = a.version + 1;
 
--- name: move_chunks
--- A merge: each source's ($2) chunks move to the target ($1) at its base offset ($3); the
--- bytes themselves stay where they are.
-UPDATE segment_chunks c
-SET segment = $1, start_offset = c.start_offset + m.base, version = c.version + 1
-FROM unnest($2::text[], $3::bigint[]) AS m(source, base)
-WHERE c.segment = m.source;
+-- name: merge_apply
+-- A merge in one statement, run after lock_merge (so its snapshot holds every committed byte of
+-- the sources): the sources' ($2) chunks move to the target ($1) at their base offsets ($3), the
+-- source rows go (their attributes with them), and the target takes its new length ($4).
+-- The chunks move before the cascade of the sources' deletion runs (at the statement's end), so
+-- it finds none of them left.
+WITH moved AS (
+    UPDATE segment_chunks c
+    SET segment = $1, start_offset = c.start_offset + m.base, version = c.version + 1
+    FROM unnest($2::text[], $3::bigint[]) AS m(source, base)
+    WHERE c.segment = m.source
+), gone AS (
+    DELETE FROM embedded_segments WHERE name = ANY($2::text[])
+)
+UPDATE embedded_segments SET length = $4, version = version + 1, last_modified = $5
+WHERE name = $1;
 
--- name: delete_sources
-DELETE FROM embedded_segments WHERE name = ANY($1::text[]);
+-- name: merges_apply
+-- merge_apply for several targets at once, after lock_merges: each source ($2) moves to its
+-- target ($1) at its base offset ($3), and each target ($4) takes its new length ($5).
+WITH moved AS (
+    UPDATE segment_chunks c
+    SET segment = m.target, start_offset = c.start_offset + m.base, version = c.version + 1
+    FROM unnest($1::text[], $2::text[], $3::bigint[]) AS m(target, source, base)
+    WHERE c.segment = m.source
+), gone AS (
+    DELETE FROM embedded_segments WHERE name = ANY($2::text[])
+)
+UPDATE embedded_segments s SET length = t.length, version = s.version + 1, last_modified = $6
+FROM unnest($4::text[], $5::bigint[]) AS t(name, length)
+WHERE s.name = t.name;
 
 -- name: set_length
 -- The target of a merge or a table after a write, already locked by this transaction.

@@ -3,12 +3,18 @@
 
 -- name: create_txn
 -- The id's low half comes from the global counter; refused (no row) while SEALING/SEALED.
--- Also answers the stream's state and rollover size, so creation needs no other read.
+-- The epoch is $3, or ($3 NULL) the current epoch's reference epoch, read here with the state.
+-- Also answers the stream's id, state and rollover size, so creation needs no other read.
 -- The state row is share-locked: a move to SEALING waits for this insert to commit (so the
 -- seal's workflow finds the transaction and aborts it), or this insert sees SEALING and refuses;
 -- no transaction is left OPEN on a stream sealed after it looked.
 WITH target AS (
-    SELECT s.id, s.name_hash, st.state, c.rollover_size_bytes
+    SELECT s.id, s.name_hash, st.state, c.rollover_size_bytes,
+           COALESCE($3::int, (
+               SELECT e.reference_epoch FROM stream_current_epochs ce
+               JOIN epochs e ON e.stream_id = ce.stream_id AND e.epoch = ce.epoch
+               WHERE ce.stream_id = s.id
+           )) AS epoch
     FROM streams s
     JOIN stream_states st ON st.stream_id = s.id
     JOIN stream_configs c ON c.stream_id = s.id
@@ -17,13 +23,13 @@ WITH target AS (
 ), created AS (
     INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status, creation_time,
                               lease_ms, lease_expiry, max_exec_expiry)
-    SELECT id, $3::bigint << 32, nextval('txn_counter'), $3::int,
+    SELECT id, epoch::bigint << 32, nextval('txn_counter'), epoch,
            (name_hash & 2147483647) % (SELECT request_buckets FROM cluster_settings WHERE id = 1),
            'OPEN', $4::bigint, $5::bigint, $4::bigint + $5::bigint, $6::bigint
     FROM target WHERE state NOT IN ('SEALING', 'SEALED')
     RETURNING txn_high, txn_low
 )
-SELECT t.state, t.rollover_size_bytes, c.txn_high, c.txn_low
+SELECT t.id AS stream_id, t.epoch, t.state, t.rollover_size_bytes, c.txn_high, c.txn_low
 FROM target t LEFT JOIN created c ON true;
 
 -- name: get_txn
@@ -57,7 +63,8 @@ RETURNING t.version;
 
 -- name: move_txn
 -- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request
--- that completes it, in one statement: the status and its work commit together.
+-- that completes it, in one statement: the status and its work commit together. At version $6,
+-- or ($6 NULL) at whatever version the OPEN row has when this statement updates it.
 WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
 moved AS (
     UPDATE transactions t
@@ -67,8 +74,8 @@ moved AS (
         commit_order = CASE WHEN $5::text = 'COMMITTING' THEN nextval('txn_commit_order') ELSE t.commit_order END,
         requested_at = $11::bigint
     FROM target
-    WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4 AND t.version = $6
-      AND t.status = 'OPEN'
+    WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4
+      AND ($6::bigint IS NULL OR t.version = $6) AND t.status = 'OPEN'
     RETURNING t.version
 ), queued AS (
     INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)

@@ -124,9 +124,13 @@ class CommitTxnsHandler:
         # Read before completion, which deletes the records that carry writer ids and times.
         marks = await self._writer_marks.commit_times(scope, name, batch.txns) if self._writer_marks else {}
         position: dict[int, int] | None
-        txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
         if batch.rolling_active_epoch is None:
             _state, active = await streams.get_active_epoch(scope, name)
+            # Mostly the batch's own epoch: no second read (the state change that began the
+            # batch dropped the stream's cached view, and with it the cached epochs' lookup).
+            txn_epoch = (
+                active if active.epoch == batch.epoch else await streams.get_epoch(scope, name, batch.epoch)
+            )
             if commits_in_place(active, txn_epoch):
                 position = await _merge_into(self._deps, scope, name, active, batch)
             else:
@@ -134,6 +138,7 @@ class CommitTxnsHandler:
                 await roll_transactions(self._deps, scope, name, active, txn_epoch, batch)
                 position = await _rolled_position(self._deps, scope, name, active.epoch) if marks else None
         else:
+            txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
             rolling_from = await streams.get_epoch(scope, name, batch.rolling_active_epoch)
             await roll_transactions(self._deps, scope, name, rolling_from, txn_epoch, batch)
             position = await _rolled_position(self._deps, scope, name, rolling_from.epoch) if marks else None

@@ -17,6 +17,7 @@ from grpclib.const import Handler, Status
 from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
+from app.api.grpc.coalescing import CoalescingServer
 from app.domain.limits import MAX_GRPC_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,10 @@ def _limit_reads(
 def bounded_server(
     services: Iterable[Any], max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES
 ) -> grpclib.server.Server:
-    """A grpclib server for `services` with both guards: the size limit and the checked codec."""
+    """A grpclib server for `services` with both guards: the size limit and the checked codec
+    (and its writes coalesced per loop turn)."""
     oversized = RateLimitedLog()
-    return grpclib.server.Server(
+    return CoalescingServer(
         [BoundedService(service, max_message_bytes, oversized) for service in services],
         codec=CheckedProtoCodec(RateLimitedLog()),
     )

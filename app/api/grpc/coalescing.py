@@ -1,0 +1,86 @@
+"""The gRPC server's socket writes, coalesced: every frame grpclib writes during one turn of the
+event loop leaves in one send at the end of that turn, in the order written.
+
+grpclib writes a reply's HEADERS, DATA and trailing HEADERS with a send each (and a WINDOW_UPDATE
+before them); on loopback a send costs far more than joining the bytes, so one send per turn cuts
+the server's CPU per call. Invariant: bytes leave in write order, none after close() is asked for
+except those written before it (flushed first), none after abort().
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpclib.server
+from grpclib.protocol import H2Protocol
+
+
+class CoalescingTransport(asyncio.Transport):
+    """Wraps a connection's transport: write() queues, one send per loop turn flushes the queue."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._transport = transport
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+
+def _coalesced(protocol: H2Protocol) -> H2Protocol:
+    made = protocol.connection_made
+
+    def connection_made(transport: asyncio.BaseTransport) -> None:
+        if isinstance(transport, asyncio.Transport):
+            transport = CoalescingTransport(transport)
+        made(transport)
+
+    protocol.connection_made = connection_made  # type: ignore[method-assign]
+    return protocol
+
+
+class CoalescingServer(grpclib.server.Server):
+    """grpclib's server, each connection's writes coalesced per loop turn."""
+
+    def _protocol_factory(self) -> H2Protocol:
+        return _coalesced(super()._protocol_factory())
