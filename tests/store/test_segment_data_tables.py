@@ -54,7 +54,8 @@ async def test_create_info_and_delete(storage: PgSegmentStorage) -> None:
     with pytest.raises(SegmentAlreadyExists):
         await storage.create_table(T, 0, 0)
     assert await storage.table_info(T) == TableInfo(0, 0, 0, 16)
-    await storage.update_table(T, [e(b"a"), e(b"b")], ANY)
+    # A fixed key length (a key-value table's layout): keys of exactly 16 bytes.
+    await storage.update_table(T, [e(b"a" * 16), e(b"b" * 16)], ANY)
     assert await storage.table_info(T) == TableInfo(0, 2, 2, 16)
     with pytest.raises(TableSegmentNotEmpty):
         await storage.delete_table(T, True)
