@@ -51,7 +51,7 @@ def make_dev_certs(
     if valid_days < 1:
         raise ValueError(f"valid_days must be at least 1, got {valid_days}")
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - _BACKDATE, now + datetime.timedelta(days=valid_days)
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
