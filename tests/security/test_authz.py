@@ -185,3 +185,29 @@ async def test_every_route_has_an_authorization_rule(secured: Secured) -> None:
             missing.append(f"{route.method} {pattern}")
     assert not missing
     assert rest_auth.rule_for("POST", "/v1/cluster/segment-stores") is not None
+
+
+def _all_methods() -> list[tuple[str, Any]]:
+    service = pb.DESCRIPTOR.services_by_name["ControllerService"]
+    return [(m.name, getattr(pb, m.input_type.name)) for m in service.methods]
+
+
+async def test_every_rpc_is_enforced_on_the_wire(secured: Secured) -> None:
+    """An account with an empty ACL is refused on every RPC but the open one; an account with
+    `prn::*,READ_UPDATE` is refused on none (whatever else the empty request earns it)."""
+    nobody = await secured.add_user("nobody", "n-pw", "")
+    admin = await secured.add_user(*ADMIN)
+    channel = secured.channel
+    wrong: list[str] = []
+    for name, request_type in _all_methods():
+        path = f"/io.pravega.controller.stream.api.grpc.v1.ControllerService/{name}"
+        method = getattr(secured.stub, name)
+        assert method.name == path
+        denied = await _status(method, request_type(), nobody)
+        expected = Status.OK if name == "getControllerServerList" else Status.PERMISSION_DENIED
+        if denied is not expected:
+            wrong.append(f"{name}: {denied.name} for an empty ACL")
+        allowed = await _status(method, request_type(), admin)
+        if allowed in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
+            wrong.append(f"{name}: {allowed.name} for prn::*")
+    assert channel is not None and not wrong
