@@ -5,6 +5,7 @@ has a row in the authorization tables."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import aiohttp
@@ -211,3 +212,40 @@ async def test_every_rpc_is_enforced_on_the_wire(secured: Secured) -> None:
         if allowed in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
             wrong.append(f"{name}: {allowed.name} for prn::*")
     assert channel is not None and not wrong
+
+
+async def test_every_route_is_enforced_on_the_wire(secured: Secured) -> None:
+    """Every route but health and the OpenAPI document: 401 without credentials, 403 for an empty
+    ACL, neither for `prn::*`."""
+    await secured.add_user(*ADMIN)
+    nobody = await secured.add_user("nobody", "n-pw", "")
+    admin = await secured.add_user("root", "root-pw", "prn::*,READ_UPDATE")
+    app = create_app(
+        secured.services.scopes,
+        secured.services.streams,
+        HealthService(SystemClock()),
+        secured.services.lifecycle,
+        secured.services.transactions,
+        rest_extensions(secured.services.controller),
+    )
+    wrong: list[str] = []
+    checked = 0
+    async with aiohttp.ClientSession(secured.rest_base) as http:
+        for route in app.router.routes():
+            pattern = route.resource.canonical if route.resource is not None else ""
+            if (
+                route.method == "HEAD"
+                or pattern.startswith(rest_auth.OPEN_PREFIXES)
+                or pattern in rest_auth.OPEN_PATHS
+            ):
+                continue
+            path = re.sub(r"\{[^}]+\}", "x1", pattern)
+            body = None if route.method in ("GET", "DELETE") else {}
+            for who, refused in (("", 401), (nobody, 403), (admin, None)):
+                headers = {"Authorization": who} if who else {}
+                async with http.request(route.method, path, headers=headers, json=body) as response:
+                    status = response.status
+                if (refused is not None and status != refused) or (refused is None and status in (401, 403)):
+                    wrong.append(f"{route.method} {pattern}: {status} for {who[:12] or 'no credentials'}")
+            checked += 1
+    assert checked > 30 and not wrong
