@@ -1,5 +1,6 @@
 """The `pgcontroller` command: `serve`, `segment-store`, `db start|stop|url|upgrade|create-analyst`,
-`dev seed`, `pipeline run`, `request parked list|retry|drop` and `kvt get|put|remove|list`.
+`dev seed`, `pipeline run`, `request parked list|retry|drop`, `kvt get|put|remove|list` and
+`auth user add|update|remove|list|import`.
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from app.analyst_cli import add_create_analyst_parser
+from app.auth_cli import add_auth_parser
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(pipeline_commands.add_parser("run", help="new reporting-view rows into lake and marts"))
     add_request_parser(commands)
     add_kvt_parser(commands)
+    add_auth_parser(commands)
     return parser
 
 
@@ -142,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.kvt_cli import run_kvt
 
             return run_kvt(args)
+        if args.command == "auth":
+            from app.auth_cli import run_auth
+
+            return run_auth(args, EmbeddedPostgres(args.data_dir))
         if args.command == "pipeline":
             from spark.cli import run_command
 

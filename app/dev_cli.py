@@ -1,4 +1,5 @@
-"""`pgcontroller dev seed`: the command line over the history generator (app/store/seed.py).
+"""`pgcontroller dev seed`: the command line over the history generator (app/store/seed.py), and
+`pgcontroller dev certs DIR`: a throwaway CA and certificates (app/security/certs.py).
 
 Progress goes to stderr at most every two seconds; the summary is the last line of stdout, as
 JSON, so scripts can read the counts and the measured rate.
@@ -12,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from app.domain.errors import DomainError
 from app.domain.txns import TxnLimits
@@ -119,6 +121,22 @@ def add_dev_parser(
     )
     seed.add_argument("--no-analyze", action="store_true", help="no ANALYZE at the end")
     seed.add_argument("--quiet", action="store_true", help="no progress lines")
+    certs = dev_commands.add_parser(
+        "certs",
+        help="write a throwaway CA and server and client certificates for local use and tests",
+        description="Writes ca.pem and ca.key, server.pem and server.key (for localhost, 127.0.0.1, "
+        "::1 and every --name), client.pem and client.key into DIR; keys are readable by their owner "
+        "only. For local use and tests only: the CA's key is kept next to it.",
+    )
+    certs.add_argument("directory", metavar="DIR", help="where to write the PEM files (created if missing)")
+    certs.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        help="another host name or IP address of the server (repeatable)",
+    )
+    certs.add_argument("--client-name", default="pgcontroller", help="the client certificate's common name")
+    certs.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
 
 
 def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
@@ -150,6 +168,26 @@ def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
 
 
 def run_dev(args: argparse.Namespace) -> int:
+    if args.dev_command == "certs":
+        return _run_certs(args)
+    return _run_seed(args)
+
+
+def _run_certs(args: argparse.Namespace) -> int:
+    from app.security.certs import make_dev_certs
+
+    try:
+        files = make_dev_certs(
+            Path(args.directory), names=tuple(args.name), client_name=args.client_name, valid_days=args.days
+        )
+    except (ValueError, OSError) as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({field: str(getattr(files, field)) for field in files.__dataclass_fields__}))
+    return 0
+
+
+def _run_seed(args: argparse.Namespace) -> int:
     from app.store.seed import SeedProgress, seed_history
 
     try:

@@ -117,6 +117,11 @@ class Settings:
         "(`POST /v1/cluster/segment-stores`); host i of n owns containers i, i+n, ...; "
         "with the embedded segment store, its own address replaces this list",
     )
+    auth_enabled: bool = setting(
+        False,
+        help="require authentication (gRPC `authorization` metadata, REST `Authorization` header) and "
+        "authorize every call by the caller's ACL; delegation tokens are then signed and checked",
+    )
     no_embedded_segment_store: bool = setting(
         False,
         help="do not start the embedded segment store; segment stores of their own "

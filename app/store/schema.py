@@ -775,3 +775,21 @@ truncation_history = Table(
     Index("truncation_history_by_stream", "stream_id", "id"),
     Index("truncation_history_by_time", "completed_at"),
 )
+
+
+# --- accounts (0017) ------------------------------------------------------------------------
+
+# The accounts `--auth-enabled` authenticates: the password's hash (Argon2id, or a Pravega
+# PBKDF2 digest until its first successful login re-hashes it) and the ACL in Pravega's text.
+accounts = Table(
+    "accounts",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("password_hash", Text, nullable=False),
+    Column("acl", Text, nullable=False, server_default=text("''")),
+    _version(),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("name", name="accounts_pkey"),
+    CheckConstraint("name <> '' AND strpos(name, ':') = 0", name="accounts_name_check"),
+)

@@ -15,9 +15,18 @@ from typing import Any
 from app.clock import SystemClock
 from app.config import Settings
 from app.ports import ControllerEndpoint
+from app.services.health import HealthService
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
-from app.wiring import Controller, open_resources, start_embedded_segment_store, wire, with_embedded_store
+from app.wiring import (
+    Controller,
+    Servers,
+    open_resources,
+    start_embedded_segment_store,
+    start_servers,
+    wire,
+    with_embedded_store,
+)
 
 # Short polls and retries so a test waits for little. Pravega's test transaction configuration
 # (lease 10 ms .. 30 s) so timeouts happen within a test; the expiry grace is small for the same
@@ -118,3 +127,17 @@ async def idle_controller(url: str, *scopes: str) -> AsyncIterator[Services]:
         for scope in scopes:
             await running.scopes.create_scope(scope)
         yield running
+
+
+@asynccontextmanager
+async def serving(services: Services, **overrides: Any) -> AsyncIterator[Servers]:
+    """`services`' controller behind real gRPC and REST listeners on loopback ports, as `serve`
+    starts them; `overrides` are Settings fields the servers read (e.g. auth_enabled=True)."""
+    settings = replace(
+        TEST_SETTINGS, grpc_host="127.0.0.1", grpc_port=0, rest_host="127.0.0.1", rest_port=0, **overrides
+    )
+    servers = await start_servers(settings, services.controller, HealthService(SystemClock()))
+    try:
+        yield servers
+    finally:
+        await servers.close(2.0)

@@ -11,11 +11,15 @@ from dataclasses import dataclass
 import grpclib.server
 from aiohttp import web
 
+from app.api.grpc.auth import GrpcGuard
 from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
+from app.api.rest.auth import auth_middleware
 from app.config import Settings
+from app.security.authn import Authenticator
 from app.services.health import HealthService
+from app.store.accounts import PgAccountStore
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
 
 
@@ -35,8 +39,17 @@ class Servers:
             await asyncio.wait_for(self.rest_runner.cleanup(), timeout=timeout_s / 2)
 
 
+def _authenticator(settings: Settings, controller: Controller) -> Authenticator | None:
+    """One per process, shared by gRPC and REST so a credential verified on one is cached for both."""
+    if not settings.auth_enabled:
+        return None
+    resources = controller.resources
+    return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms)
+
+
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
-    grpc_server, grpc_port = await _start_grpc(settings, controller)
+    authenticator = _authenticator(settings, controller)
+    grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator)
     try:
         runner = web.AppRunner(
             create_app(
@@ -46,6 +59,7 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
                 controller.lifecycle,
                 controller.transactions,
                 rest_extensions(controller),
+                auth=None if authenticator is None else auth_middleware(authenticator),
             ),
             handle_signals=False,
             access_log=None,
@@ -61,7 +75,9 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
     return Servers(grpc_server, runner, grpc_port, rest_port)
 
 
-async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpclib.server.Server, int]:
+async def _start_grpc(
+    settings: Settings, controller: Controller, authenticator: Authenticator | None
+) -> tuple[grpclib.server.Server, int]:
     # Bind first so an ephemeral port (0) is known before we advertise it.
     sock = _bind(settings.grpc_host, settings.grpc_port)
     # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
@@ -75,6 +91,7 @@ async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpcl
                 controller.lifecycle,
                 controller.transactions,
                 grpc_extensions(controller),
+                guard=None if authenticator is None else GrpcGuard(authenticator),
             )
         ]
     )

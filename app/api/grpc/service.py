@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from app.api.grpc.auth import GrpcGuard
 from app.api.grpc.convert import (
     add_segment_ranges,
     completed_txns_to_proto,
@@ -43,6 +44,7 @@ from app.domain.names import (
 )
 from app.domain.validation import check_scale_counts
 from app.ports import ClusterView
+from app.security.authn import current_principal
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
@@ -116,10 +118,13 @@ class ControllerService:
         lifecycle: StreamLifecycle,
         transactions: TransactionService,
         extensions: Sequence[object] = (),
+        guard: GrpcGuard | None = None,
     ) -> None:
         """`extensions` are objects whose own `rpc_<method>` coroutines serve more RPCs of the
-        contract (one object per capability, e.g. watermarks), so this class stays small."""
+        contract (one object per capability, e.g. watermarks), so this class stays small.
+        `guard` authenticates and authorizes every call (app/api/grpc/auth.py); None: auth off."""
         self._extensions = tuple(extensions)
+        self._guard = guard
         self._scopes = scopes
         self._streams = streams
         self._segments = segments
@@ -137,7 +142,7 @@ class ControllerService:
             response_type = _message_class(method.output_type.name)
             handler: Handler | None = self._handler(f"rpc_{method.name}")
             mapping[f"/{SERVICE_NAME}/{method.name}"] = grpclib.const.Handler(
-                _unary(method.name, handler),
+                _unary(method.name, handler, self._guard),
                 grpclib.const.Cardinality.UNARY_UNARY,
                 request_type,
                 response_type,
@@ -423,22 +428,35 @@ def _stream_names(info: pb.StreamInfo) -> tuple[str, str]:
     return info.scope, info.stream
 
 
+def _authorization(stream: grpclib.server.Stream[Any, Any]) -> str | None:
+    """The `authorization` metadata Pravega's clients send (grpclib lower-cases names)."""
+    metadata = stream.metadata
+    value = metadata.get("authorization") if metadata is not None else None
+    return value if isinstance(value, str) else None
+
+
 def _message_class(name: str) -> type[Message]:
     cls: type[Message] = getattr(pb, name)
     return cls
 
 
 def _unary(
-    method: str, handler: Handler | None
+    method: str, handler: Handler | None, guard: GrpcGuard | None = None
 ) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
     async def serve(stream: grpclib.server.Stream[Any, Any]) -> None:
         request = await stream.recv_message()
-        if handler is None:
-            raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")
+        principal = None
         try:
+            if guard is not None:
+                principal = await guard.admit(method, _authorization(stream), request)
+                current_principal.set(principal)
+            if handler is None:
+                raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")
             if request is not None:
                 check_strings(request)
             response = await handler(request)
+            if guard is not None:
+                response = await guard.filter_listing(method, principal, request, response, handler)
         except DomainError as exc:
             raise grpc_error_for(exc) from exc
         except GRPCError:

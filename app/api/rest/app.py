@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Middleware
 
 from app.api.errors import UNMAPPED, message_for, row_for
 from app.api.rest import health as health_routes
@@ -94,11 +95,16 @@ def create_app(
     lifecycle: StreamLifecycle,
     transactions: TransactionService,
     extensions: Sequence[Callable[[web.Application], None]] = (),
+    auth: Middleware | None = None,
 ) -> web.Application:
-    """`extensions` each add one capability's app keys and routes (e.g. cluster views)."""
+    """`extensions` each add one capability's app keys and routes (e.g. cluster views); `auth` is
+    the authentication and authorization middleware (app/api/rest/auth.py), None when auth is off."""
     # A body over the limit is refused while it is read (413, as JSON through json_errors), so
     # no more than the limit of it is ever held.
-    app = web.Application(middlewares=[json_errors, text_inputs], client_max_size=MAX_REST_BODY_BYTES)
+    middlewares: list[Middleware] = (
+        [json_errors, text_inputs] if auth is None else [json_errors, auth, text_inputs]
+    )
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_REST_BODY_BYTES)
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health

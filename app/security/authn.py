@@ -1,0 +1,179 @@
+"""Authentication of a call's `Authorization` value (`Basic <base64 user:password>`, Pravega's
+only built-in method) against the accounts, with a short-lived cache of verified credentials.
+
+Invariants: a credential is trusted from the cache for at most `ttl_s`; after that the account's
+version is read again and a changed (or removed) account is verified afresh. No message raised
+here names a password, a hash or the credential itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextvars
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.domain.errors import NotFound, WriteConflict
+from app.security.accounts import AccountStore
+from app.security.acl import Acl, Permission, parse_acl
+from app.security.passwords import BadPasswordHash, hash_password, verify_password
+
+log = logging.getLogger(__name__)
+
+BASIC = "Basic"  # Pravega's AuthConstants.BASIC: the method name is compared exactly
+MAX_HEADER_CHARS = 8 * 1024
+DEFAULT_TTL_S = 5.0
+DEFAULT_MAX_ENTRIES = 10_000
+# Argon2id needs 64 MiB and ~0.1 s of CPU per check; at most this many run at once, so a flood
+# of wrong passwords queues instead of exhausting memory.
+MAX_CONCURRENT_VERIFICATIONS = 2
+
+
+class AuthenticationFailed(Exception):
+    """The call has no usable credentials; the message is safe to send to the caller."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    acl_text: str
+    acl: Acl
+
+    def permission_for(self, resource: str) -> Permission:
+        return self.acl.permission_for(resource)
+
+    def allows(self, resource: str, needed: Permission) -> bool:
+        return self.permission_for(resource) >= needed
+
+
+# The principal of the call being served, for handlers that filter what they list.
+current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "pgcontroller_principal", default=None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    method: str
+    token: str
+
+
+def split_header(value: str | None) -> Credentials | None:
+    """`<method> <token>` (split at the first run of whitespace, as Pravega's interceptor does);
+    None when absent or not in that form."""
+    if not value:
+        return None
+    parts = value.strip().split(None, 1)
+    if len(parts) != 2 or not parts[0]:
+        return None
+    return Credentials(parts[0], parts[1].strip())
+
+
+def decode_basic(token: str) -> tuple[str, str]:
+    """(user, password) of a Basic token; AuthenticationFailed when it is not base64 of
+    UTF-8 `user:password`."""
+    try:
+        text = base64.b64decode(token, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError) as exc:
+        raise AuthenticationFailed("malformed Basic credentials: not base64 of 'user:password'") from exc
+    user, sep, password = text.partition(":")
+    if not sep or not user:
+        raise AuthenticationFailed("malformed Basic credentials: not base64 of 'user:password'")
+    return user, password
+
+
+@dataclass
+class _Entry:
+    principal: Principal
+    version: int
+    checked_at: float
+
+
+class Authenticator:
+    def __init__(
+        self,
+        accounts: AccountStore,
+        now_ms: Callable[[], int],
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._accounts = accounts
+        self._now_ms = now_ms
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._monotonic = monotonic
+        self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
+        # Cache keys are keyed hashes of the header: nothing in memory is a password, and the
+        # key differs per process.
+        self._key = os.urandom(32)
+        self._verifications = asyncio.Semaphore(MAX_CONCURRENT_VERIFICATIONS)
+        self.verifications = 0  # counted for tests and the figures: how often Argon2id ran
+
+    async def authenticate(self, header: str | None) -> Principal:
+        """The principal of an `Authorization` value, or AuthenticationFailed."""
+        credentials = split_header(header)
+        if credentials is None:
+            raise AuthenticationFailed(
+                "authentication required: send 'Authorization: Basic <base64 user:password>'"
+            )
+        if credentials.method != BASIC:
+            raise AuthenticationFailed(f"unsupported authentication method; supported: {BASIC}")
+        assert header is not None
+        if len(header) > MAX_HEADER_CHARS:
+            raise AuthenticationFailed("credentials too long")
+        key = hmac.new(self._key, header.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        entry = self._cache.get(key)
+        now = self._monotonic()
+        if entry is not None and now - entry.checked_at < self._ttl_s:
+            self._cache.move_to_end(key)
+            return entry.principal
+        user, password = decode_basic(credentials.token)
+        account = await self._accounts.get(user)
+        if account is None:
+            self._cache.pop(key, None)
+            raise AuthenticationFailed("wrong user name or password")
+        if entry is not None and entry.version == account.version and entry.principal.name == user:
+            entry.checked_at = now
+            self._cache.move_to_end(key)
+            return entry.principal
+        version = await self._verify(account.name, account.password_hash, account.version, password)
+        principal = Principal(account.name, account.acl, parse_acl(account.acl))
+        self._remember(key, _Entry(principal, version, self._monotonic()))
+        return principal
+
+    async def _verify(self, name: str, stored: str, version: int, password: str) -> int:
+        """The account's version after a successful check (a re-hash writes a new one)."""
+        async with self._verifications:
+            self.verifications += 1
+            try:
+                verdict = await asyncio.to_thread(verify_password, stored, password)
+            except BadPasswordHash:
+                log.warning("account %s has an unreadable password hash; it cannot log in", name)
+                raise AuthenticationFailed("wrong user name or password") from None
+            if not verdict.ok:
+                raise AuthenticationFailed("wrong user name or password")
+            if not verdict.rehash:
+                return version
+            new_hash = await asyncio.to_thread(hash_password, password)
+        try:
+            # Conditional on the version read: an operator's concurrent change wins.
+            return await self._accounts.update(name, version, self._now_ms(), password_hash=new_hash)
+        except (WriteConflict, NotFound):
+            log.info("account %s changed while its password was re-hashed; kept the change", name)
+            return -1  # never equal to a stored version: the next call reads and verifies again
+
+    def _remember(self, key: bytes, entry: _Entry) -> None:
+        self._cache[key] = entry
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
