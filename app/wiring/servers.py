@@ -75,6 +75,7 @@ async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpcl
                 controller.lifecycle,
                 controller.transactions,
                 grpc_extensions(controller),
+                tokens=controller.storage.tokens,
             )
         ]
     )

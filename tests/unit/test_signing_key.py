@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import main
 from app.security.signing_key import KEY_ENV, with_signing_key
-from app.settings import Settings, SettingError
+from app.settings import SettingError, Settings
 
 ON = Settings(auth_enabled=True)
 
