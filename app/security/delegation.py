@@ -13,6 +13,9 @@ from collections.abc import Callable
 
 from app.security.tokens import Permission, TokenSigner, stream_resource
 
+# NameUtils.KVTABLE_SUFFIX: a key-value table's segments live under the stream "<kvt>_kvtable".
+_KVTABLE_SUFFIX = "_kvtable"
+
 log = logging.getLogger(__name__)
 
 # The caller's permission on a resource string (`prn::/scope:X/stream:Y`), looked up in the ACL of
@@ -41,9 +44,19 @@ class DelegationTokens:
     def for_stream(self, scope: str, stream: str, wanted: Permission) -> str:
         """A token for `scope/stream` granting `wanted`, or as much of it as the caller has
         (READ of a wanted READ_UPDATE); "" when the caller has nothing there."""
+        resource = stream_resource(scope, stream)
+        return self._token(resource, resource, wanted)
+
+    def for_table(self, scope: str, kvt: str, wanted: Permission) -> str:
+        """A token for a key-value table: authorized on the table's own resource, claimed on
+        the stream its segments live under (so the store's matching covers them), as Pravega
+        claims reader groups' streams."""
+        claim = stream_resource(scope, kvt + _KVTABLE_SUFFIX)
+        return self._token(f"prn::/scope:{scope}/key-value-table:{kvt}", claim, wanted)
+
+    def _token(self, resource: str, claim: str, wanted: Permission) -> str:
         if self._signer is None:
             return NO_TOKEN
-        resource = stream_resource(scope, stream)
         if self._permission_of is None:
             if not self._warned:
                 self._warned = True
@@ -52,4 +65,4 @@ class DelegationTokens:
         granted = min(wanted, self._permission_of(resource), key=lambda p: p.value)
         if granted is Permission.NONE:
             return NO_TOKEN
-        return self._signer.issue(resource, granted)
+        return self._signer.issue(claim, granted)
