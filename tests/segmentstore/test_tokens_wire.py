@@ -69,7 +69,7 @@ def token(
 
 async def refused(c: Client, cmd: wc.Command, code: int) -> None:
     reply = await c.call(cmd)
-    assert reply == wc.AuthTokenCheckFailed(getattr(cmd, "request_id"), "", code), reply
+    assert reply == wc.AuthTokenCheckFailed(cmd.request_id, "", code), reply
 
 
 async def test_the_controllers_own_calls_work_with_its_master_token(controller: WireSegmentStore) -> None:
