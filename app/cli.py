@@ -22,7 +22,7 @@ from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 from app.kvt_cli import add_kvt_parser
 from app.request_cli import add_request_parser
-from app.settings import add_global_settings, add_serve_settings, add_setting, resolve
+from app.settings import SettingError, Settings, add_global_settings, add_serve_settings, add_setting, resolve
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
 from spark.cli import add_run_arguments
@@ -42,8 +42,17 @@ SEGMENT_STORE_SETTINGS = (
     "pool_max_size",
     "shutdown_timeout_s",
     "ready_file",
+    "auth_enabled",
+    "auth_token_signing_key_file",
 )
 log = logging.getLogger("pgcontroller")
+
+
+def _with_key(settings: Settings, *, generate: bool) -> Settings:
+    """The delegation-token signing key, read (or made) once at start: never from argv."""
+    from app.security.signing_key import with_signing_key
+
+    return with_signing_key(settings, os.environ, generate=generate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,10 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "segment-store":
             from app.segment_store_main import serve_segment_store
 
-            return asyncio.run(serve_segment_store(settings))
+            return asyncio.run(serve_segment_store(_with_key(settings, generate=False)))
         from app.main import serve
 
-        return asyncio.run(serve(settings))
+        return asyncio.run(serve(_with_key(settings, generate=True)))
+    except SettingError as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except PostgresBinariesNotFound as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1

@@ -45,13 +45,21 @@ _ENTRY_OVERHEAD: Final = 4 + 4 + 8 + 4 + 4
 _ILLEGAL_ARGUMENT: Final = 0
 
 Resolve = Callable[[bool], Awaitable[Endpoint]]
+# The delegation token to send; `refresh`: the store said the last one expired.
+Token = Callable[[bool], Awaitable[str]]
+# WireCommands.AuthTokenCheckFailed.ErrorCode.TOKEN_EXPIRED.
+_TOKEN_EXPIRED: Final = 1
+
+
+async def _no_token(refresh: bool) -> str:
+    return ""
 
 
 class TableSegment:
     """Requests about one table segment; `resolve(refresh)` names the host that owns it."""
 
     def __init__(
-        self, name: str, segment_id: int, pool: ConnectionPool, resolve: Resolve, token: str = ""
+        self, name: str, segment_id: int, pool: ConnectionPool, resolve: Resolve, token: Token = _no_token
     ) -> None:
         self.name = name
         self.segment_id = segment_id
@@ -64,7 +72,7 @@ class TableSegment:
         _check_batch(len(entries), sum(len(k) + len(value) + _ENTRY_OVERHEAD for k, value, _ in entries))
         wire_entries = tuple((wc.TableKey(k, v), wc.TableValue(value)) for k, value, v in entries)
         reply = await self._call(
-            lambda rid: wc.UpdateTableEntries(rid, self.name, self._token, wire_entries),
+            lambda rid, token: wc.UpdateTableEntries(rid, self.name, token, wire_entries),
             wc.TableEntriesUpdated,
         )
         if len(reply.versions) != len(entries):
@@ -78,7 +86,7 @@ class TableSegment:
         _check_batch(len(keys), sum(len(k) + _ENTRY_OVERHEAD for k, _ in keys))
         wire_keys = tuple(wc.TableKey(k, v) for k, v in keys)
         await self._call(
-            lambda rid: wc.RemoveTableKeys(rid, self.name, self._token, wire_keys), wc.TableKeysRemoved
+            lambda rid, token: wc.RemoveTableKeys(rid, self.name, token, wire_keys), wc.TableKeysRemoved
         )
 
     async def get(self, keys: Sequence[bytes]) -> list[tuple[bytes, bytes, int]]:
@@ -97,14 +105,14 @@ class TableSegment:
         return result
 
     async def _read_table(self, keys: tuple[wc.TableKey, ...]) -> wc.TableRead:
-        return await self._call(lambda rid: wc.ReadTable(rid, self.name, self._token, keys), wc.TableRead)
+        return await self._call(lambda rid, token: wc.ReadTable(rid, self.name, token, keys), wc.TableRead)
 
     async def read_entries(
         self, from_key: bytes, to_key: bytes, count: int
     ) -> list[tuple[bytes, bytes, int]]:
         """Up to `count` entries with keys in [from_key, to_key], in key order."""
         reply = await self._call(
-            lambda rid: wc.ReadTableEntries(rid, self.name, self._token, count, b"", b"", from_key, to_key),
+            lambda rid, token: wc.ReadTableEntries(rid, self.name, token, count, b"", b"", from_key, to_key),
             wc.TableEntriesRead,
         )
         return [(k.data, v.data, k.key_version) for k, v in reply.entries]
@@ -112,25 +120,30 @@ class TableSegment:
     async def read_keys(self, from_key: bytes, to_key: bytes, count: int) -> list[tuple[bytes, int]]:
         """Up to `count` keys in [from_key, to_key], in key order, with their versions."""
         reply = await self._call(
-            lambda rid: wc.ReadTableKeys(rid, self.name, self._token, count, b"", b"", from_key, to_key),
+            lambda rid, token: wc.ReadTableKeys(rid, self.name, token, count, b"", b"", from_key, to_key),
             wc.TableKeysRead,
         )
         return [(k.data, k.key_version) for k in reply.keys]
 
-    async def _call(self, build: Callable[[int], wc.Command], success: type[R]) -> R:
+    async def _call(self, build: Callable[[int, str], wc.Command], success: type[R]) -> R:
         last = ""
+        expired = False
         for attempt in range(ATTEMPTS):
             if attempt:
                 await asyncio.sleep(_BACKOFF_S * 2 ** (attempt - 1))
             try:
                 endpoint = await self._resolve(attempt > 0)
-                command = build(next_request_id())
+                command = build(next_request_id(), await self._token(expired))
                 reply = await self._pool.request(endpoint, command)
             except StoreUnavailable as exc:
                 last = str(exc)
                 continue
             if isinstance(reply, success):
                 return reply
+            expired = isinstance(reply, wc.AuthTokenCheckFailed) and reply.error_code == _TOKEN_EXPIRED
+            if expired:
+                last = "the delegation token expired"
+                continue
             if isinstance(reply, wc.WrongHost):
                 last = f"{endpoint[0]}:{endpoint[1]} does not own it (it names {reply.correct_host!r})"
                 continue
@@ -146,6 +159,10 @@ class TableSegment:
                 return NoSuchKey(self.name, f"{asked} refused: a key conditioned on a version does not exist")
             case wc.NoSuchSegment():
                 return TableNotFound(f"table segment {self.name} does not exist (was the table deleted?)")
+            case wc.AuthTokenCheckFailed():
+                return TableUnavailable(
+                    f"{asked} on {self.name}: the segment store refused the delegation token"
+                )
             case wc.ErrorMessage() if reply.error_code == _ILLEGAL_ARGUMENT:
                 return InvalidKey(f"{asked} on {self.name} refused: {reply.message}")
         return TableUnavailable(f"{asked} on {self.name}: unexpected reply {reply}")

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import jwt
 from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
@@ -49,6 +51,8 @@ from app.segmentstore.client.connections import ConnectionPool, Endpoint
 DEFAULT_PAGE_SIZE: Final = 10
 # The wire's suggested count is a 32-bit int (the segment store caps a page at 2 MiB anyway).
 _MAX_PAGE_SIZE: Final = (1 << 31) - 1
+# The Rust client's DEFAULT_REFRESH_THRESHOLD_SECONDS: a token this close to expiry is renewed.
+TOKEN_REFRESH_THRESHOLD_S: Final = 5
 
 
 @dataclass
@@ -74,8 +78,13 @@ class KeyValueTable:
         channel: Channel,
         *,
         request_timeout_s: float = 30.0,
+        token: str = "",
     ) -> None:
         self.scope = scope
+        # The delegation token of getCurrentSegmentsKeyValueTable ("" with auth off), renewed
+        # from the controller before it expires or when a store says it has.
+        self._delegation_token = token
+        self._token_renewal = asyncio.Lock()
         self.name = name
         self.layout = layout
         self._segments = segments
@@ -89,6 +98,7 @@ class KeyValueTable:
                 r.segment_id,
                 self._pool,
                 self._resolver(r.segment_id),
+                self._current_token,
             )
             for r in segments.ranges
         }
@@ -133,7 +143,15 @@ class KeyValueTable:
         except BaseException:
             channel.close()
             raise
-        return cls(scope, name, layout, segments, channel, request_timeout_s=request_timeout_s)
+        return cls(
+            scope,
+            name,
+            layout,
+            segments,
+            channel,
+            request_timeout_s=request_timeout_s,
+            token=ranges.delegationToken,
+        )
 
     async def close(self) -> None:
         await self._pool.close()
@@ -331,6 +349,20 @@ class KeyValueTable:
             raise BadKeyVersion(segment.name, f"version {version} belongs to another table segment")
         return version.segment_version
 
+    async def _current_token(self, expired: bool) -> str:
+        token = self._delegation_token
+        if not token or not (expired or _expires_soon(token)):
+            return token
+        async with self._token_renewal:
+            if self._delegation_token == token:
+                info = pb.KeyValueTableInfo(scope=self.scope, kvtName=self.name)
+                ranges = await ask_controller(
+                    f"a delegation token for {self.scope}/{self.name}",
+                    self._stub.getCurrentSegmentsKeyValueTable(info, timeout=CONTROLLER_TIMEOUT_S),
+                )
+                self._delegation_token = ranges.delegationToken
+            return self._delegation_token
+
     def _resolver(self, segment_id: int) -> Resolve:
         async def resolve(refresh: bool) -> Endpoint:
             known = self._endpoints.get(segment_id)
@@ -351,3 +383,12 @@ class KeyValueTable:
             return endpoint
 
         return resolve
+
+
+def _expires_soon(token: str) -> bool:
+    """Read without the key (a client has none), as the Rust client reads `exp`."""
+    try:
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return False
+    return isinstance(exp, int | float) and time.time() + TOKEN_REFRESH_THRESHOLD_S >= exp

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.domain.cluster import DEFAULT_COUNTS, MAX_BUCKETS, BucketCounts
@@ -122,6 +122,24 @@ class Settings:
         help="require authentication (gRPC `authorization` metadata, REST `Authorization` header) and "
         "authorize every call by the caller's ACL; delegation tokens are then signed and checked",
     )
+    auth_token_ttl_s: int = setting(
+        600,
+        check=positive,
+        help="how long a delegation token the controller signs is valid (Pravega's "
+        "controller.security.auth.delegationToken.ttl.seconds); clients fetch a new one before it expires",
+    )
+    auth_token_signing_key_file: Path | None = setting(  # noqa: RUF009
+        None,
+        parse=Path,
+        metavar="PATH",
+        help="file holding the key delegation tokens are signed and checked with (Pravega's "
+        "controller.security.auth.delegationToken.signingKey.basis; or the variable "
+        "PGCONTROLLER_AUTH_TOKEN_SIGNING_KEY, never a flag); every segment store needs the same key; "
+        "with neither, serve makes one for itself and its embedded store",
+    )
+    # The key itself, resolved at start from the file or the variable (app/security/signing_key.py);
+    # not a flag (it would show in `ps`), never printed.
+    token_signing_key: bytes | None = field(default=None, repr=False, compare=False)
     no_embedded_segment_store: bool = setting(
         False,
         help="do not start the embedded segment store; segment stores of their own "

@@ -254,7 +254,7 @@ def wire(settings: Settings, resources: Resources) -> Controller:
     retention = wire_retention(settings, resources, storage.store, claims[BucketService.RETENTION])
     watermarking = wire_watermarks(settings, resources, claims[BucketService.WATERMARKS], storage.client)
     views = wire_state_views(settings, resources, membership.node)
-    members = wire_reader_groups_and_tables(settings, resources, deps, retention.subscribers)
+    members = wire_reader_groups_and_tables(settings, resources, deps, retention.subscribers, storage.tokens)
     workflows = wire_streams(settings, resources, deps, membership, scaling.store, members.requests)
     txns = wire_transactions(settings, resources, deps, membership, watermarking.service)
     return Controller(

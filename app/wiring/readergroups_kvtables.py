@@ -10,6 +10,7 @@ from app.api.grpc.kvtables import KvtRpcs
 from app.api.grpc.readergroups import ReaderGroupRpcs
 from app.api.rest import readergroups as reader_group_routes
 from app.config import Settings
+from app.security.delegation import DelegationTokens
 from app.services.kvtables import KvtService
 from app.services.readergroups import ReaderGroupService
 from app.services.retention import SubscriberService
@@ -35,7 +36,11 @@ class ReaderGroupsAndTables:
 
 
 def wire_reader_groups_and_tables(
-    settings: Settings, resources: Resources, deps: WorkflowDeps, subscribers: SubscriberService
+    settings: Settings,
+    resources: Resources,
+    deps: WorkflowDeps,
+    subscribers: SubscriberService,
+    tokens: DelegationTokens | None = None,
 ) -> ReaderGroupsAndTables:
     """`subscribers` are retention's: a subscribing group bounds what retention truncates."""
     group_store = PgReaderGroupStore(resources.pool)
@@ -60,7 +65,7 @@ def wire_reader_groups_and_tables(
     )
     kvts = KvtService(kvt_store, resources.clock, resources.requests, completion_timeout_s=timeout_s)
     contribution = Contribution(
-        grpc=(ReaderGroupRpcs(reader_groups), KvtRpcs(kvts)),
+        grpc=(ReaderGroupRpcs(reader_groups), KvtRpcs(kvts, tokens)),
         rest=(reader_group_routes.extension(reader_groups),),
     )
     return ReaderGroupsAndTables(reader_groups, kvts, requests, contribution)

@@ -16,11 +16,14 @@ from dataclasses import dataclass, replace
 
 from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
+from app.security.delegation import DelegationTokens
+from app.security.tokens import TokenSigner, TokenVerifier
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.server.membership import StoreMembership
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.segmentstore.server.tokens import TokenGate
 from app.segmentstore.storage import AppendResult
 from app.store.cache import RecordCache
 from app.store.containers import PgContainerMapStore
@@ -40,13 +43,39 @@ class SegmentStorage:
     store: WireSegmentStore
     client: WireSegmentStore
     contribution: Contribution
+    # The tokens the controller's answers carry ("" with authentication off).
+    tokens: DelegationTokens
 
 
 def wire_segment_store(
     settings: Settings, resources: Resources, locator: SegmentStoreLocator
 ) -> SegmentStorage:
-    client = WireSegmentStore(locator, request_timeout_s=settings.segment_store_timeout_s)
-    return SegmentStorage(client, client, Contribution())
+    signer = _signer(settings)
+    # The controller's own calls carry its master token (Pravega's retrieveMasterToken).
+    master = signer.master() if signer is not None else ""
+    client = WireSegmentStore(
+        locator, request_timeout_s=settings.segment_store_timeout_s, token=lambda: master
+    )
+    return SegmentStorage(client, client, Contribution(), DelegationTokens(signer))
+
+
+def _signer(settings: Settings) -> TokenSigner | None:
+    if not settings.auth_enabled:
+        return None
+    return TokenSigner(_key(settings), settings.auth_token_ttl_s)
+
+
+def _token_gate(settings: Settings) -> TokenGate | None:
+    """The store's token check: with authentication on, every request carrying a token."""
+    if not settings.auth_enabled:
+        return None
+    return TokenGate(TokenVerifier(_key(settings)))
+
+
+def _key(settings: Settings) -> bytes:
+    if settings.token_signing_key is None:
+        raise ValueError("authentication is on but no delegation-token signing key was resolved")
+    return settings.token_signing_key
 
 
 class _FailpointStorage(PgSegmentStorage):
@@ -80,6 +109,7 @@ async def _start_measured_server(settings: Settings, pool: Database, clock: Cloc
             settings.segment_store_port,
             tail_wait_s=settings.segment_store_tail_wait_s,
             on_close=storage.close,
+            tokens=_token_gate(settings),
         )
     except BaseException:
         await storage.close()

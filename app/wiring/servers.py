@@ -92,6 +92,7 @@ async def _start_grpc(
                 controller.transactions,
                 grpc_extensions(controller),
                 guard=None if authenticator is None else GrpcGuard(authenticator),
+                tokens=controller.storage.tokens,
             )
         ]
     )

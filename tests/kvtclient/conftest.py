@@ -58,10 +58,10 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(db_url: str) -> AsyncIterator[Cluster]:
+async def cluster(db_url: str, **overrides: object) -> AsyncIterator[Cluster]:
     """A controller with its workers and embedded segment store, its gRPC served on a loopback
     port the client is given, as a user's client would be."""
-    async with running_controller(db_url) as services:
+    async with running_controller(db_url, **overrides) as services:
         service = ControllerService(
             services.scopes,
             services.streams,
@@ -70,6 +70,7 @@ async def cluster(db_url: str) -> AsyncIterator[Cluster]:
             services.lifecycle,
             services.transactions,
             grpc_extensions(services.controller),
+            tokens=services.storage.tokens,
         )
         server = bounded_server([service])
         await server.start("127.0.0.1", 0)

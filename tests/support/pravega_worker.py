@@ -45,11 +45,17 @@ def event_payload(prefix: str, index: int, keys: int, size: int) -> tuple[bytes,
     return head + b"x" * max(0, size - len(head)), f"k{key:03d}"
 
 
+def stream_manager(args: dict[str, Any]) -> Any:
+    """With `auth`, the client asks the controller for delegation tokens (and sends the
+    credentials of its `pravega_client_auth_*` environment variables)."""
+    return pravega_client.StreamManager(args["uri"], bool(args.get("auth", False)), False)
+
+
 def write(args: dict[str, Any]) -> None:
     """Writes `count` events over `keys` routing keys with up to `inflight` unacknowledged, at
     most `rate` per second if given; flushes every `progress_every` events and reports how many
     are acknowledged so far. The result's t0/t1 bound the writing in CLOCK_MONOTONIC."""
-    manager = pravega_client.StreamManager(args["uri"])
+    manager = stream_manager(args)
     writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
     count, keys, size = args["count"], args["keys"], args.get("size", 0)
     every, prefix = args.get("progress_every", 1000), args.get("prefix", "e")
@@ -85,7 +91,7 @@ async def read_async(args: dict[str, Any]) -> None:
     """Reads with `readers` readers of one group, in one process so that the order in which
     events reach the test is one global order: per routing key it is the write order. Stops
     when the group has nothing left to read (`until_end`) or at `deadline_s`."""
-    manager = pravega_client.StreamManager(args["uri"])
+    manager = stream_manager(args)
     config = pravega_client.StreamReaderGroupConfig(False, args["scope"], args["stream"])
     group = manager.create_reader_group_with_config(args["group"], args["scope"], config)
     readers = [group.create_reader(f"reader-{i}") for i in range(args.get("readers", 2))]

@@ -10,9 +10,9 @@ from app.api.grpc.convert import segment_range
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import NotFound, StoreUnavailable
 from app.domain.kvtables import KvtConfig
+from app.security.delegation import DelegationTokens
+from app.security.tokens import Permission
 from app.services.kvtables import CreateKvtOutcome, DeleteKvtOutcome, KvtService
-
-_NO_TOKEN = ""  # delegation tokens are empty while authentication is off
 
 _CREATE = {
     CreateKvtOutcome.SUCCESS: pb.CreateKeyValueTableStatus.SUCCESS,
@@ -29,8 +29,10 @@ _DELETE = {
 
 
 class KvtRpcs:
-    def __init__(self, kvts: KvtService) -> None:
+    def __init__(self, kvts: KvtService, tokens: DelegationTokens | None = None) -> None:
         self._kvts = kvts
+        # Signs getCurrentSegmentsKeyValueTable's token when authentication is on ("" while off).
+        self._tokens = tokens or DelegationTokens(None)
 
     async def rpc_createKeyValueTable(self, request: pb.KeyValueTableConfig) -> pb.CreateKeyValueTableStatus:
         config = KvtConfig(
@@ -46,7 +48,7 @@ class KvtRpcs:
         segments = await self._kvts.current_segments(request.scope, request.kvtName)
         return pb.SegmentRanges(
             segmentRanges=[segment_range(request.scope, request.kvtName, s) for s in segments],
-            delegationToken=_NO_TOKEN,
+            delegationToken=self._tokens.for_table(request.scope, request.kvtName, Permission.READ_UPDATE),
         )
 
     async def rpc_listKeyValueTablesInScope(

@@ -45,6 +45,8 @@ from app.domain.names import (
 from app.domain.validation import check_scale_counts
 from app.ports import ClusterView
 from app.security.authn import current_principal
+from app.security.delegation import DelegationTokens
+from app.security.tokens import Permission
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
@@ -57,7 +59,15 @@ from app.services.transactions import TransactionService
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "io.pravega.controller.stream.api.grpc.v1.ControllerService"
-_NO_TOKEN = ""  # delegation tokens are empty while authentication is off
+_NO_TOKEN = ""  # Pravega's answer where a call carries no token (getSegmentsImmediatelyFollowing)
+_AccessOp = pb.StreamInfo.AccessOperation
+# StreamAuthParams.requestedPermission: what getDelegationToken grants per access operation
+# (an older client sends UNSPECIFIED and gets read-and-write).
+_TOKEN_PERMISSION = {
+    _AccessOp.UNSPECIFIED: Permission.READ_UPDATE,
+    _AccessOp.WRITE: Permission.READ_UPDATE,
+    _AccessOp.READ_WRITE: Permission.READ_UPDATE,
+}
 
 _CREATE_SCOPE = {
     ScopeOutcome.SUCCESS: pb.CreateScopeStatus.SUCCESS,
@@ -119,6 +129,7 @@ class ControllerService:
         transactions: TransactionService,
         extensions: Sequence[object] = (),
         guard: GrpcGuard | None = None,
+        tokens: DelegationTokens | None = None,
     ) -> None:
         """`extensions` are objects whose own `rpc_<method>` coroutines serve more RPCs of the
         contract (one object per capability, e.g. watermarks), so this class stays small.
@@ -131,6 +142,8 @@ class ControllerService:
         self._cluster = cluster
         self._lifecycle = lifecycle
         self._transactions = transactions
+        # Signs the `delegationToken` of answers when authentication is on ("" while off).
+        self._tokens = tokens or DelegationTokens(None)
 
     # --- grpclib plumbing -----------------------------------------------------------------
 
@@ -304,7 +317,7 @@ class ControllerService:
         stream_info = pb.StreamInfo(scope=info.scope, stream=info.stream)
         return pb.StreamCutRangeResponse(
             segments=[pb.SegmentId(streamInfo=stream_info, segmentId=s) for s in segments],
-            delegationToken=_NO_TOKEN,
+            delegationToken=self._tokens.for_stream(info.scope, info.stream, Permission.READ),
         )
 
     async def rpc_isStreamCutValid(self, request: pb.StreamCut) -> pb.StreamCutValidityResponse:
@@ -316,14 +329,15 @@ class ControllerService:
 
     async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
         segments = await self._segments.current_segments(request.scope, request.stream)
-        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        response = pb.SegmentRanges(delegationToken=self._segments_token(request))
         await add_segment_ranges(response.segmentRanges, request.scope, request.stream, segments)
         return response
 
     async def rpc_getEpochSegments(self, request: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
         info = request.streamInfo
         segments = await self._segments.epoch_segments(info.scope, info.stream, request.epoch)
-        response = pb.SegmentRanges(delegationToken=_NO_TOKEN)
+        token = self._tokens.for_stream(info.scope, info.stream, Permission.READ_UPDATE)
+        response = pb.SegmentRanges(delegationToken=token)
         await add_segment_ranges(response.segmentRanges, info.scope, info.stream, segments)
         return response
 
@@ -338,7 +352,7 @@ class ControllerService:
                 )
                 for segment, offset in sorted(head.items())
             ],
-            delegationToken=_NO_TOKEN,
+            delegationToken=self._segments_token(info),
         )
 
     async def rpc_isSegmentValid(self, request: pb.SegmentId) -> pb.SegmentValidityResponse:
@@ -357,7 +371,8 @@ class ControllerService:
         # scaleGracePeriod is deprecated and ignored, as in Pravega.
         scope, stream = _stream_names(request.streamInfo)
         created = await self._transactions.create(scope, stream, request.lease)
-        response = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn), delegationToken=_NO_TOKEN)
+        token = self._tokens.for_stream(scope, stream, Permission.READ_UPDATE)
+        response = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn), delegationToken=token)
         await add_segment_ranges(response.activeSegments, scope, stream, created.segments)
         return response
 
@@ -402,7 +417,16 @@ class ControllerService:
         return pb.ServerResponse(nodeURI=[pb.NodeUri(endpoint=c.host, port=c.port) for c in live])
 
     async def rpc_getDelegationToken(self, request: pb.StreamInfo) -> pb.DelegationToken:
-        return pb.DelegationToken(delegationToken=_NO_TOKEN)
+        wanted = _TOKEN_PERMISSION.get(request.accessOperation, Permission.READ)
+        token = self._tokens.for_stream(request.scope, request.stream, wanted)
+        return pb.DelegationToken(delegationToken=token)
+
+    def _segments_token(self, info: pb.StreamInfo) -> str:
+        """getCurrentSegments and getSegments: a read-and-write token unless the caller says it
+        wants no access (AccessOperation NONE), as Pravega answers older clients."""
+        if info.accessOperation == _AccessOp.NONE:
+            return _NO_TOKEN
+        return self._tokens.for_stream(info.scope, info.stream, Permission.READ_UPDATE)
 
 
 def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScopeResponse:

@@ -52,7 +52,8 @@ def failure(command: wc.Command, reply: wc.Command) -> Exception:
         case wc.WrongHost():
             return WrongHostReply(reply)
         case wc.AuthTokenCheckFailed():
-            # Retryable: the controller's token is refreshed, and auth is not enforced yet.
+            # Retryable: a store whose key differs from the controller's is a misconfigured cluster
+            # (an outage to fix), not a refusal of the operation itself.
             return StoreUnavailable(f"{asked}: the segment store refused the token (code {reply.error_code})")
         case wc.NoSuchSegment():
             return NotFound(f"segment {reply.segment} does not exist")

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Final
+from typing import Final, Literal
 
+from app.security.tokens import Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
 from app.segmentstore.server.handlers import Handlers
@@ -23,6 +24,7 @@ from app.segmentstore.server.ownership import ContainerOwnership, requested_segm
 from app.segmentstore.server.reads import Reads
 from app.segmentstore.server.refusals import RefusalContext, refusal_reply
 from app.segmentstore.server.tails import Tails, TailWatch
+from app.segmentstore.server.tokens import TokenGate, refusal
 from app.segmentstore.server.transients import Transients, transient_name
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
@@ -64,8 +66,13 @@ class Connection:
         handlers: Handlers,
         tail_wait_s: float,
         ownership: ContainerOwnership | None = None,
+        tokens: TokenGate | None = None,
     ) -> None:
         self._reader = reader
+        # None: authentication is off and tokens are not looked at (as Pravega's PassingTokenVerifier).
+        self._tokens = tokens
+        # The verdict on each set-up writer's token, re-checked for expiry at every append block.
+        self._writer_tokens: dict[int, Verdict] = {}
         self._ownership = ownership
         self._writer = writer
         self._storage = storage
@@ -140,12 +147,44 @@ class Connection:
                 self._appends.abandon_block()
             await self._send(wrong)
             return True
+        if self._tokens is not None:
+            refused = self._token_refusal(self._tokens, cmd)
+            if refused is False:
+                return False
+            if refused is not None:
+                await self._send(refused)
+                return True
         if isinstance(cmd, wc.ReadSegment):
             await self._read(cmd)
             return True
         reply = await self._reply(cmd)
         await self._send(reply)
         return True
+
+    def _token_refusal(
+        self, tokens: TokenGate, cmd: wc.Command
+    ) -> wc.AuthTokenCheckFailed | Literal[False] | None:
+        """None: serve `cmd`; a reply: its refusal; False: close the connection, because a
+        set-up writer's token expired (Pravega's store closes it then too: the client connects
+        again and sets up with a fresh token, re-sending what was not acknowledged)."""
+        if isinstance(cmd, (wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend)):
+            accepted = self._writer_tokens.get(cmd.writer_id)
+            if accepted is not None and not tokens.still_valid(accepted):
+                log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
+                return False
+            return None
+        verdict = tokens.check(cmd)
+        if verdict is None or verdict.ok:
+            if verdict is not None and isinstance(cmd, wc.SetupAppend):
+                self._writer_tokens[cmd.writer_id] = verdict
+            return None
+        log.warning(
+            "segment store connection from %s: %s refused, delegation token %s",
+            self._peer,
+            type(cmd).__name__,
+            verdict.outcome.value,
+        )
+        return refusal(refusal_context(cmd).request_id, verdict)
 
     def _wrong_host(self, cmd: wc.Command) -> wc.WrongHost | None:
         """WrongHost (no host named, as Java answers) for a request on a container this store

@@ -18,6 +18,7 @@ from app.segmentstore.server.connection import Connection
 from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.tails import Tails
+from app.segmentstore.server.tokens import TokenGate
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,11 @@ class SegmentStoreServer:
         tail_wait_s: float,
         on_close: Callable[[], Awaitable[None]] | None = None,
         ownership: ContainerOwnership | None = None,
+        tokens: TokenGate | None = None,
     ) -> None:
         self._storage = storage
+        # With authentication on: every request carrying a delegation token is checked.
+        self._tokens = tokens
         self._tail_wait_s = tail_wait_s
         self._on_close = on_close
         # None: a store of its own with no cluster (tests of the protocol) serves every segment.
@@ -55,12 +59,14 @@ class SegmentStoreServer:
         tail_wait_s: float = 20.0,
         on_close: Callable[[], Awaitable[None]] | None = None,
         ownership: ContainerOwnership | None = None,
+        tokens: TokenGate | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
         storage's own background work, e.g. its auto-scale reports, stops with the store). With
-        `ownership`, only the containers it gives this store are served (WrongHost for the others)."""
-        self = cls(storage, tail_wait_s, on_close, ownership)
+        `ownership`, only the containers it gives this store are served (WrongHost for the others).
+        With `tokens`, delegation tokens are checked (authentication on)."""
+        self = cls(storage, tail_wait_s, on_close, ownership, tokens)
         self._server = await asyncio.start_server(self._accept, host, port)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
@@ -111,7 +117,14 @@ class SegmentStoreServer:
             writer.close()
             return
         connection = Connection(
-            reader, writer, self._storage, self._tails, self._handlers, self._tail_wait_s, self.ownership
+            reader,
+            writer,
+            self._storage,
+            self._tails,
+            self._handlers,
+            self._tail_wait_s,
+            self.ownership,
+            self._tokens,
         )
         self._connections[task] = connection
         try:
