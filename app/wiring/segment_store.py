@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
+from app.security.tls import client_context, server_context
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
@@ -45,7 +46,9 @@ class SegmentStorage:
 def wire_segment_store(
     settings: Settings, resources: Resources, locator: SegmentStoreLocator
 ) -> SegmentStorage:
-    client = WireSegmentStore(locator, request_timeout_s=settings.segment_store_timeout_s)
+    client = WireSegmentStore(
+        locator, request_timeout_s=settings.segment_store_timeout_s, tls=client_context(settings)
+    )
     return SegmentStorage(client, client, Contribution())
 
 
@@ -71,6 +74,7 @@ class _FailpointStorage(PgSegmentStorage):
 async def _start_measured_server(settings: Settings, pool: Database, clock: Clock) -> SegmentStoreServer:
     """A listening store whose storage measures its segments' traffic and sends their scale
     reports until the server closes."""
+    tls = server_context(settings, ())
     storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock)
     storage.start()
     try:
@@ -80,6 +84,7 @@ async def _start_measured_server(settings: Settings, pool: Database, clock: Cloc
             settings.segment_store_port,
             tail_wait_s=settings.segment_store_tail_wait_s,
             on_close=storage.close,
+            tls=tls,
         )
     except BaseException:
         await storage.close()

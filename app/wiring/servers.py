@@ -15,6 +15,7 @@ from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.config import Settings
+from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
 
@@ -51,7 +52,13 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
             access_log=None,
         )
         await runner.setup()
-        site = web.TCPSite(runner, settings.rest_host, settings.rest_port, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            settings.rest_host,
+            settings.rest_port,
+            reuse_address=True,
+            ssl_context=server_context(settings, ALPN_REST),
+        )
         await site.start()
     except BaseException:
         grpc_server.close()
@@ -62,6 +69,7 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
 
 
 async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpclib.server.Server, int]:
+    tls = server_context(settings, ALPN_GRPC)
     # Bind first so an ephemeral port (0) is known before we advertise it.
     sock = _bind(settings.grpc_host, settings.grpc_port)
     # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
@@ -78,7 +86,7 @@ async def _start_grpc(settings: Settings, controller: Controller) -> tuple[grpcl
             )
         ]
     )
-    await server.start(sock=sock)
+    await server.start(sock=sock, ssl=tls)
     return server, sock.getsockname()[1]
 
 
