@@ -6,7 +6,10 @@ clients that trust another CA are refused, and the listeners keep serving withou
 
 from __future__ import annotations
 
+import asyncio
+import os
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -191,3 +194,23 @@ async def test_the_key_value_table_client_works_over_tls_and_refuses_another_ca(
     with pytest.raises(TableUnavailable):
         await KeyValueTable.open(f"localhost:{served.grpc_port}", "kv", "t")
     assert_quiet(served)
+
+
+def health_check_line() -> str:
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    return next(line for line in dockerfile.splitlines() if line.startswith("HEALTHCHECK"))
+
+
+async def test_the_images_health_check_speaks_https_when_tls_is_on(served: ServedProcess) -> None:
+    line = health_check_line()
+    code = line.split('python -c "', 1)[1].rsplit('"', 1)[0].replace(":9091/", f":{served.rest_port}/")
+
+    async def probe(tls: str) -> int:
+        env = {**os.environ, "PGCONTROLLER_TLS_ENABLED": tls}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, env=env, stderr=asyncio.subprocess.DEVNULL
+        )
+        return await asyncio.wait_for(process.wait(), 30)
+
+    assert await probe("true") == 0
+    assert await probe("") != 0, "plain HTTP to the TLS port must fail"
