@@ -189,6 +189,15 @@ async def test_the_key_value_table_client_works_over_tls_and_refuses_another_ca(
         version = await table.put(TableKey(b"key1"), b"value")
         entry = await table.get(TableKey(b"key1"))
         assert entry is not None and (entry.value, entry.version) == (b"value", version)
+    # The command line: a tls:// controller and the CA to verify it and its stores with.
+    shown = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "kvt", "--controller", address,
+        "--tls-trust-file", str(certs.ca_cert), "get", "kv", "t", "key1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(shown.communicate(), 60)
+    assert shown.returncode == 0, err.decode()
+    assert out.decode().split("\t")[0] == "value"
     with pytest.raises(TableUnavailable):
         await KeyValueTable.open(address, "kv", "t", tls=controller_tls(address, other_ca.ca_cert))
     with pytest.raises(TableUnavailable):
