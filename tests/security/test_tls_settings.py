@@ -5,7 +5,9 @@ only the configured versions, never below TLS 1.2."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,41 @@ def test_the_contexts_allow_only_the_configured_versions(
     for context in (server, client):
         assert (context.minimum_version, context.maximum_version) == (lowest, highest)
     assert client.verify_mode == ssl.CERT_REQUIRED and client.check_hostname
+
+
+async def _handshake_version(server: ssl.SSLContext, client: ssl.SSLContext) -> str | None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    listener = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server)
+    try:
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", listener.sockets[0].getsockname()[1], ssl=client, server_hostname="localhost"
+        )
+        version = writer.get_extra_info("ssl_object").version()
+        writer.close()
+        return str(version)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+async def test_a_client_below_the_allowed_versions_is_refused(tmp_path: Path) -> None:
+    files = make_dev_certs(tmp_path)
+    only_13 = Settings(
+        tls_enabled=True,
+        tls_cert_file=files.server_cert,
+        tls_key_file=files.server_key,
+        tls_protocol_version=("TLSv1.3",),
+    )
+    server = server_context(only_13, ())
+    assert server is not None
+    client = ssl.create_default_context(cafile=str(files.ca_cert))
+    assert await _handshake_version(server, client) == "TLSv1.3"
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    # The server ends the handshake: the client sees an SSL alert or a reset, both OSErrors.
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        await _handshake_version(server, client)
+    default = server_context(replace(only_13, tls_protocol_version=("TLSv1.2", "TLSv1.3")), ())
+    assert default is not None
+    assert await _handshake_version(default, client) == "TLSv1.2"
