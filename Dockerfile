@@ -44,6 +44,8 @@ RUN wheel="$(echo /tmp/wheel/pgcontroller-*.whl)" \
 
 USER pgcontroller
 EXPOSE 9090 9091 12345
-HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9091/v1/health/readiness').read().strip()==b'true' else 1)"
+# With PGCONTROLLER_TLS_ENABLED the probe speaks HTTPS to its own loopback port; it checks that
+# this process answers, so it does not verify the certificate (whose names need not include 127.0.0.1).
+HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import os,ssl,sys,urllib.request as u; tls=os.environ.get('PGCONTROLLER_TLS_ENABLED','').strip().lower() in ('1','true','yes','on'); url='http://127.0.0.1:9091/v1/health/readiness'; url=url.replace('http:','https:',1) if tls else url; sys.exit(0 if u.urlopen(url, context=ssl._create_unverified_context() if tls else None).read().strip()==b'true' else 1)"
 ENTRYPOINT ["pgcontroller"]
 CMD ["serve"]

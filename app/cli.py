@@ -22,6 +22,7 @@ from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 from app.kvt_cli import add_kvt_parser
 from app.request_cli import add_request_parser
+from app.security.tls import check_tls
 from app.settings import SettingError, Settings, add_global_settings, add_serve_settings, add_setting, resolve
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
@@ -44,6 +45,10 @@ SEGMENT_STORE_SETTINGS = (
     "ready_file",
     "auth_enabled",
     "auth_token_signing_key_file",
+    "tls_enabled",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_protocol_version",
 )
 log = logging.getLogger("pgcontroller")
 
@@ -128,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         resolved = resolve(args, os.environ)
         settings = resolved.settings()
+        if args.command in ("serve", "segment-store"):
+            # Every TLS file is read now: a bad one stops start-up in one line, before anything runs.
+            check_tls(settings)
     except (ValueError, InvalidInput) as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return EXIT_USAGE

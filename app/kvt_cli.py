@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
 from app.kvtclient import (
@@ -18,6 +19,7 @@ from app.kvtclient import (
     create_table,
     delete_table,
 )
+from app.kvtclient.controller import controller_tls
 
 DEFAULT_CONTROLLER = "127.0.0.1:9090"
 
@@ -27,7 +29,15 @@ def add_kvt_parser(commands: Any) -> None:
     kvt.add_argument(
         "--controller",
         default=DEFAULT_CONTROLLER,
-        help=f"a running controller's gRPC address host:port (default {DEFAULT_CONTROLLER})",
+        help=f"a running controller's gRPC address host:port, tls://host:port for TLS "
+        f"(default {DEFAULT_CONTROLLER})",
+    )
+    kvt.add_argument(
+        "--tls-trust-file",
+        type=Path,
+        metavar="PATH",
+        help="PEM CA certificates to verify a tls:// controller and its segment stores with "
+        "(default: the system's CAs)",
     )
     kvt.add_argument("--hex", action="store_true", help="keys and values are given and printed in hex")
     actions = kvt.add_subparsers(dest="kvt_command", required=True)
@@ -83,6 +93,7 @@ def _show_key(args: argparse.Namespace, key: TableKey) -> str:
 async def kvt_command(args: argparse.Namespace) -> int:
     """Runs one `kvt` action; 0 on success, 1 with one line on stderr otherwise."""
     try:
+        tls = controller_tls(args.controller, args.tls_trust_file)
         if args.kvt_command == "create":
             created = await create_table(
                 args.controller,
@@ -91,15 +102,16 @@ async def kvt_command(args: argparse.Namespace) -> int:
                 partitions=args.partitions,
                 primary_key_length=args.primary_key_length,
                 secondary_key_length=args.secondary_key_length,
+                tls=tls,
             )
             print("created" if created else "exists already", file=sys.stderr)
             return 0
         if args.kvt_command == "delete":
-            if not await delete_table(args.controller, args.scope, args.table):
+            if not await delete_table(args.controller, args.scope, args.table, tls=tls):
                 print(f"pgcontroller: no table {args.scope}/{args.table}", file=sys.stderr)
                 return 1
             return 0
-        async with await KeyValueTable.open(args.controller, args.scope, args.table) as table:
+        async with await KeyValueTable.open(args.controller, args.scope, args.table, tls=tls) as table:
             if args.kvt_command == "get":
                 entry = await table.get(_key(args))
                 if entry is None:
@@ -120,7 +132,7 @@ async def kvt_command(args: argparse.Namespace) -> int:
                             return 0
                         print(f"{_show_key(args, entry.key)}\t{_text(args, entry.value)}\t{entry.version}")
                         shown += 1
-    except (KvtError, ValueError) as exc:
+    except (KvtError, ValueError, OSError) as exc:
         print(f"pgcontroller: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -151,7 +151,7 @@ async def _stop_loops(controller: Controller, loops: BackgroundLoops, shutdown_t
 def _log_ready(settings: Settings, servers: Servers, store_port: int | None, started_at: float) -> None:
     store = "external" if store_port is None else f"embedded {settings.segment_store_host}:{store_port}"
     log.info(
-        "pgcontroller %s ready: gRPC %s:%d, REST %s:%d, segment store %s, database %s (%.2fs)",
+        "pgcontroller %s ready: gRPC %s:%d, REST %s:%d, segment store %s, database %s%s (%.2fs)",
         settings.instance_id,
         settings.grpc_host,
         servers.grpc_port,
@@ -159,6 +159,7 @@ def _log_ready(settings: Settings, servers: Servers, store_port: int | None, sta
         servers.rest_port,
         store,
         "embedded" if settings.db_url is None else "external",
+        ", all over TLS" if settings.tls_enabled else "",
         time.monotonic() - started_at,
     )
 

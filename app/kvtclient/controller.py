@@ -7,9 +7,12 @@ INVALID_ARGUMENT InvalidTable, anything else (and an unreachable controller) Tab
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Final, TypeVar
 
+from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
@@ -21,13 +24,40 @@ T = TypeVar("T")
 CONTROLLER_TIMEOUT_S: Final = 30.0
 
 
+# The schemes that mean TLS to Pravega's Rust client (its ClientConfig); tcp:// or none is plain.
+TLS_SCHEMES: Final = ("tls", "ssl", "tcps", "pravegas")
+
+
 def parse_controller(address: str) -> tuple[str, int]:
-    """`host:port`, `tcp://host:port` or `[v6]:port` (the plain-text forms Pravega's clients take)."""
-    text = address.removeprefix("tcp://")
+    """`host:port`, `tcp://host:port`, `tls://host:port` (or another of TLS_SCHEMES) or
+    `[v6]:port`, the forms Pravega's clients take."""
+    scheme, sep, rest = address.partition("://")
+    text = rest if sep and scheme in ("tcp", *TLS_SCHEMES) else address
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"a controller address is host:port, not {address!r}")
     return host.strip("[]"), int(port)
+
+
+def controller_tls(address: str, trust_file: Path | None = None) -> ssl.SSLContext | None:
+    """None for a plain controller address; for a TLS one (`tls://host:port`), a context that
+    verifies the controller's and the segment stores' certificates against `trust_file` (PEM CA
+    certificates, as the Rust client's pravega_client_tls_cert_path), else the system's CAs."""
+    scheme, sep, _ = address.partition("://")
+    if not sep or scheme not in TLS_SCHEMES:
+        return None
+    context = ssl.create_default_context(cafile=None if trust_file is None else str(trust_file))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # gRPC needs HTTP/2; the segment stores' wire protocol ignores ALPN.
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def open_channel(address: str, tls: ssl.SSLContext | None) -> Channel:
+    """A channel to the controller at `address`, over TLS with `tls` (None: plain unless the
+    address says TLS, then verified against the system's CAs)."""
+    host, port = parse_controller(address)
+    return Channel(host, port, ssl=tls if tls is not None else controller_tls(address))
 
 
 async def ask_controller(what: str, call: Awaitable[T]) -> T:

@@ -4,11 +4,11 @@ KeyValueTableManager does: True when this call created (deleted) the table, Fals
 
 from __future__ import annotations
 
-from grpclib.client import Channel
+import ssl
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, parse_controller
+from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, open_channel
 from app.kvtclient.errors import InvalidTable, ScopeNotFound, TableUnavailable
 
 _CREATED = pb.CreateKeyValueTableStatus
@@ -23,6 +23,7 @@ async def create_table(
     primary_key_length: int,
     secondary_key_length: int = 0,
     rollover_size_bytes: int = 0,
+    tls: ssl.SSLContext | None = None,
 ) -> bool:
     """Creates the table with `partitions` table segments; returns once it is ACTIVE. Its keys
     are a primary key of `primary_key_length` bytes (which picks the segment) followed by a
@@ -35,8 +36,7 @@ async def create_table(
         secondaryKeyLength=secondary_key_length,
         rolloverSizeBytes=rollover_size_bytes,
     )
-    host, port = parse_controller(controller)
-    channel = Channel(host, port)
+    channel = open_channel(controller, tls)
     try:
         stub = ControllerServiceStub(channel)
         answer = await ask_controller(
@@ -56,10 +56,9 @@ async def create_table(
     raise TableUnavailable(f"the controller failed to create key-value table {scope}/{name}")
 
 
-async def delete_table(controller: str, scope: str, name: str) -> bool:
+async def delete_table(controller: str, scope: str, name: str, *, tls: ssl.SSLContext | None = None) -> bool:
     """Deletes the table and its segments (its data with them); returns once it is gone."""
-    host, port = parse_controller(controller)
-    channel = Channel(host, port)
+    channel = open_channel(controller, tls)
     try:
         stub = ControllerServiceStub(channel)
         answer = await ask_controller(

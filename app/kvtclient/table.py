@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -24,7 +25,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.kvtables import kvt_stream_name, table_segment_name
-from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, parse_controller
+from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, controller_tls, open_channel
 from app.kvtclient.errors import BadKeyVersion, InvalidKey, TableNotFound, TableUnavailable
 from app.kvtclient.model import (
     NO_SEGMENT_ID,
@@ -79,6 +80,7 @@ class KeyValueTable:
         *,
         request_timeout_s: float = 30.0,
         token: str = "",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.scope = scope
         # The delegation token of getCurrentSegmentsKeyValueTable ("" with auth off), renewed
@@ -90,7 +92,7 @@ class KeyValueTable:
         self._segments = segments
         self._channel = channel
         self._stub = ControllerServiceStub(channel)
-        self._pool = ConnectionPool(timeout_s=request_timeout_s)
+        self._pool = ConnectionPool(timeout_s=request_timeout_s, tls=tls)
         self._endpoints: dict[int, Endpoint] = {}
         self._by_id = {
             r.segment_id: TableSegment(
@@ -105,13 +107,20 @@ class KeyValueTable:
 
     @classmethod
     async def open(
-        cls, controller: str, scope: str, name: str, *, request_timeout_s: float = 30.0
+        cls,
+        controller: str,
+        scope: str,
+        name: str,
+        *,
+        request_timeout_s: float = 30.0,
+        tls: ssl.SSLContext | None = None,
     ) -> KeyValueTable:
         """The table as the controller describes it now: TableNotFound if it does not exist,
         TableUnavailable if the controller cannot be reached or cannot describe it yet (a table
-        still being created has no segments to give)."""
-        host, port = parse_controller(controller)
-        channel = Channel(host, port)
+        still being created has no segments to give). With `tls` (or a `tls://` controller
+        address), the controller and the segment stores are reached over TLS, verified."""
+        tls = tls if tls is not None else controller_tls(controller)
+        channel = open_channel(controller, tls)
         try:
             stub = ControllerServiceStub(channel)
             info = pb.KeyValueTableInfo(scope=scope, kvtName=name)
@@ -151,6 +160,7 @@ class KeyValueTable:
             channel,
             request_timeout_s=request_timeout_s,
             token=ranges.delegationToken,
+            tls=tls,
         )
 
     async def close(self) -> None:

@@ -211,6 +211,18 @@ def hosts(value: str) -> tuple[HostAddress, ...]:
         raise ValueError("must be a comma-separated HOST:PORT list") from None
 
 
+# The TLS versions a listener may allow, as Pravega names them; older ones are never allowed.
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+
+
+def tls_versions(value: str) -> tuple[str, ...]:
+    given = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    by_lower = {version.lower(): version for version in TLS_VERSIONS}
+    if not given or any(part.lower() not in by_lower for part in given):
+        raise ValueError(f"must be a comma-separated list of {', '.join(TLS_VERSIONS)}")
+    return tuple(by_lower[part.lower()] for part in given)
+
+
 def _parser_for(sample: Any) -> Parser:
     # bool before int: a bool is an int.
     for kind, parser in ((bool, truthy), (int, whole), (float, number), (Path, Path), (str, text)):

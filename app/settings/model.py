@@ -19,6 +19,7 @@ from app.domain.retention import DEFAULT_RETENTION_FREQUENCY_MS
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
 from app.segmentstore.hosts import HostAddress
 from app.settings.declaration import (
+    TLS_VERSIONS,
     SettingError,
     at_least,
     declared,
@@ -29,6 +30,7 @@ from app.settings.declaration import (
     positive,
     setting,
     text,
+    tls_versions,
     within,
 )
 
@@ -140,6 +142,43 @@ class Settings:
     # The key itself, resolved at start from the file or the variable (app/security/signing_key.py);
     # not a flag (it would show in `ps`), never printed.
     token_signing_key: bytes | None = field(default=None, repr=False, compare=False)
+    # TLS on the service's own ports (Pravega's controller.security.tls.* settings).
+    tls_enabled: bool = setting(
+        False,
+        help="serve gRPC, REST and the embedded segment store's port over TLS only (plain connections "
+        "are refused), and reach segment stores over TLS (Pravega's controller.security.tls.enable); "
+        "needs --tls-cert-file and --tls-key-file",
+    )
+    tls_cert_file: Path | None = setting(  # noqa: RUF009
+        None,
+        parse=Path,
+        metavar="PATH",
+        help="PEM certificate chain the TLS listeners present, server certificate first "
+        "(Pravega's controller.security.tls.server.certificate.location)",
+    )
+    tls_key_file: Path | None = setting(  # noqa: RUF009
+        None,
+        parse=Path,
+        metavar="PATH",
+        help="PEM private key of --tls-cert-file, unencrypted, best readable by the service's user only "
+        "(Pravega's controller.security.tls.server.privateKey.location)",
+    )
+    tls_trust_file: Path | None = setting(  # noqa: RUF009
+        None,
+        parse=Path,
+        metavar="PATH",
+        shown_default="the system's CAs",
+        help="PEM CA certificates the controller trusts when it connects to segment stores over TLS; "
+        "clients are given the same file (Pravega's controller.security.tls.trustStore.location)",
+    )
+    tls_protocol_version: tuple[str, ...] = setting(
+        TLS_VERSIONS,
+        parse=tls_versions,
+        metavar="V,...",
+        check=not_empty,
+        help="TLS versions the listeners and the segment-store client accept, of TLSv1.2 and TLSv1.3 "
+        "(Pravega's controller.security.tls.protocolVersion)",
+    )
     no_embedded_segment_store: bool = setting(
         False,
         help="do not start the embedded segment store; segment stores of their own "

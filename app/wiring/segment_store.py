@@ -18,6 +18,7 @@ from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
 from app.security.delegation import DelegationTokens
 from app.security.tokens import TokenSigner, TokenVerifier
+from app.security.tls import client_context, server_context
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
@@ -54,7 +55,10 @@ def wire_segment_store(
     # The controller's own calls carry its master token (Pravega's retrieveMasterToken).
     master = signer.master() if signer is not None else ""
     client = WireSegmentStore(
-        locator, request_timeout_s=settings.segment_store_timeout_s, token=lambda: master
+        locator,
+        request_timeout_s=settings.segment_store_timeout_s,
+        token=lambda: master,
+        tls=client_context(settings),
     )
     return SegmentStorage(client, client, Contribution(), DelegationTokens(signer))
 
@@ -100,6 +104,7 @@ class _FailpointStorage(PgSegmentStorage):
 async def _start_measured_server(settings: Settings, pool: Database, clock: Clock) -> SegmentStoreServer:
     """A listening store whose storage measures its segments' traffic and sends their scale
     reports until the server closes."""
+    tls = server_context(settings, ())
     storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock)
     storage.start()
     try:
@@ -110,6 +115,7 @@ async def _start_measured_server(settings: Settings, pool: Database, clock: Cloc
             tail_wait_s=settings.segment_store_tail_wait_s,
             on_close=storage.close,
             tokens=_token_gate(settings),
+            tls=tls,
         )
     except BaseException:
         await storage.close()

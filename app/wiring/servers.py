@@ -18,6 +18,7 @@ from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
 from app.config import Settings
 from app.security.authn import Authenticator
+from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService
 from app.store.accounts import PgAccountStore
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
@@ -65,7 +66,13 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
             access_log=None,
         )
         await runner.setup()
-        site = web.TCPSite(runner, settings.rest_host, settings.rest_port, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            settings.rest_host,
+            settings.rest_port,
+            reuse_address=True,
+            ssl_context=server_context(settings, ALPN_REST),
+        )
         await site.start()
     except BaseException:
         grpc_server.close()
@@ -78,6 +85,7 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
 async def _start_grpc(
     settings: Settings, controller: Controller, authenticator: Authenticator | None
 ) -> tuple[grpclib.server.Server, int]:
+    tls = server_context(settings, ALPN_GRPC)
     # Bind first so an ephemeral port (0) is known before we advertise it.
     sock = _bind(settings.grpc_host, settings.grpc_port)
     # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
@@ -96,7 +104,7 @@ async def _start_grpc(
             )
         ]
     )
-    await server.start(sock=sock)
+    await server.start(sock=sock, ssl=tls)
     return server, sock.getsockname()[1]
 
 

@@ -40,6 +40,11 @@ SAMPLES = {
     "auth_enabled": "yes",
     "auth_token_ttl_s": "30",
     "auth_token_signing_key_file": "/etc/pgc/token-signing.key",
+    "tls_enabled": "on",
+    "tls_cert_file": "/etc/pgc/tls/server.pem",
+    "tls_key_file": "/etc/pgc/tls/server.key",
+    "tls_trust_file": "/etc/pgc/tls/ca.pem",
+    "tls_protocol_version": "TLSv1.3",
     "no_embedded_segment_store": "yes",
     "segment_store_host": "0.0.0.0",
     "segment_store_port": "22345",
@@ -87,6 +92,8 @@ BAD = {
     "segment_store_hosts": ["nohostport", "host:0", ",", ""],
     "auth_enabled": ["perhaps"],
     "auth_token_ttl_s": ["0", "-5", "1.5"],
+    "tls_enabled": ["perhaps"],
+    "tls_protocol_version": ["TLSv1.1", "SSLv3", "TLSv1.2,TLSv1.0", ","],
     "no_embedded_segment_store": ["perhaps"],
     "segment_store_port": ["65536", "-1"],
     "segment_store_tail_wait_s": ["0", "30", "45"],
@@ -217,6 +224,9 @@ def test_the_samples_read_as_an_operator_means_them() -> None:
     assert settings.txn_limits.completed_ttl_ms == 2 * 3_600_000
     assert settings.txn_limits.timeout_grace_ms == 0
     assert settings.bucket_counts.requests == 32 and settings.autoscale_time_scale == 0.01
+    assert settings.tls_protocol_version == ("TLSv1.3",) and settings.tls_key_file == Path(
+        "/etc/pgc/tls/server.key"
+    )
 
 
 OLD_FLAGS = [(item, old) for item in DECLARATIONS for old in item.old_flags]

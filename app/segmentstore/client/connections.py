@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -50,12 +51,21 @@ class Connection:
         self.broken = False
 
     @classmethod
-    async def open(cls, endpoint: Endpoint, timeout_s: float) -> Connection:
+    async def open(
+        cls, endpoint: Endpoint, timeout_s: float, tls: ssl.SSLContext | None = None
+    ) -> Connection:
+        """Connects and says Hello; with `tls`, over TLS, verifying the store's certificate for
+        the host name (or address) the container map gives it."""
         where = _show(endpoint)
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(*endpoint)
+                if tls is None:
+                    reader, writer = await asyncio.open_connection(*endpoint)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        *endpoint, ssl=tls, server_hostname=endpoint[0]
+                    )
                 writer.write(encode(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION)))
                 await writer.drain()
                 reply = await read_command(reader)
@@ -145,10 +155,13 @@ class ConnectionPool:
     are dropped with it: they are most likely dead too.
     """
 
-    def __init__(self, *, timeout_s: float, max_per_endpoint: int = 8) -> None:
+    def __init__(
+        self, *, timeout_s: float, max_per_endpoint: int = 8, tls: ssl.SSLContext | None = None
+    ) -> None:
         if max_per_endpoint < 1:
             raise ValueError("max_per_endpoint must be at least 1")
         self.timeout_s = timeout_s
+        self._tls = tls
         self._max = max_per_endpoint
         self._idle: dict[Endpoint, list[Connection]] = {}
         self._slots: dict[Endpoint, asyncio.Semaphore] = {}
@@ -205,7 +218,7 @@ class ConnectionPool:
             yield
 
     async def _open(self, endpoint: Endpoint) -> Connection:
-        return await Connection.open(endpoint, self.timeout_s)
+        return await Connection.open(endpoint, self.timeout_s, self._tls)
 
     def _release(self, connection: Connection) -> None:
         if connection.broken or self._closed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import ssl
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
@@ -55,10 +56,13 @@ class WireSegmentStore:
         request_timeout_s: float = 30.0,
         token: Callable[[], str] = lambda: "",
         max_connections_per_host: int = 8,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._locator = locator
         self._token = token
-        self._pool = ConnectionPool(timeout_s=request_timeout_s, max_per_endpoint=max_connections_per_host)
+        self._pool = ConnectionPool(
+            timeout_s=request_timeout_s, max_per_endpoint=max_connections_per_host, tls=tls
+        )
 
     @property
     def pool(self) -> ConnectionPool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # How long close() lets woken tail reads write their replies.
 CLOSE_ANSWER_TIMEOUT_S: Final = 5.0
+# How long a new connection to a TLS listener has to complete its handshake.
+TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 
 class SegmentStoreServer:
@@ -34,10 +37,12 @@ class SegmentStoreServer:
         on_close: Callable[[], Awaitable[None]] | None = None,
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._storage = storage
         # With authentication on: every request carrying a delegation token is checked.
         self._tokens = tokens
+        self._tls = tls
         self._tail_wait_s = tail_wait_s
         self._on_close = on_close
         # None: a store of its own with no cluster (tests of the protocol) serves every segment.
@@ -60,17 +65,19 @@ class SegmentStoreServer:
         on_close: Callable[[], Awaitable[None]] | None = None,
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
         storage's own background work, e.g. its auto-scale reports, stops with the store). With
         `ownership`, only the containers it gives this store are served (WrongHost for the others).
-        With `tokens`, delegation tokens are checked (authentication on)."""
-        self = cls(storage, tail_wait_s, on_close, ownership, tokens)
+        With `tokens`, delegation tokens are checked (authentication on). With `tls`, every
+        connection must complete a TLS handshake before its first command."""
+        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls)
         self._server = await asyncio.start_server(self._accept, host, port)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
-        log.info("segment store listening on %s:%d", *self._address)
+        log.info("segment store listening on %s:%d%s", *self._address, " (TLS)" if tls else "")
         return self
 
     @property
@@ -116,6 +123,8 @@ class SegmentStoreServer:
         if self._closed or task is None:
             writer.close()
             return
+        if self._tls is not None and not await self._handshake(writer):
+            return
         connection = Connection(
             reader,
             writer,
@@ -136,3 +145,15 @@ class SegmentStoreServer:
                 raise
         finally:
             self._connections.pop(task, None)
+
+    async def _handshake(self, writer: asyncio.StreamWriter) -> bool:
+        """Upgrades a new connection to TLS; a peer that cannot (a plain client, an untrusted or
+        outdated one) is dropped quietly: it is the peer's mistake, not the store's."""
+        assert self._tls is not None
+        try:
+            await writer.start_tls(self._tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.debug("TLS handshake with %s failed: %r", writer.get_extra_info("peername"), exc)
+            writer.close()
+            return False
+        return True
