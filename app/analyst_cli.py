@@ -137,12 +137,16 @@ def _create(url: str, args: argparse.Namespace) -> int:
 
 
 def run_create_analyst(args: argparse.Namespace, embedded: EmbeddedPostgres) -> int:
-    """Against --db-url, else the embedded database (started for the command if it was not running)."""
+    """Against --db-url, else the embedded database (started for the command if it was not running).
+
+    Making a role needs CREATEROLE, and hardening the database needs its owner; the embedded
+    service role has neither right beyond ownership, so the embedded case runs as the cluster's
+    superuser (its password from the owner-only D/pgpass-admin)."""
     if args.db_url:
         return _create(args.db_url, args)
     started = embedded.start()
     try:
-        return _create(embedded.url(), args)
+        return _create(embedded.admin_url(), args)
     finally:
         if started:
             embedded.stop()

@@ -181,3 +181,28 @@ async def test_serve_with_a_wrong_password_says_so_without_the_secret(embedded: 
         assert wrong not in log and wrong not in str(failed.value)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def test_create_analyst_on_the_embedded_database_runs_as_its_superuser(
+    embedded: EmbeddedPostgres, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await asyncio.to_thread(upgrade_to_head, embedded.url())
+    argv = [
+        "db",
+        "create-analyst",
+        "--data-dir",
+        str(embedded.data_dir),
+        "--generate-password",
+        "emb_analyst",
+    ]
+    assert await asyncio.to_thread(main, argv) == 0
+    out, err = capsys.readouterr()
+    password = out.strip()
+    assert password not in err and "passfile" not in err and not any(s in err for s in secrets_of(embedded))
+    conn = await asyncpg.connect(
+        host="127.0.0.1", port=port_of(embedded), user="emb_analyst", password=password, database=DB_NAME
+    )
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM reporting.streams") == 0
+    finally:
+        await conn.close()
