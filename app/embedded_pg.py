@@ -389,12 +389,6 @@ class EmbeddedPostgres:
                 )
             if not (pgdata / "PG_VERSION").exists():
                 self._initdb(bindir, pgdata, user)
-            elif not self._admin_pgpass.exists():
-                raise EmbeddedPostgresError(
-                    f"{pgdata} was made by an older pgcontroller that let every local user in without a "
-                    f"password; move {self.data_dir} away (or dump it first) and start again to get a "
-                    "cluster with password authentication"
-                )
             started = not self._await_running_server(pgdata)
             if started:
                 self._install_tls(pgdata, user)
@@ -402,6 +396,8 @@ class EmbeddedPostgres:
             port = self._ready_port(pgdata)
             if port is None:
                 raise EmbeddedPostgresError(f"the server for {pgdata} stopped right after starting")
+            if not self._admin_pgpass.exists():
+                self._require_passwords(bindir, pgdata, user, port)
             self._ensure_database(bindir, port)
             return started
 
@@ -430,11 +426,21 @@ class EmbeddedPostgres:
 
     def url(self) -> str:
         """The service role's URL; its password comes from the owner-only file the URL names."""
-        return self._url(DB_USER, self._service_pgpass)
+        return self._url(self._service_user(), self._service_pgpass)
 
     def admin_url(self) -> str:
         """The superuser's URL (creating databases and roles; `db create-analyst`)."""
-        return self._url(ADMIN_USER, self._admin_pgpass)
+        return self._url(self._admin_user(), self._admin_pgpass)
+
+    def _admin_user(self) -> str:
+        # A cluster converted from trust keeps its bootstrap superuser, DB_USER (see _require_passwords).
+        try:
+            return self._admin_pgpass.read_text().splitlines()[0].split(":", 4)[3]
+        except (OSError, IndexError):
+            return ADMIN_USER
+
+    def _service_user(self) -> str:
+        return DB_USER
 
     def _url(self, user: str, passfile: pathlib.Path) -> str:
         port = self._ready_port(self.pgdata)
@@ -669,9 +675,57 @@ class EmbeddedPostgres:
         # pg_ctl hands -o to /bin/sh, hence the quoting.
         return " ".join(f"-c {shlex.quote(f'{key}={value}')}" for key, value in settings.items())
 
+    def _require_passwords(
+        self, bindir: pathlib.Path, pgdata: pathlib.Path, user: _User | None, port: int
+    ) -> None:
+        """Converts a cluster made by an older pgcontroller (initdb --auth=trust, superuser DB_USER):
+        DB_USER gets a generated password (in both files: it stays the service's role, and remains a
+        superuser, which PostgreSQL's bootstrap role cannot stop being), pg_hba.conf asks every
+        connection for SCRAM, and the server reloads it. A new data dir gets the separate roles."""
+        from app.store.analysts import scram_sha256_verifier
+
+        # The secret is kept before the server gets it, and a conversion cut short is resumed
+        # with the same one (the psql below then works under trust and SCRAM alike).
+        tmp_admin = self._admin_pgpass.with_name(self._admin_pgpass.name + ".new")
+        if tmp_admin.exists():
+            password = _read_pgpass_password(tmp_admin)
+        else:
+            password = _new_secret()
+            write_pgpass(tmp_admin, [("*", "*", "*", DB_USER, password)])
+        write_pgpass(self._service_pgpass, [("*", "*", "*", DB_USER, password)])
+        verifier = scram_sha256_verifier(password)
+        self._psql(bindir, port, DB_USER, tmp_admin, f"ALTER ROLE {DB_USER} PASSWORD '{verifier}';\n")
+        hba = pgdata / "pg_hba.conf"
+        hba_tmp = pgdata / "pg_hba.conf.new"
+        hba_tmp.write_text(_SCRAM_HBA)
+        if user is not None:
+            os.chown(hba_tmp, user.uid, user.gid)
+        os.chmod(hba_tmp, 0o600)
+        os.replace(hba_tmp, hba)
+        self._psql(bindir, port, DB_USER, tmp_admin, "SELECT pg_reload_conf();\n")
+        os.replace(tmp_admin, self._admin_pgpass)
+
+    def _psql(self, bindir: pathlib.Path, port: int, user: str, passfile: pathlib.Path, script: str) -> None:
+        argv = [
+            _client_binary(bindir, "psql"),
+            "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", HOST, "-p", str(port), "-U", user, "-d", "postgres",
+        ]  # fmt: skip
+        # PGPASSFILE, not a password anywhere: a file name in the environment is no secret.
+        result = _run(argv, None, timeout=60, env={"PGPASSFILE": str(passfile)}, stdin_text=script)
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(f"psql as {user} on port {port} failed: {result.stderr.strip()}")
+
     def _ensure_database(self, bindir: pathlib.Path, port: int) -> None:
         """Makes the service role (a login that is not a superuser, with the password in D/pgpass)
         and its database, owned by it; idempotent, run at every start (one psql, ~20 ms)."""
+        if self._admin_user() == DB_USER:
+            # A converted cluster: the service's role is the superuser; only the database is ensured.
+            self._psql(
+                bindir, port, DB_USER, self._admin_pgpass,
+                f"SELECT 'CREATE DATABASE {DB_NAME}' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}') \\gexec\n",
+            )  # fmt: skip
+            return
         if self._service_pgpass.exists():
             password = _read_pgpass_password(self._service_pgpass)
         else:
@@ -696,15 +750,18 @@ class EmbeddedPostgres:
                 "",
             )
         )
-        argv = [
-            _client_binary(bindir, "psql"),
-            "-X", "-q", "-h", HOST, "-p", str(port), "-U", ADMIN_USER, "-d", "postgres",
-        ]  # fmt: skip
-        result = _run(argv, None, timeout=60, env={"PGPASSFILE": str(self._admin_pgpass)}, stdin_text=script)
-        if result.returncode != 0:
-            raise EmbeddedPostgresError(
-                f"setting up role and database {DB_NAME} failed: {result.stderr.strip()}"
-            )
+        self._psql(bindir, port, self._admin_user(), self._admin_pgpass, script)
+
+
+# What initdb --auth=scram-sha-256 writes, for clusters converted from trust.
+_SCRAM_HBA = """# Written by pgcontroller: every connection authenticates with SCRAM-SHA-256 (no trust).
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
 
 
 def _new_secret() -> str:

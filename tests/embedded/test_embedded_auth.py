@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+from app import embedded_pg
 from app.cli import main
 from app.embedded_pg import ADMIN_USER, DB_NAME, DB_USER, EmbeddedPostgres
 from app.store.migrate import head_revision, upgrade_to_head
@@ -206,3 +207,58 @@ async def test_create_analyst_on_the_embedded_database_runs_as_its_superuser(
         assert await conn.fetchval("SELECT count(*) FROM reporting.streams") == 0
     finally:
         await conn.close()
+
+
+class _OlderPgcontroller(EmbeddedPostgres):
+    """Makes the cluster as releases before password authentication did: initdb --auth=trust with
+    the superuser `pgcontroller`, and no password files."""
+
+    def _initdb(self, bindir: pathlib.Path, pgdata: pathlib.Path, user: object) -> None:
+        pgdata.mkdir(mode=0o700, exist_ok=True)
+        run_as = self._cluster_user(pgdata)
+        if run_as is not None:
+            os.chown(pgdata, run_as.uid, run_as.gid)
+        argv = [str(bindir / "initdb"), "-D", str(pgdata), "-U", DB_USER, "--auth=trust", "--no-sync"]
+        result = embedded_pg._run(argv, run_as, timeout=600)
+        assert result.returncode == 0, result.stderr
+
+    def _require_passwords(self, *args: object) -> None:
+        pass
+
+    def _ensure_database(self, bindir: pathlib.Path, port: int) -> None:
+        psql = embedded_pg._client_binary(bindir, "createdb")
+        embedded_pg._run([psql, "-h", "127.0.0.1", "-p", str(port), "-U", DB_USER, DB_NAME], None, 60)
+
+
+async def test_a_cluster_made_with_trust_is_converted_to_passwords() -> None:
+    root = pathlib.Path(tempfile.mkdtemp(prefix="pgc-legacy-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    old = _OlderPgcontroller(root / "data", fast=True)
+    try:
+        old.start()
+        port = port_of(old)
+        conn = await asyncpg.connect(host="127.0.0.1", port=port, user=DB_USER, database=DB_NAME)
+        await conn.execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+        await conn.close()
+        old.stop()
+
+        new = EmbeddedPostgres(root / "data", fast=True)
+        assert new.start() is True
+        port = port_of(new)
+        for host in ("127.0.0.1", str(new.pgdata)):
+            with pytest.raises((asyncpg.InvalidPasswordError, asyncpg.InterfaceError)):
+                await asyncpg.connect(
+                    host=host, port=port, user=DB_USER, database=DB_NAME, passfile="/nonexistent"
+                )
+        conn = await asyncpg.connect(**connect_kwargs(new.url()))
+        try:
+            assert await conn.fetchval("SELECT v FROM kept") == 42
+        finally:
+            await conn.close()
+        assert new.admin_url().startswith(f"postgresql://{DB_USER}@")
+        assert new.start() is False  # a second start finds it converted
+        new.stop()
+        assert new.start() is True
+    finally:
+        EmbeddedPostgres(root / "data").stop()
+        shutil.rmtree(root, ignore_errors=True)
