@@ -156,3 +156,14 @@ def test_the_password_never_shows() -> None:
     with pytest.raises(PgUrlError) as caught:
         parse("postgresql://u:Sup3rS3cret@h/db?foo=1")
     assert "Sup3rS3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["serve"], ["segment-store"]])
+def test_a_bad_url_stops_the_command_in_one_line_without_the_secret(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import EXIT_USAGE, main
+
+    assert main([*command, "--db-url", "postgresql://u:Sup3rS3cret@h/db?sslmod=require"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "unknown parameter 'sslmod'" in err and "Sup3rS3cret" not in err and len(err.splitlines()) == 1
