@@ -10,6 +10,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY workers ./workers
+COPY pgurl ./pgurl
 COPY migrations ./migrations
 COPY sql ./sql
 # The CLI parses the pipeline's arguments even in a service-only image (PySpark loads only

@@ -20,8 +20,8 @@ test: $(STAMP) spark-deps
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check app workers tests bench migrations spark
-	$(BIN)/ruff format --check app workers tests bench migrations spark
+	$(BIN)/ruff check app workers tests bench migrations spark pgurl
+	$(BIN)/ruff format --check app workers tests bench migrations spark pgurl
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -13,8 +13,8 @@ import os
 import re
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
+import pgurl
 from app.domain.errors import DomainError, InvalidInput
 from app.embedded_pg import EmbeddedPostgres
 from app.settings import add_setting
@@ -104,14 +104,18 @@ def _read_password(args: argparse.Namespace) -> tuple[str, bool]:
     return first, False
 
 
+# The administrator's own credentials in the URL, which the analyst's URL must not carry.
+_ADMIN_ONLY = ("passfile", "sslcert", "sslkey", "sslpassword")
+
+
 def _analyst_url(url: str, name: str) -> str:
     """The database URL with the analyst as user and no password: safe to print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{name}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme.replace("+asyncpg", ""), netloc, parts.path, parts.query, ""))
+    try:
+        parsed = pgurl.parse(url)
+    except pgurl.PgUrlError as exc:
+        raise InvalidInput(f"database URL {pgurl.masked(url)}: {exc}") from None
+    params = {k: v for k, v in parsed.params.items() if k not in _ADMIN_ONLY}
+    return parsed.replace(user=name, password=None, params=params).to_url()
 
 
 def _create(url: str, args: argparse.Namespace) -> int:
@@ -133,12 +137,16 @@ def _create(url: str, args: argparse.Namespace) -> int:
 
 
 def run_create_analyst(args: argparse.Namespace, embedded: EmbeddedPostgres) -> int:
-    """Against --db-url, else the embedded database (started for the command if it was not running)."""
+    """Against --db-url, else the embedded database (started for the command if it was not running).
+
+    Making a role needs CREATEROLE, and hardening the database needs its owner; the embedded
+    service role has neither right beyond ownership, so the embedded case runs as the cluster's
+    superuser (its password from the owner-only D/pgpass-admin)."""
     if args.db_url:
         return _create(args.db_url, args)
     started = embedded.start()
     try:
-        return _create(embedded.url(), args)
+        return _create(embedded.admin_url(), args)
     finally:
         if started:
             embedded.stop()

@@ -147,6 +147,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for line in resolved.deprecations:
         log.warning(line)
+    if settings.db_url is not None:
+        # A URL no client could use stops every command here, in one line, before anything starts.
+        from app.store.dsn import connect_args
+
+        try:
+            connect_args(settings.db_url)
+        except InvalidInput as exc:
+            print(f"pgcontroller: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         if args.command == "db":
             return _db(args)

@@ -1,6 +1,9 @@
 """Owns the private PostgreSQL cluster of a pgcontroller data dir D: creating, starting and stopping it.
 Invariant: D maps to one cluster, never run as root: D/pg, or, if root and `nobody` cannot traverse D's
-parents, /var/lib/pgcontroller/<first 16 hex of sha256(realpath D)>/pg, whose path D/pg-location records."""
+parents, /var/lib/pgcontroller/<first 16 hex of sha256(realpath D)>/pg, whose path D/pg-location records.
+Every connection authenticates with SCRAM-SHA-256 (no `trust`): the superuser's password is generated at
+initdb and kept in D/pgpass-admin, the service role's in D/pgpass, both owner-only (0600) .pgpass files
+that the URLs name (`passfile=`), so no password is ever in a URL, an argv or a log."""
 
 from __future__ import annotations
 
@@ -11,28 +14,38 @@ import hashlib
 import os
 import pathlib
 import pwd
+import secrets
 import shlex
 import shutil
 import signal
 import socket
 import stat
-import struct
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+from pgurl import write_pgpass
 
 __all__ = [
     "BINDIR_ENV",
     "EmbeddedPostgres",
     "EmbeddedPostgresError",
     "PostgresBinariesNotFound",
+    "ServerTls",
     "find_bindir",
 ]
 
 BINDIR_ENV = "PGCONTROLLER_PG_BINDIR"
 DB_NAME = "pgcontroller"
+# The service's role: owns DB_NAME and everything the migrations create, and is not a superuser.
 DB_USER = "pgcontroller"
+# The cluster's superuser (initdb's bootstrap role), for administration only.
+ADMIN_USER = "postgres"
 HOST = "127.0.0.1"
+ADMIN_PGPASS = "pgpass-admin"
+SERVICE_PGPASS = "pgpass"
 
 _SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 _DEBIAN_PG_ROOT = pathlib.Path("/usr/lib/postgresql")
@@ -149,24 +162,33 @@ def _can_traverse(path: pathlib.Path, user: _User) -> bool:
     return True
 
 
-def _child_env(user: _User | None) -> dict[str, str]:
+def _child_env(user: _User | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     # PG* variables (PGHOST, PGPORT, PGDATA, PGSERVICE, ...) would silently redirect the tools; every
     # target is passed explicitly instead. LC_ALL=C keeps messages parseable ("already exists").
     env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
     env["LC_ALL"] = "C"
     if user is not None:
         env["HOME"] = user.home
+    env.update(extra or {})
     return env
 
 
-def _run(argv: Sequence[str], user: _User | None, timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: Sequence[str],
+    user: _User | None,
+    timeout: float,
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     if user is None:
         return subprocess.run(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            input=stdin_text,
+            stdin=subprocess.DEVNULL if stdin_text is None else None,
             capture_output=True,
             text=True,
-            env=_child_env(None),
+            env=_child_env(None, env),
             timeout=timeout,
             check=False,
         )
@@ -303,42 +325,6 @@ def _orphans(pgdata: pathlib.Path) -> list[int]:
     return found
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        data += chunk
-    return data
-
-
-def _database_exists(port: int) -> bool:
-    """Whether DB_USER can log into DB_NAME; False also when the answer is unclear (createdb then decides)."""
-    # A bare protocol-3.0 login spares a client process per start and keeps "already exists" errors out of
-    # the server log. Authentication succeeds before the database is looked up, so only ReadyForQuery (Z)
-    # proves the database exists; an ErrorResponse (E) means it does not.
-    params = f"user\0{DB_USER}\0database\0{DB_NAME}\0\0".encode()
-    try:
-        with socket.create_connection((HOST, port), timeout=5) as sock:
-            sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
-            for _ in range(100):
-                kind: bytes
-                length: int
-                kind, length = struct.unpack("!ci", _recv_exact(sock, 5))
-                if kind in (b"Z", b"E"):
-                    with contextlib.suppress(OSError):
-                        sock.sendall(b"X\0\0\0\4")
-                    return kind == b"Z"
-                body = _recv_exact(sock, length - 4)
-                if kind == b"R" and body[:4] != b"\0\0\0\0":
-                    # A password is wanted after all (pg_hba.conf was edited); leave it to createdb.
-                    return False
-    except (OSError, struct.error):
-        pass
-    return False
-
-
 def _tail(path: pathlib.Path, offset: int, lines: int = 20) -> str:
     try:
         with path.open("rb") as fh:
@@ -349,6 +335,13 @@ def _tail(path: pathlib.Path, offset: int, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerTls:
+    cert: pathlib.Path
+    key: pathlib.Path
+    ca: pathlib.Path | None = None
+
+
 @dataclasses.dataclass
 class EmbeddedPostgres:
     """The private cluster of one pgcontroller data dir; see the module docstring for where it lives."""
@@ -356,6 +349,9 @@ class EmbeddedPostgres:
     data_dir: pathlib.Path
     # For tests: trades crash safety for speed (fsync, synchronous_commit, full_page_writes off; initdb -N).
     fast: bool = False
+    # TLS on the server's port (the files are copied into the cluster, owned by its user, at each launch);
+    # with `ca` the server asks clients for a certificate and checks those it gets against it.
+    tls: ServerTls | None = None
 
     def __post_init__(self) -> None:
         # Absolute from the start: the cluster location (and its hash) must not depend on a later chdir.
@@ -395,10 +391,13 @@ class EmbeddedPostgres:
                 self._initdb(bindir, pgdata, user)
             started = not self._await_running_server(pgdata)
             if started:
+                self._install_tls(pgdata, user)
                 self._launch(bindir, pgdata, user)
             port = self._ready_port(pgdata)
             if port is None:
                 raise EmbeddedPostgresError(f"the server for {pgdata} stopped right after starting")
+            if not self._admin_pgpass.exists():
+                self._require_passwords(bindir, pgdata, user, port)
             self._ensure_database(bindir, port)
             return started
 
@@ -426,10 +425,28 @@ class EmbeddedPostgres:
         return self._ready_port(self.pgdata) is not None
 
     def url(self) -> str:
+        """The service role's URL; its password comes from the owner-only file the URL names."""
+        return self._url(self._service_user(), self._service_pgpass)
+
+    def admin_url(self) -> str:
+        """The superuser's URL (creating databases and roles; `db create-analyst`)."""
+        return self._url(self._admin_user(), self._admin_pgpass)
+
+    def _admin_user(self) -> str:
+        # A cluster converted from trust keeps its bootstrap superuser, DB_USER (see _require_passwords).
+        try:
+            return self._admin_pgpass.read_text().splitlines()[0].split(":", 4)[3]
+        except (OSError, IndexError):
+            return ADMIN_USER
+
+    def _service_user(self) -> str:
+        return DB_USER
+
+    def _url(self, user: str, passfile: pathlib.Path) -> str:
         port = self._ready_port(self.pgdata)
         if port is None:
             raise EmbeddedPostgresError(f"the embedded PostgreSQL server for {self.data_dir} is not running")
-        return f"postgresql://{DB_USER}@{HOST}:{port}/{DB_NAME}"
+        return f"postgresql://{user}@{HOST}:{port}/{DB_NAME}?passfile={quote(str(passfile), safe='/')}"
 
     # -- layout -------------------------------------------------------------------------------------------
 
@@ -440,6 +457,14 @@ class EmbeddedPostgres:
     @property
     def _port_file(self) -> pathlib.Path:
         return self.data_dir / "pg-port"
+
+    @property
+    def _admin_pgpass(self) -> pathlib.Path:
+        return self.data_dir / ADMIN_PGPASS
+
+    @property
+    def _service_pgpass(self) -> pathlib.Path:
+        return self.data_dir / SERVICE_PGPASS
 
     def _recorded_location(self) -> pathlib.Path | None:
         try:
@@ -498,17 +523,23 @@ class EmbeddedPostgres:
         staging.mkdir(mode=0o700)
         if user is not None:
             os.chown(staging, user.uid, user.gid)
-        argv = [
-            str(bindir / "initdb"),
-            "-D", str(staging),
-            "-U", DB_USER,
-            "--auth=trust",
-            "-E", "UTF8",
-            "--locale=C",
-        ]  # fmt: skip
-        if self.fast:
-            argv.append("--no-sync")
-        result = _run(argv, user, timeout=600)
+        password = _new_secret()
+        # Recorded before initdb uses it, so a cluster never exists whose password is lost.
+        write_pgpass(self._admin_pgpass, [("*", "*", "*", ADMIN_USER, password)])
+        with _password_file(pgdata.parent, password, user) as pwfile:
+            argv = [
+                str(bindir / "initdb"),
+                "-D", str(staging),
+                "-U", ADMIN_USER,
+                # Local sockets and TCP alike (pg_hba.conf gets no `trust` line).
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E", "UTF8",
+                "--locale=C",
+            ]  # fmt: skip
+            if self.fast:
+                argv.append("--no-sync")
+            result = _run(argv, user, timeout=600)
         if result.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             raise EmbeddedPostgresError(
@@ -595,6 +626,22 @@ class EmbeddedPostgres:
                     f"--- {log} ---\n{tail}"
                 )
 
+    def _install_tls(self, pgdata: pathlib.Path, user: _User | None) -> None:
+        if self.tls is None:
+            return
+        files = {"server.crt": self.tls.cert, "server.key": self.tls.key}
+        if self.tls.ca is not None:
+            files["client-ca.crt"] = self.tls.ca
+        for name, source in files.items():
+            target = pgdata / name
+            target.unlink(missing_ok=True)
+            # The server refuses a key others may read; owner-only from the first byte.
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(pathlib.Path(source).read_bytes())
+            if user is not None:
+                os.chown(target, user.uid, user.gid)
+
     def _choose_port(self) -> int:
         # Reusing the previous port keeps the URL stable across restarts when nothing else took it.
         try:
@@ -620,13 +667,126 @@ class EmbeddedPostgres:
         }
         if self.fast:
             settings |= {"synchronous_commit": "off", "full_page_writes": "off"}
+        if self.tls is not None:
+            settings |= {"ssl": "on", "ssl_cert_file": "server.crt", "ssl_key_file": "server.key"}
+            settings |= {"ssl_min_protocol_version": "TLSv1.2"}
+            if self.tls.ca is not None:
+                settings["ssl_ca_file"] = "client-ca.crt"
         # pg_ctl hands -o to /bin/sh, hence the quoting.
         return " ".join(f"-c {shlex.quote(f'{key}={value}')}" for key, value in settings.items())
 
+    def _require_passwords(
+        self, bindir: pathlib.Path, pgdata: pathlib.Path, user: _User | None, port: int
+    ) -> None:
+        """Converts a cluster made by an older pgcontroller (initdb --auth=trust, superuser DB_USER):
+        DB_USER gets a generated password (in both files: it stays the service's role, and remains a
+        superuser, which PostgreSQL's bootstrap role cannot stop being), pg_hba.conf asks every
+        connection for SCRAM, and the server reloads it. A new data dir gets the separate roles."""
+        from app.store.analysts import scram_sha256_verifier
+
+        # The secret is kept before the server gets it, and a conversion cut short is resumed
+        # with the same one (the psql below then works under trust and SCRAM alike).
+        tmp_admin = self._admin_pgpass.with_name(self._admin_pgpass.name + ".new")
+        if tmp_admin.exists():
+            password = _read_pgpass_password(tmp_admin)
+        else:
+            password = _new_secret()
+            write_pgpass(tmp_admin, [("*", "*", "*", DB_USER, password)])
+        write_pgpass(self._service_pgpass, [("*", "*", "*", DB_USER, password)])
+        verifier = scram_sha256_verifier(password)
+        self._psql(bindir, port, DB_USER, tmp_admin, f"ALTER ROLE {DB_USER} PASSWORD '{verifier}';\n")
+        hba = pgdata / "pg_hba.conf"
+        hba_tmp = pgdata / "pg_hba.conf.new"
+        hba_tmp.write_text(_SCRAM_HBA)
+        if user is not None:
+            os.chown(hba_tmp, user.uid, user.gid)
+        os.chmod(hba_tmp, 0o600)
+        os.replace(hba_tmp, hba)
+        self._psql(bindir, port, DB_USER, tmp_admin, "SELECT pg_reload_conf();\n")
+        os.replace(tmp_admin, self._admin_pgpass)
+
+    def _psql(self, bindir: pathlib.Path, port: int, user: str, passfile: pathlib.Path, script: str) -> None:
+        argv = [
+            _client_binary(bindir, "psql"),
+            "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", HOST, "-p", str(port), "-U", user, "-d", "postgres",
+        ]  # fmt: skip
+        # PGPASSFILE, not a password anywhere: a file name in the environment is no secret.
+        result = _run(argv, None, timeout=60, env={"PGPASSFILE": str(passfile)}, stdin_text=script)
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(f"psql as {user} on port {port} failed: {result.stderr.strip()}")
+
     def _ensure_database(self, bindir: pathlib.Path, port: int) -> None:
-        if _database_exists(port):
+        """Makes the service role (a login that is not a superuser, with the password in D/pgpass)
+        and its database, owned by it; idempotent, run at every start (one psql, ~20 ms)."""
+        if self._admin_user() == DB_USER:
+            # A converted cluster: the service's role is the superuser; only the database is ensured.
+            self._psql(
+                bindir, port, DB_USER, self._admin_pgpass,
+                f"SELECT 'CREATE DATABASE {DB_NAME}' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}') \\gexec\n",
+            )  # fmt: skip
             return
-        argv = [_client_binary(bindir, "createdb"), "-h", HOST, "-p", str(port), "-U", DB_USER, DB_NAME]
-        result = _run(argv, None, timeout=60)
-        if result.returncode != 0 and "already exists" not in result.stderr:
-            raise EmbeddedPostgresError(f"createdb {DB_NAME} failed: {result.stderr.strip()}")
+        if self._service_pgpass.exists():
+            password = _read_pgpass_password(self._service_pgpass)
+        else:
+            password = _new_secret()
+            write_pgpass(self._service_pgpass, [("*", "*", "*", DB_USER, password)])
+        # Lazy: the verifier lives with the analysts' code, which needs asyncpg.
+        from app.store.analysts import scram_sha256_verifier
+
+        # The server receives only the SCRAM verifier, never the password (nothing to log).
+        verifier = scram_sha256_verifier(password)
+        script = "\n".join(
+            (
+                "\\set ON_ERROR_STOP on",
+                f"SELECT 'CREATE ROLE {DB_USER} LOGIN' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM pg_roles WHERE rolname = '{DB_USER}') \\gexec",
+                # Re-stated every start: an older role keeps no extra right and the file stays the truth.
+                f"ALTER ROLE {DB_USER} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+                f"PASSWORD '{verifier}';",
+                f"SELECT 'CREATE DATABASE {DB_NAME} OWNER {DB_USER}' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}') \\gexec",
+                f"ALTER DATABASE {DB_NAME} OWNER TO {DB_USER};",
+                "",
+            )
+        )
+        self._psql(bindir, port, self._admin_user(), self._admin_pgpass, script)
+
+
+# What initdb --auth=scram-sha-256 writes, for clusters converted from trust.
+_SCRAM_HBA = """# Written by pgcontroller: every connection authenticates with SCRAM-SHA-256 (no trust).
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
+
+
+def _new_secret() -> str:
+    # 256 bits; URL-safe letters hold no ':' or '\\' (the .pgpass separators).
+    return secrets.token_urlsafe(32)
+
+
+def _read_pgpass_password(path: pathlib.Path) -> str:
+    line = path.read_text().splitlines()[0]
+    return line.split(":", 4)[4]
+
+
+@contextlib.contextmanager
+def _password_file(parent: pathlib.Path, password: str, user: _User | None) -> Iterator[str]:
+    """A file holding `password` for initdb --pwfile (never argv), readable only by the user
+    initdb runs as, removed as soon as initdb is done."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix=".pgc-pw-", dir=parent))
+    path = directory / "pw"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(password + "\n")
+        if user is not None:
+            os.chown(directory, user.uid, user.gid)
+            os.chown(path, user.uid, user.gid)
+        yield str(path)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

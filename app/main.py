@@ -28,6 +28,7 @@ from app.embedded_pg import EmbeddedPostgres
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
 from app.store.cluster import PgClusterStore
 from app.store.db import Database
+from app.store.dsn import masked
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
 from app.store.probe import PgProbe
@@ -158,7 +159,8 @@ def _log_ready(settings: Settings, servers: Servers, store_port: int | None, sta
         settings.rest_host,
         servers.rest_port,
         store,
-        "embedded" if settings.db_url is None else "external",
+        # The URL as given minus its password, so an operator sees which database was used.
+        "embedded" if settings.db_url is None else f"external {masked(settings.db_url)}",
         ", all over TLS" if settings.tls_enabled else "",
         time.monotonic() - started_at,
     )

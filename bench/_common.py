@@ -29,6 +29,7 @@ async def throwaway_cluster() -> AsyncIterator[EmbeddedPostgres]:
     cluster = EmbeddedPostgres(root / "data")
     await asyncio.to_thread(cluster.start)
     try:
+        # As the service role, which owns the database (the migrations need no superuser).
         await asyncio.to_thread(upgrade_to_head, cluster.url())
         yield cluster
     finally:
@@ -39,7 +40,8 @@ async def throwaway_cluster() -> AsyncIterator[EmbeddedPostgres]:
 @asynccontextmanager
 async def throwaway_database() -> AsyncIterator[str]:
     async with throwaway_cluster() as cluster:
-        yield cluster.url()
+        # The superuser's: some benchmarks create databases of their own.
+        yield cluster.admin_url()
 
 
 @asynccontextmanager

@@ -44,6 +44,7 @@ import asyncpg
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+import pgurl
 from app.store.history_gen import SeedSpec
 from app.store.seed import seed_history
 from bench._common import throwaway_database
@@ -56,7 +57,7 @@ DAY = 86_400_000
 
 
 def _database_url(url: str, name: str) -> str:
-    return f"{url.rpartition('/')[0]}/{name}"
+    return pgurl.parse(url).with_database(name).to_url()
 
 
 async def seed(admin_url: str, name: str, epochs: int, per_stream: int) -> tuple[str, float]:

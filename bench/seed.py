@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 
+import pgurl
 from app.store.history_gen import SeedSpec
 from app.store.seed import SeedSummary, seed_history
 from bench._common import throwaway_database
@@ -35,7 +36,7 @@ DAY = 86_400_000
 
 
 def _database_url(url: str, name: str) -> str:
-    return f"{url.rpartition('/')[0]}/{name}"
+    return pgurl.parse(url).with_database(name).to_url()
 
 
 async def seed_once(admin_url: str, epochs: int, per_stream: int) -> tuple[SeedSummary, int]:

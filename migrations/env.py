@@ -6,11 +6,13 @@ builds the whole configuration), so no secret ever sits in a file.
 
 import asyncio
 
+import asyncpg
 from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.store.dsn import connect_args
 from app.store.schema import metadata
 from migrations.reporting import build_reporting, drop_reporting
 
@@ -33,7 +35,14 @@ def _at_head(connection: Connection) -> bool:
 
 
 async def _run_async(url: str) -> None:
-    engine = create_async_engine(url, poolclass=pool.NullPool)
+    # SQLAlchemy would hand the URL's query (sslmode=...) to asyncpg as keywords it does not
+    # take; the connections are opened from app/store/dsn.py's arguments instead.
+    arguments = connect_args(url, application_name="pgcontroller-migrations")
+
+    async def creator() -> object:
+        return await asyncpg.connect(**arguments)
+
+    engine = create_async_engine("postgresql+asyncpg://", poolclass=pool.NullPool, async_creator=creator)
     async with engine.connect() as connection:
         await connection.run_sync(_do_run)
     await engine.dispose()

@@ -6,52 +6,39 @@ PostgreSQL computes the view and Spark reads it on every core at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
-# libpq query parameters and their pgjdbc names; the others have no JDBC meaning and are dropped.
-_PASSED_PARAMS = {
-    "sslmode": "sslmode",
-    "sslrootcert": "sslrootcert",
-    "sslcert": "sslcert",
-    "sslkey": "sslkey",
-    "application_name": "ApplicationName",
-    "connect_timeout": "connectTimeout",
-}
+from pgurl import PgUrlError, jdbc_parts
 
 
 @dataclass(frozen=True)
 class JdbcTarget:
     url: str
     user: str
-    password: str | None
+    password: str | None = field(repr=False)
+    # Connection properties kept out of the URL because they are secret (sslpassword).
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def properties(self, **extra: str) -> dict[str, str]:
-        props = {"driver": "org.postgresql.Driver", "user": self.user, **extra}
+        props = {"driver": "org.postgresql.Driver", "user": self.user, **dict(self.secrets), **extra}
         if self.password is not None:
             props["password"] = self.password
         return props
 
 
 def jdbc_target(db_url: str) -> JdbcTarget:
-    """`postgresql://user:pass@host:port/db?sslmode=...` as pgjdbc wants it."""
-    parts = urlsplit(db_url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a postgresql:// URL: {parts.scheme}://")
-    if not parts.hostname:
-        raise ValueError("the database URL needs a host: the JDBC driver cannot use a Unix socket")
-    database = unquote(parts.path.lstrip("/")) or unquote(parts.username or "postgres")
-    user = unquote(parts.username or "postgres")
-    password = unquote(parts.password) if parts.password is not None else None
-    query = "&".join(
-        f"{_PASSED_PARAMS[k]}={quote(v)}" for k, v in parse_qsl(parts.query) if k in _PASSED_PARAMS
+    """A libpq URL (pgurl: every form `psql` takes, sslmode and certificates included) as pgjdbc
+    wants it; the password (from the URL or its passfile) travels as a property, not in the URL."""
+    try:
+        parts = jdbc_parts(db_url)
+    except PgUrlError as exc:
+        raise ValueError(str(exc)) from None
+    return JdbcTarget(
+        url=parts.url, user=parts.user, password=parts.password, secrets=tuple(parts.secrets.items())
     )
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    url = f"jdbc:postgresql://{host}:{parts.port or 5432}/{database}"
-    return JdbcTarget(url=f"{url}?{query}" if query else url, user=user, password=password)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from pgurl import connect_kwargs
 from spark.config import ANALYST_GROUP, MARTS_SCHEMA
 
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class Control:
         # The roles granted reads by grant_to_readers (the ones that exist), for tables made later.
         self.readers: tuple[str, ...] = ()
         try:
-            self._conn: asyncpg.Connection = self._run(asyncpg.connect(db_url))
+            self._conn: asyncpg.Connection = self._run(asyncpg.connect(**connect_kwargs(db_url)))
         except BaseException:
             self._runner.close()
             raise
@@ -183,7 +184,7 @@ class Control:
 
     def acquire_run_lock(self) -> None:
         async def go() -> None:
-            conn = await asyncpg.connect(self._url)
+            conn = await asyncpg.connect(**connect_kwargs(self._url))
             self._lock_conn = conn
             await conn.execute("BEGIN")
             try:

@@ -15,7 +15,7 @@ from tests.support.db import clone_database, create_template, drop_database, thr
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     with throwaway_cluster() as cluster:
-        url = cluster.url()
+        url = cluster.admin_url()
         asyncio.run(create_template(url))
         yield url
 

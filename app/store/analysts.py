@@ -23,8 +23,8 @@ import asyncpg
 
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput, OperationNotAllowed
 from app.store import queries
+from app.store.dsn import open_connection
 from app.store.errors import translated
-from app.store.pool import asyncpg_dsn
 
 _SQL = queries.load("analysts")
 
@@ -179,7 +179,7 @@ async def create_analyst(url: str, name: str, password: str, limits: AnalystLimi
     # A raw asyncpg session, not app/store/db.py's: a missing privilege must be told apart from
     # every other server error (OperationNotAllowed, not StoreUnavailable) before translation.
     with translated():
-        conn = await asyncpg.connect(asyncpg_dsn(url))
+        conn = await open_connection(url)
         try:
             async with conn.transaction():
                 outcome = await _create_in_transaction(conn, name, verifier, limits)

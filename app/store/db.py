@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Protocol
 
 import asyncpg
 
+from app.store.dsn import connect_args
 from app.store.errors import domain_error
 
 
@@ -242,18 +243,30 @@ class _Acquired:
             _raise_translated(error)
 
 
-async def open_pool(dsn: str, **options: Any) -> PgDatabase:
+def _arguments(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The URL's connection arguments (app/store/dsn.py) under the caller's `options`; a
+    `server_settings` option adds to the URL's (its application_name yields to the URL's)."""
+    extra = dict(options.pop("server_settings", None) or {})
+    arguments = connect_args(url, application_name=extra.pop("application_name", None))
+    if extra:
+        arguments["server_settings"] = {**extra, **arguments.get("server_settings", {})}
+    return {**arguments, **options}
+
+
+async def open_pool(url: str, **options: Any) -> PgDatabase:
     """An asyncpg pool (`options` as asyncpg.create_pool takes them) behind the Database calls."""
+    arguments = _arguments(url, options)
     try:
-        return PgDatabase(await asyncpg.create_pool(dsn, **options))
+        return PgDatabase(await asyncpg.create_pool(**arguments))
     except Exception as exc:
         _raise_translated(exc)
 
 
-async def connect(dsn: str, **options: Any) -> PgSession:
+async def connect(url: str, **options: Any) -> PgSession:
     """A dedicated connection (`options` as asyncpg.connect takes them: `timeout` bounds the
     connecting, `command_timeout` every query on it)."""
+    arguments = _arguments(url, options)
     try:
-        return PgSession(await asyncpg.connect(dsn, **options))
+        return PgSession(await asyncpg.connect(**arguments))
     except Exception as exc:
         _raise_translated(exc)

@@ -20,7 +20,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from app.store.pool import asyncpg_dsn
+from app.store.dsn import open_connection
 
 MIGRATIONS_PACKAGE = "migrations"
 
@@ -37,7 +37,9 @@ def migrations_dir() -> Path:
 def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
-    cfg.attributes["url"] = "postgresql+asyncpg://" + asyncpg_dsn(url).split("://", 1)[1]
+    # The libpq URL itself: migrations/env.py opens its connections through app/store/dsn.py, so
+    # sslmode and the other libpq parameters mean what they mean everywhere else.
+    cfg.attributes["url"] = url
     return cfg
 
 
@@ -76,7 +78,7 @@ async def ensure_schema(url: str) -> bool:
 
 
 async def _migrate(url: str, *, always: bool) -> bool:
-    conn = await asyncpg.connect(asyncpg_dsn(url))
+    conn = await open_connection(url)
     try:
         if not always and await current_revision(conn) == head_revision():
             return False  # the usual start: no lock needed to learn there is nothing to do

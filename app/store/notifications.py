@@ -15,6 +15,7 @@ from collections.abc import Callable
 import asyncpg
 
 from app.store.cache import RecordCache
+from app.store.dsn import open_connection
 from app.store.pool import asyncpg_dsn
 
 log = logging.getLogger("pgcontroller.notifications")
@@ -93,7 +94,7 @@ class PgListener:
             backoff = min(backoff * 2, self._max_backoff_s)
 
     async def _listen_until_lost(self) -> None:
-        conn = await asyncio.wait_for(asyncpg.connect(self._dsn), timeout=10)
+        conn = await asyncio.wait_for(open_connection(self._dsn), timeout=10)
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         try:

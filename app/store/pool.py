@@ -13,7 +13,8 @@ from app.store.db import PgDatabase, open_pool
 
 
 def asyncpg_dsn(url: str) -> str:
-    """Accepts SQLAlchemy-style URLs too, so one setting serves migrations and runtime."""
+    """SQLAlchemy's postgresql+asyncpg:// spelling as plain libpq (for callers handing a URL to
+    asyncpg themselves; the service's own connections take app/store/dsn.py's arguments)."""
     for prefix in ("postgresql+asyncpg://", "postgres+asyncpg://"):
         if url.startswith(prefix):
             return "postgresql://" + url[len(prefix) :]
@@ -35,7 +36,7 @@ async def create_pool(
 ) -> PgDatabase:
     """`max_size` is the pool_max_size setting (or a test's own bound): its default lives there."""
     return await open_pool(
-        asyncpg_dsn(url),
+        url,
         min_size=min_size,
         max_size=max_size,
         command_timeout=command_timeout,

@@ -88,7 +88,9 @@ def test_start_creates_cluster_and_database_and_second_start_reuses_server(sandb
     assert pg.pgdata == sandbox.root / "data" / "pg"
     assert (pg.pgdata / "PG_VERSION").is_file()
     url = pg.url()
-    assert url.startswith("postgresql://pgcontroller@127.0.0.1:") and url.endswith("/pgcontroller")
+    # The password is not in the URL: it names the owner-only file that holds it.
+    assert url.startswith("postgresql://pgcontroller@127.0.0.1:")
+    assert url.endswith(f"/pgcontroller?passfile={sandbox.root}/data/pgpass")
     assert psql(url, "select current_database() || ' ' || current_user") == "pgcontroller pgcontroller"
     if running_as_root:
         assert pg.pgdata.stat().st_uid == pwd.getpwnam("nobody").pw_uid

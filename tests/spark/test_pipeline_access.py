@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from pyspark.sql import SparkSession
 
+import pgurl
 from app.cli import main
 from app.store.analysts import AnalystLimits, create_analyst
 from app.store.history_gen import SeedSpec
@@ -27,9 +28,14 @@ from tests.spark.conftest import pipeline_config, run_pipeline
 SMALL = SeedSpec(streams=2, epochs_per_stream=30, txns_per_stream=10, seed=3, start_ms=1_700_000_000_000)
 
 
+# Every role these tests make logs in with this password (the embedded cluster trusts nobody).
+ROLE_PASSWORD = "a-long-enough-secret"
+
+
 def as_role(db_url: str, role: str) -> str:
-    scheme, rest = db_url.split("://", 1)
-    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"
+    parsed = pgurl.parse(db_url)
+    params = {k: v for k, v in parsed.params.items() if k != "passfile"}
+    return parsed.replace(user=role, password=ROLE_PASSWORD, params=params).to_url()
 
 
 @pytest.fixture
@@ -60,11 +66,11 @@ async def test_a_role_owning_only_the_marts_schema_runs_it_and_analysts_only_rea
     runner, analyst, stranger = f"pipe_{suffix}", f"ana_{suffix}", f"other_{suffix}"
     roles.extend([runner, analyst, stranger])
     # `db create-analyst` hardens the database: no TEMP, no advisory locks for PUBLIC.
-    await create_analyst(seeded, analyst, "a-long-enough-secret", AnalystLimits(30_000, 5))
+    await create_analyst(seeded, analyst, ROLE_PASSWORD, AnalystLimits(30_000, 5))
     conn = await asyncpg.connect(seeded)
     try:
-        await conn.execute(f"CREATE ROLE {runner} LOGIN IN ROLE pgc_analysts")
-        await conn.execute(f"CREATE ROLE {stranger} LOGIN")
+        await conn.execute(f"CREATE ROLE {runner} LOGIN IN ROLE pgc_analysts PASSWORD '{ROLE_PASSWORD}'")
+        await conn.execute(f"CREATE ROLE {stranger} LOGIN PASSWORD '{ROLE_PASSWORD}'")
         await conn.execute(f"CREATE SCHEMA reporting_marts AUTHORIZATION {runner}")
         assert not await conn.fetchval(
             "SELECT has_database_privilege($1, current_database(), 'CREATE')", runner
@@ -179,7 +185,7 @@ def test_a_missing_driver_or_database_is_one_line(
     assert cli("--db-url", seeded, "--out", str(output), "--jdbc-jar", "/nonexistent/pg.jar") == 1
     err = capsys.readouterr().err
     assert "/nonexistent/pg.jar" in err and "libpostgresql-jdbc-java" in err and len(err.splitlines()) == 1
-    gone = db_url.rsplit("/", 1)[0] + "/no_such_database"
+    gone = pgurl.parse(db_url).with_database("no_such_database").to_url()
     assert cli("--db-url", gone, "--out", str(output)) == 1
     err = capsys.readouterr().err
     assert "no_such_database" in err and len(err.splitlines()) == 1

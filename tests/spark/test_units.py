@@ -25,7 +25,7 @@ SPARK_DIR = Path(__file__).resolve().parents[2] / "spark"
 
 def test_libpq_urls_become_jdbc_urls() -> None:
     t = jdbc_target(
-        "postgresql://me:p%40ss%2Fword@db.example:6543/pgc?sslmode=require&application_name=x&foo=1"
+        "postgresql://me:p%40ss%2Fword@db.example:6543/pgc?sslmode=require&application_name=x&keepalives=1"
     )
     assert t.url == "jdbc:postgresql://db.example:6543/pgc?sslmode=require&ApplicationName=x"
     assert (t.user, t.password) == ("me", "p@ss/word")
@@ -35,6 +35,10 @@ def test_libpq_urls_become_jdbc_urls() -> None:
     assert "password" not in bare.properties()
     with pytest.raises(ValueError, match="Unix socket"):
         jdbc_target("postgresql:///pgc?host=/var/run/postgresql")
+    # An unknown parameter is refused by name rather than dropped (a typo in sslmode's name would
+    # otherwise silently connect in plain text).
+    with pytest.raises(ValueError, match="unknown parameter 'foo'"):
+        jdbc_target("postgresql://me@db.example/pgc?foo=1")
 
 
 def test_the_window_starts_at_the_day_of_the_high_water_mark_less_the_margin() -> None:

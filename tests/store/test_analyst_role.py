@@ -11,7 +11,7 @@ import base64
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import asyncpg
 import pytest
@@ -275,10 +275,10 @@ async def test_a_role_that_cannot_set_analysts_up_changes_nothing(db_url: str) -
     # CREATEROLE alone does not own the database: it cannot take TEMP from PUBLIC nor grant the
     # reporting schema, and the command must stop rather than leave a half-made analyst.
     admin_name, name = analyst_name(), analyst_name()
-    await admin(db_url, f"CREATE ROLE {admin_name} LOGIN CREATEROLE")
+    await admin(db_url, f"CREATE ROLE {admin_name} LOGIN CREATEROLE PASSWORD '{PASSWORD}'")
     try:
         parts = urlsplit(db_url)
-        url = f"postgresql://{admin_name}@{parts.hostname}:{parts.port}{parts.path}"
+        url = f"postgresql://{admin_name}:{quote(PASSWORD)}@{parts.hostname}:{parts.port}{parts.path}"
         with pytest.raises(OperationNotAllowed):
             await create_analyst(url, name, PASSWORD, LIMITS)
         assert await admin(db_url, "SELECT 1 FROM pg_roles WHERE rolname = $1", name) == []
@@ -367,27 +367,10 @@ async def test_only_a_verifier_reaches_the_server(db_url: str, analyst: str) -> 
 
 @pytest.fixture(scope="module")
 def password_cluster_url() -> object:
-    """A cluster of its own whose pg_hba.conf asks everyone but the superuser for a password
-    (the suite's cluster trusts every local connection, so it cannot test a login)."""
+    """A cluster of its own (the embedded cluster asks every role for its password, over TCP and
+    the local socket alike), migrated by its superuser."""
     with throwaway_cluster() as cluster:
-        url = cluster.url()
-
-        async def require_passwords() -> None:
-            conn = await asyncpg.connect(url)
-            try:
-                hba = Path(await conn.fetchval("SHOW hba_file"))
-                await asyncio.to_thread(
-                    hba.write_text,
-                    "local all all trust\n"
-                    "host all pgcontroller 127.0.0.1/32 trust\n"
-                    "host all all 127.0.0.1/32 scram-sha-256\n"
-                    "host all all ::1/128 scram-sha-256\n",
-                )
-                await conn.fetchval("SELECT pg_reload_conf()")
-            finally:
-                await conn.close()
-
-        asyncio.run(require_passwords())
+        url = cluster.admin_url()
         migrate.upgrade_to_head(url)
         yield url
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 
+import pgurl
 from app.embedded_pg import EmbeddedPostgres
 from app.store.migrate import upgrade_to_head
 
@@ -35,8 +36,8 @@ def throwaway_cluster() -> Iterator[EmbeddedPostgres]:
 
 
 def with_database(url: str, database: str) -> str:
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{database}"
+    """`url` naming `database` instead (its query, e.g. the passfile, kept)."""
+    return pgurl.parse(url).with_database(database).to_url()
 
 
 async def create_template(admin_url: str) -> None:

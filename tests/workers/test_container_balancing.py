@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+import pgurl
 from app.domain.errors import InvalidInput, NotFound
 from app.ports import SegmentStoreHost
 from app.services.containers import ContainerMapService, RebalanceAction
@@ -342,7 +343,7 @@ async def test_a_lost_database_costs_passes_not_the_duty(
     service = make_service(pool, clock)
     await register(service, A)
     duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=0)
-    database = db_url.rpartition("/")[2]
+    database = pgurl.parse(db_url).database
     admin = await asyncpg.connect(pg_admin_url)
     try:
         # The duty's sessions die and new ones are refused, as while a database restarts.
