@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
 import ssl
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final

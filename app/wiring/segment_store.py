@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
 from app.security.delegation import DelegationTokens
-from app.security.tokens import TokenSigner, TokenVerifier
 from app.security.tls import client_context, server_context
+from app.security.tokens import TokenSigner, TokenVerifier
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
