@@ -24,11 +24,15 @@ MAX_PATTERN_CHARS = 1024
 
 
 class Permission(enum.IntEnum):
-    """AuthHandler.Permissions, ordered: a higher value includes the lower ones."""
+    """AuthHandler.Permissions, ordered: a higher value includes the lower ones. The one type of
+    the accounts' ACLs, the guards and the delegation tokens (their claims carry its names)."""
 
     NONE = 0
     READ = 1
     READ_UPDATE = 2
+
+    def includes(self, other: Permission) -> bool:
+        return self >= other
 
 
 # --- resource strings (AuthorizationResourceImpl) ---------------------------------------------

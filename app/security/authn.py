@@ -60,6 +60,13 @@ current_principal: contextvars.ContextVar[Principal | None] = contextvars.Contex
 )
 
 
+def caller_permission(resource: str) -> Permission:
+    """The delegation tokens' ACL lookup: what the principal of the call being served (set by
+    the gRPC guard in the task that runs the handler) may do on `resource`; NONE without one."""
+    principal = current_principal.get()
+    return Permission.NONE if principal is None else principal.permission_for(resource)
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     method: str

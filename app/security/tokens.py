@@ -20,6 +20,9 @@ from typing import Any, Final
 import jwt
 from jwt.warnings import InsecureKeyLengthWarning
 
+# The claims' permissions are the ACLs' (one type, Pravega's names); re-exported for the store.
+from app.security.acl import Permission as Permission
+
 # JsonWebToken / GrpcAuthHelper: HS512, subject "segmentstoreresource", audience "segmentstore".
 ALGORITHM: Final = "HS512"
 SUBJECT: Final = "segmentstoreresource"
@@ -33,17 +36,6 @@ _CACHE_SIZE: Final = 4096
 # TokenVerifierImpl.RESOURCE_PARTS_TO_REPLACE: a claim key minus these is a segment-name prefix.
 _RESOURCE_PARTS = re.compile(r"prn::|/scope:|stream:")
 _STANDARD_CLAIMS: Final = frozenset({"sub", "aud", "iat", "exp", "nbf", "iss", "jti"})
-
-
-class Permission(enum.Enum):
-    """AuthHandler.Permissions, in Pravega's order (a higher one includes the lower)."""
-
-    NONE = 0
-    READ = 1
-    READ_UPDATE = 2
-
-    def includes(self, other: Permission) -> bool:
-        return self.value >= other.value
 
 
 def stream_resource(scope: str, stream: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
+from app.security.authn import caller_permission
 from app.security.delegation import DelegationTokens
 from app.security.tls import client_context, server_context
 from app.security.tokens import TokenSigner, TokenVerifier
@@ -60,7 +61,9 @@ def wire_segment_store(
         token=lambda: master,
         tls=client_context(settings),
     )
-    return SegmentStorage(client, client, Contribution(), DelegationTokens(signer))
+    # Each token is capped at the ACL of the call's principal, which the gRPC guard sets.
+    tokens = DelegationTokens(signer, caller_permission if signer is not None else None)
+    return SegmentStorage(client, client, Contribution(), tokens)
 
 
 def _signer(settings: Settings) -> TokenSigner | None:
