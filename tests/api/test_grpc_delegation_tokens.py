@@ -81,9 +81,10 @@ async def test_with_auth_off_every_token_is_empty(db_url: str) -> None:
         assert (await stub.getCurrentSegments(info())).delegationToken == ""
 
 
-async def test_with_auth_on_and_no_acl_wired_no_token_is_signed(
+async def test_with_auth_on_and_no_principal_no_token_is_signed(
     secured: tuple[Services, ControllerServiceStub],
 ) -> None:
+    # This service has no guard, so no call has a principal: `serve`'s ACL lookup grants nothing.
     _, stub = secured
     await stream_with(stub, 1)  # the controller's own calls (its master token) create the segments
     assert (await stub.getDelegationToken(info())).delegationToken == ""
