@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import statistics
 import sys
 import time
@@ -29,9 +30,8 @@ from bench._common import throwaway_database
 STREAM = pb.StreamInfo(scope="bench", stream="s", accessOperation=pb.StreamInfo.AccessOperation.NONE)
 
 
-def _basic(user: str, password: str) -> str:
-    import base64
-
+def basic(user: str, password: str) -> str:
+    """The `authorization` value of Pravega's Basic method."""
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
@@ -77,10 +77,10 @@ async def main(calls: int, concurrency: int, rounds: int) -> None:
             for i in range(10):
                 started = time.perf_counter()
                 await secured_stub.getCurrentSegments(
-                    STREAM, metadata={"authorization": _basic(f"user{i}", f"pw{i}")}
+                    STREAM, metadata={"authorization": basic(f"user{i}", f"pw{i}")}
                 )
                 cold.append((time.perf_counter() - started) * 1000)
-            metadata = {"authorization": _basic("user0", "pw0")}
+            metadata = {"authorization": basic("user0", "pw0")}
             await _calls(plain_stub, 200, concurrency, None)  # warm both paths
             await _calls(secured_stub, 200, concurrency, metadata)
             off_rates, on_rates, off_lat, on_lat = [], [], [], []

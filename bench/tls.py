@@ -25,16 +25,27 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.security.certs import make_dev_certs
+from app.security.certs import CertFiles, make_dev_certs
 from app.security.tls import trusting
 from app.testing.served import ServedProcess, start_served
 from bench._common import LoadResult, closed_loop, throwaway_database
 
 INFO = pb.StreamInfo(scope="bench", stream="s")
+Metadata = dict[str, str] | None
+
+
+def tls_flags(certs: CertFiles) -> tuple[str, ...]:
+    """`serve`'s flags for TLS on every port with the dev certificates."""
+    return (
+        "--tls-enabled",
+        "--tls-cert-file", str(certs.server_cert),
+        "--tls-key-file", str(certs.server_key),
+        "--tls-trust-file", str(certs.ca_cert),
+    )  # fmt: skip
 
 
 async def new_connection_calls(
-    name: str, port: int, context: ssl.SSLContext | None, seconds: float
+    name: str, port: int, context: ssl.SSLContext | None, seconds: float, metadata: Metadata = None
 ) -> LoadResult:
     """One call at a time, each on a channel of its own (so each pays the connection setup)."""
     latencies: list[float] = []
@@ -43,7 +54,7 @@ async def new_connection_calls(
         began = time.perf_counter()
         channel = Channel("localhost", port, ssl=context)
         try:
-            await ControllerServiceStub(channel).getCurrentSegments(INFO)
+            await ControllerServiceStub(channel).getCurrentSegments(INFO, metadata=metadata)
         finally:
             channel.close()
         latencies.append((time.perf_counter() - began) * 1000)
@@ -51,17 +62,25 @@ async def new_connection_calls(
 
 
 async def measure(
-    served: ServedProcess, label: str, context: ssl.SSLContext | None, seconds: float, in_flight: int
+    served: ServedProcess,
+    label: str,
+    context: ssl.SSLContext | None,
+    seconds: float,
+    in_flight: int,
+    metadata: Metadata = None,
 ) -> list[LoadResult]:
+    """`metadata`: e.g. the `authorization` every call sends (bench/security.py)."""
     channel = Channel("localhost", served.grpc_port, ssl=context)
     stub = ControllerServiceStub(channel)
-    call: Callable[[], Awaitable[object]] = lambda: stub.getCurrentSegments(INFO)  # noqa: E731
+    call: Callable[[], Awaitable[object]] = lambda: stub.getCurrentSegments(INFO, metadata=metadata)  # noqa: E731
     try:
         one = await closed_loop(f"{label} reused channel, 1 in flight", call, 1, seconds)
         many = await closed_loop(f"{label} reused channel, {in_flight} in flight", call, in_flight, seconds)
     finally:
         channel.close()
-    fresh = await new_connection_calls(f"{label} new connection per call", served.grpc_port, context, seconds)
+    fresh = await new_connection_calls(
+        f"{label} new connection per call", served.grpc_port, context, seconds, metadata
+    )
     return [one, many, fresh]
 
 
@@ -76,15 +95,10 @@ async def main() -> None:
     async with throwaway_database() as url:
         with tempfile.TemporaryDirectory() as work:
             certs = make_dev_certs(Path(work) / "certs")
-            tls_flags = (
-                "--tls-enabled",
-                "--tls-cert-file", str(certs.server_cert),
-                "--tls-key-file", str(certs.server_key),
-                "--tls-trust-file", str(certs.ca_cert),
-            )  # fmt: skip
+            with_tls = tls_flags(certs)
             client_tls = trusting(certs.ca_cert, alpn=("h2",))
             for round_ in range(args.rounds):
-                for label, flags, context in (("plain", (), None), ("TLS", tls_flags, client_tls)):
+                for label, flags, context in (("plain", (), None), ("TLS", with_tls, client_tls)):
                     served = await start_served(Path(work), "--db-url", url, *flags)
                     try:
                         if round_ == 0 and label == "plain":
