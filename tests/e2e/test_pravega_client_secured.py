@@ -28,7 +28,14 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
 EVENTS = 20
 # READ on the stream (and what a reader group needs), nothing that writes to the stream.
-READ_ONLY_ACL = "prn::/,READ;prn::/scope:sec,READ;prn::/scope:sec/stream:st,READ;prn::/scope:sec/reader-group:*,READ_UPDATE"
+READ_ONLY_ACL = ";".join(
+    (
+        "prn::/,READ",
+        "prn::/scope:sec,READ",
+        "prn::/scope:sec/stream:st,READ",
+        "prn::/scope:sec/reader-group:*,READ_UPDATE",
+    )
+)
 
 CLIENT = textwrap.dedent(
     """
@@ -170,7 +177,10 @@ async def test_the_real_client_with_auth_and_tls(served: ServedProcess, certs: C
         run(served, certs, "read", "viewer", "viewer-pw", 8),
     )
     assert wrong is None or "error" in wrong, wrong
-    refusal = 'PermissionDenied, message: \\"principal viewer is not allowed READ_UPDATE access to prn::/scope:sec/stream:st'
+    refusal = (
+        'PermissionDenied, message: \\"principal viewer is not allowed READ_UPDATE access to '
+        "prn::/scope:sec/stream:st"
+    )
     assert viewer is not None and refusal in viewer["stderr"], viewer
     # Its reader too, as Pravega refuses it: the Rust client asks for its segments and tokens with
     # an unspecified access operation (`getSegments`/`getCurrentSegments` then sign a token good
