@@ -37,6 +37,8 @@ from app.store.db import Connection, Database, Row
 from app.store.segment_tables import PgTableSegments
 
 _SQL = queries.load("segment_data")
+# Pravega's transient segment names: `<parent>#transient.<writer id>.<random>`.
+TRANSIENT_MARKER = "#transient."
 
 # Pravega's AttributeUpdateType codes (a merge's conditional attribute updates).
 NONE, REPLACE, REPLACE_IF_GREATER, ACCUMULATE, REPLACE_IF_EQUALS = 0, 1, 2, 3, 4
@@ -176,6 +178,24 @@ class PgSegmentStorage(PgTableSegments):
                 raise NoSuchSegment(name)
             await conn.execute(_SQL["delete_segment"], name)
 
+    async def transients_created_before(
+        self, after: str, created_before_ms: int, limit: int
+    ) -> list[tuple[str, int]]:
+        """A page of (name, created_at) of transient segments created before `created_before_ms`,
+        in name order after `after` (the orphan sweep's candidates)."""
+        rows = await self._db.fetch(_SQL["list_transients"], after, created_before_ms, limit)
+        return [(str(r["name"]), int(r["created_at"])) for r in rows]
+
+    async def delete_transients(
+        self, names: Sequence[str], created_before_ms: int, unchanged_since_ms: int
+    ) -> list[str]:
+        """Deletes, in one statement, those of `names` that are transient segments created before
+        `created_before_ms` and not changed since `unchanged_since_ms`; returns the ones deleted."""
+        rows = await self._db.fetch(
+            _SQL["delete_transients"], list(names), created_before_ms, unchanged_since_ms
+        )
+        return [str(r["name"]) for r in rows]
+
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
         kind = await self._db.fetchval(
             _SQL["update_policy"], name, scale_type, target_rate, self._clock.now_ms()
@@ -309,6 +329,12 @@ def _plan_merge(target: str, sources: Sequence[str], row: Row, present: dict[str
     """What merging the locked `present` sources into the locked target `row` does, or the
     refusal: a sealed target (unless nothing is left to merge), a table or truncated source."""
     length = int(row["length"])
+    for name in sources:
+        # A transient segment is merged once, by the connection that created it: when it is gone
+        # it was deleted (its connection closed, or an orphan sweep found it), never merged, and
+        # answering "merged" would acknowledge a large event that was lost.
+        if name not in present and name != target and TRANSIENT_MARKER in name:
+            raise NoSuchSegment(name)
     if not present:
         return _MergePlan([length] * len(sources), [], [], length)
     if row["sealed"]:

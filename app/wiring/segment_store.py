@@ -24,6 +24,7 @@ from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.server.membership import StoreMembership
+from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.tokens import TokenGate
 from app.segmentstore.storage import AppendResult
@@ -134,9 +135,11 @@ class RunningStore:
         server: SegmentStoreServer,
         membership: StoreMembership | None = None,
         listener: PgListener | None = None,
+        orphans: OrphanTransients | None = None,
     ) -> None:
         self.server = server
         self.membership = membership
+        self.orphans = orphans
         self._listener = listener
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -145,7 +148,10 @@ class RunningStore:
         return self.server.address
 
     async def join(self) -> None:
-        """Registers, reads the map, then follows it and heartbeats in the background."""
+        """Registers, reads the map, then follows it and heartbeats in the background; sweeps
+        the orphan transient segments of the containers it gains (of all, without a map)."""
+        if self.orphans is not None:
+            self._tasks.append(asyncio.create_task(self.orphans.run(), name="segment-store-orphans"))
         if self.membership is None:
             return
         await self.membership.start()
@@ -199,7 +205,16 @@ async def start_segment_store(
         heartbeat_s=settings.segment_store_heartbeat_s,
         expiry_s=settings.segment_store_expiry_s,
     )
-    store = RunningStore(server, membership, PgListener(url, RecordCache()))
+    # A previous owner still serving stops within the expiry (it reads the map, or fences
+    # itself when it cannot heartbeat): its transient segments are left alone until then.
+    orphans = OrphanTransients(
+        PgSegmentStorage(pool, clock),
+        clock,
+        server.live_transients,
+        server.ownership,
+        grace_ms=int(settings.segment_store_expiry_s * 1000),
+    )
+    store = RunningStore(server, membership, PgListener(url, RecordCache()), orphans)
     try:
         await store.join()
     except BaseException:
@@ -218,8 +233,14 @@ async def start_embedded_segment_store(
         return None
     if url is not None:
         return await start_segment_store(settings, pool, clock, url, ())
+    sweep = PgSegmentStorage(pool, clock)
+    started = clock.now_ms()
     server = await _start_measured_server(settings, pool, clock)
-    return RunningStore(server)
+    # No map: the transient segments older than this store are orphans of an earlier process.
+    orphans = OrphanTransients(sweep, clock, server.live_transients, None, grace_ms=0, started_ms=started)
+    store = RunningStore(server, orphans=orphans)
+    await store.join()
+    return store
 
 
 def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:

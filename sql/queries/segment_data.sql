@@ -253,3 +253,25 @@ SELECT s.kind, s.length, s.start_offset, s.key_length,
        (SELECT count(*) FROM table_entries e WHERE e.segment = s.name) AS entry_count
 FROM embedded_segments s
 WHERE s.name = $1;
+
+-- name: list_transients
+-- A page of transient segments created before $2, in name order after $1, at most $3: the
+-- orphan sweep's candidates (it picks those of its containers in Python: the container hash is
+-- Pravega's, not SQL's).
+SELECT name, created_at FROM embedded_segments
+WHERE kind = 'transient' AND name > $1 AND created_at < $2
+ORDER BY name
+LIMIT $3;
+
+-- name: delete_transients
+-- One batch of the orphan sweep: the named transient segments ($1) still created before $2 and
+-- unchanged since before $3 (a writer still appending keeps its segment), locked in name order
+-- (as a merge locks its sources), with their chunks and attributes (ON DELETE CASCADE).
+DELETE FROM embedded_segments
+WHERE name IN (
+    SELECT name FROM embedded_segments
+    WHERE name = ANY($1::text[]) AND kind = 'transient' AND created_at < $2 AND last_modified < $3
+    ORDER BY name
+    FOR UPDATE
+)
+RETURNING name;

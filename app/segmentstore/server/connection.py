@@ -114,6 +114,10 @@ class Connection:
         finally:
             await self._finish(reason)
 
+    def transient_segments(self) -> frozenset[str]:
+        """The transient segments this connection created and has not seen merged or deleted."""
+        return self._transients.names()
+
     async def answer_parked_reads(self) -> None:
         """Waits for the parked reads to answer (the server woke them all while closing)."""
         if self._parked:
@@ -253,8 +257,13 @@ class Connection:
         # The parent must exist: a transient segment only ever merges into it.
         await self._storage.segment_state(cmd.parent_segment)
         name = transient_name(cmd.parent_segment, cmd.writer_id)
-        await self._storage.create_segment(name, "transient", 0, 0, 0)
+        # Named before it exists: the orphan sweep never sees it committed and not yet ours.
         self._transients.add(name)
+        try:
+            await self._storage.create_segment(name, "transient", 0, 0, 0)
+        except BaseException:
+            self._transients.discard(name)
+            raise
         return wc.SegmentCreated(cmd.request_id, name)
 
     async def _read(self, cmd: wc.ReadSegment) -> None:

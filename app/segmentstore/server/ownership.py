@@ -63,6 +63,9 @@ class ContainerOwnership:
         # Replaced whole, never mutated: a check sees one complete map or the next one.
         self._owners: Mapping[int, SegmentStoreHost] = {}
         self.loaded = False
+        # How many times this store gained each container: a loss and a gain between two looks
+        # (a store paused through both) still shows as a new acquisition.
+        self._acquisitions: dict[int, int] = {}
 
     def container_of(self, segment: str) -> int:
         return container_for_segment(segment, self.container_count)
@@ -82,12 +85,18 @@ class ContainerOwnership:
             return frozenset()
         return frozenset(c for c in range(self.container_count) if self.owner_of(c) == self.me)
 
+    def acquisitions(self) -> dict[int, int]:
+        """Each owned container with the number of times this store has gained it."""
+        return {c: self._acquisitions.get(c, 0) for c in self.owned()}
+
     def update(self, owners: Mapping[int, SegmentStoreHost]) -> tuple[frozenset[int], frozenset[int]]:
         """Takes a freshly read map; returns (gained, lost) containers."""
         before = self.owned()
         self._owners = dict(owners)
         self.loaded = True
         after = self.owned()
+        for container in after - before:
+            self._acquisitions[container] = self._acquisitions.get(container, 0) + 1
         return after - before, before - after
 
     def disown_all(self) -> frozenset[int]:

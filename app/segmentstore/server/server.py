@@ -84,6 +84,10 @@ class SegmentStoreServer:
     def address(self) -> tuple[str, int]:
         return self._address
 
+    def live_transients(self) -> set[str]:
+        """The transient segments this store's open connections created and still hold."""
+        return {name for c in self._connections.values() for name in c.transient_segments()}
+
     def disown(self, containers: frozenset[int]) -> None:
         """Containers this store lost: reads parked on their segments answer WrongHost now (the
         new owner's appends would never wake them); their writers get WrongHost at their next

@@ -1,7 +1,8 @@
 """Transient segments (the large-event writer's staging segments) and their lifetime.
 
 Invariant: a transient segment lives only as long as the connection that created it: whatever of
-it was not merged away is deleted when that connection closes.
+it was not merged away is deleted when that connection closes (and, when its store died, by the
+orphan sweep of orphans.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class Transients:
 
     def discard(self, name: str) -> None:
         self._names.discard(name)
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._names)
 
     async def delete_all(self, storage: st.SegmentStorage) -> list[str]:
         """Deletes the ones still there (a merged one is gone already); returns those deleted."""
