@@ -54,6 +54,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.periodic
 	$(BIN)/python bench/dataplane.py
 	$(BIN)/python bench/kvt.py
+	$(BIN)/python bench/stores.py
+	$(BIN)/python bench/autoscale_reaction.py
+	$(BIN)/python bench/mark_segments.py
+	$(BIN)/python bench/security.py
+	$(BIN)/python bench/tokens.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
