@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.api.errors import message_for
 from app.domain.errors import (
     FinalFailure,
     IllegalState,
@@ -309,8 +310,21 @@ async def test_info_of_a_segment_reported_missing_is_not_found(
 async def test_connection_refused_is_retryable(make_store: Callable[..., WireSegmentStore]) -> None:
     server = await ScriptedServer(answering()).start()
     await server.close()  # the port is free again: nothing listens
-    with pytest.raises(StoreUnavailable, match="cannot connect"):
+    with pytest.raises(StoreUnavailable, match="cannot connect") as refused:
         await make_store(server.endpoint).create_segment(SEG, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
+    # The address is for the operator's log (a note), never in what a caller is sent.
+    port = str(server.endpoint[1])
+    sent = message_for(refused.value)
+    assert port not in sent and "127.0.0.1" not in sent, sent
+    assert any(port in note for note in refused.value.__notes__), refused.value.__notes__
+
+
+async def test_a_timeout_names_no_address_to_the_caller(make_store: Callable[..., WireSegmentStore]) -> None:
+    async with scripted(answering(), hello=STALL) as server:
+        with pytest.raises(StoreUnavailable) as timed_out:
+            await make_store(server.endpoint, request_timeout_s=0.2).delete_segment(SEG)
+    sent = message_for(timed_out.value)
+    assert str(server.endpoint[1]) not in sent and "127.0.0.1" not in sent, sent
 
 
 async def test_an_incompatible_hello_is_retryable(make_store: Callable[..., WireSegmentStore]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+import pgurl
 from app.ports import SegmentStoreHost
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
@@ -110,7 +111,7 @@ async def test_a_sweep_meeting_a_lost_database_is_retried_at_the_next_pass(
     ownership = ContainerOwnership(ME, 4, [ME])
     ownership.update({})
     sweep = OrphanTransients(storage, clock, set, ownership, grace_ms=0)
-    database = db_url.rpartition("/")[2]
+    database = pgurl.parse(db_url).database
     admin = await asyncpg.connect(pg_admin_url)
     try:
         # Its sessions die and new ones are refused, as while the database restarts.

@@ -14,13 +14,14 @@ import contextlib
 import itertools
 import ssl
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
 
 Endpoint = tuple[str, int]
+UnavailableT = TypeVar("UnavailableT", bound=StoreUnavailable)
 
 # Starts at 1 like the Rust client's: the server echoes ids, 0 is Hello's and -1 KeepAlive's.
 _request_ids: Final = itertools.count(1)
@@ -28,6 +29,14 @@ _request_ids: Final = itertools.count(1)
 
 def next_request_id() -> int:
     return next(_request_ids)
+
+
+def _at(exc: UnavailableT, where: str, cause: BaseException | None = None) -> UnavailableT:
+    """`exc` with the store's address (and the OS's words, which name it too) in a note: the API
+    logs notes under an error id and sends callers the message only, so no host or port of a
+    segment store reaches a client or a REST body (as the database's never do)."""
+    exc.add_note(f"segment store {where}" + (f": {cause}" if cause is not None and str(cause) else ""))
+    return exc
 
 
 def _show(endpoint: Endpoint) -> str:
@@ -71,24 +80,27 @@ class Connection:
                 reply = await read_command(reader)
         except TimeoutError:
             _close(writer)
-            raise StoreUnavailable(
-                f"segment store {where}: no connection and Hello within {timeout_s} s"
+            raise _at(
+                StoreUnavailable(f"segment store: no connection and Hello within {timeout_s} s"), where
             ) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             _close(writer)
-            raise ConnectionLost(
-                f"segment store {where}: cannot connect: {exc or type(exc).__name__}"
+            raise _at(
+                ConnectionLost(f"segment store: cannot connect: {type(exc).__name__}"), where, exc
             ) from exc
         except MalformedCommand as exc:
             _close(writer)
-            raise StoreUnavailable(f"segment store {where}: malformed reply to Hello: {exc}") from exc
+            raise _at(StoreUnavailable(f"segment store: malformed reply to Hello: {exc}"), where) from exc
         except BaseException:
             _close(writer)
             raise
         if not isinstance(reply, wc.Hello) or not reply.low_version <= wc.WIRE_VERSION <= reply.high_version:
             _close(writer)
-            raise StoreUnavailable(
-                f"segment store {where}: answered our Hello (version {wc.WIRE_VERSION}) with {reply}"
+            raise _at(
+                StoreUnavailable(
+                    f"segment store: answered our Hello (version {wc.WIRE_VERSION}) with {reply}"
+                ),
+                where,
             )
         return cls(endpoint, reader, writer)
 
@@ -96,7 +108,7 @@ class Connection:
         """Sends `command` and returns the reply carrying its request id. Any failure marks the
         connection broken (and closes it) before raising StoreUnavailable."""
         expected = getattr(command, "request_id", None)
-        where = f"segment store {_show(self.endpoint)}"
+        where = _show(self.endpoint)
         name = type(command).__name__
         try:
             frame = encode(command)
@@ -110,15 +122,19 @@ class Connection:
                 reply = await read_command(self._reader)
         except TimeoutError:
             self.close()
-            raise StoreUnavailable(f"{where}: no reply to {name} within {timeout_s} s") from None
+            raise _at(
+                StoreUnavailable(f"segment store: no reply to {name} within {timeout_s} s"), where
+            ) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             self.close()
-            raise ConnectionLost(
-                f"{where}: connection lost during {name}: {exc or type(exc).__name__}"
+            raise _at(
+                ConnectionLost(f"segment store: connection lost during {name}: {type(exc).__name__}"),
+                where,
+                exc,
             ) from exc
         except MalformedCommand as exc:
             self.close()
-            raise StoreUnavailable(f"{where}: malformed reply to {name}: {exc}") from exc
+            raise _at(StoreUnavailable(f"segment store: malformed reply to {name}: {exc}"), where) from exc
         except BaseException:
             # Cancelled mid-exchange: the reply may still arrive, so the connection is spoilt.
             self.close()
@@ -126,9 +142,12 @@ class Connection:
         got = getattr(reply, "request_id", None)
         if got != expected:
             self.close()
-            raise StoreUnavailable(
-                f"{where}: the reply to {name} (request {expected}) was {type(reply).__name__} "
-                f"for request {got}"
+            raise _at(
+                StoreUnavailable(
+                    f"segment store: the reply to {name} (request {expected}) was {type(reply).__name__} "
+                    f"for request {got}"
+                ),
+                where,
             )
         return reply
 

@@ -325,10 +325,12 @@ class WireSegmentStore:
             if retry + 1 < _WRONG_HOST_ATTEMPTS:
                 await asyncio.sleep(_WRONG_HOST_BACKOFF_S * 2**retry)
         named = last.reply.correct_host if last else ""
-        raise StoreUnavailable(
-            f"segment {segment}: the segment stores disowned it {_WRONG_HOST_ATTEMPTS} times "
-            f"(last asked {endpoint[0]}:{endpoint[1]}, which named {named!r})"
+        disowned = StoreUnavailable(
+            f"segment {segment}: the segment stores disowned it {_WRONG_HOST_ATTEMPTS} times"
         )
+        # Addresses are logged with the error id, never sent to the caller.
+        disowned.add_note(f"last asked {endpoint[0]}:{endpoint[1]}, which named {named!r}")
+        raise disowned
 
 
 def _read_command(
