@@ -47,6 +47,8 @@ SHARD = 0
 # segment_cold_markers races (insert and update) in tests/store/test_autoscale_store.py.
 COVERED_ELSEWHERE = frozenset(
     {
+        # accounts (update/update, update/remove, add/add): tests/store/test_account_races.py.
+        "accounts",
         # The cluster's tables: tests/store/test_cluster_races.py.
         "cluster_settings",
         "controllers",
