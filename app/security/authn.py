@@ -251,6 +251,11 @@ class Authenticator:
     def handler(self, method: str) -> AuthHandler | None:
         return self._handlers.get(method)
 
+    def serves(self, header: str | None) -> bool:
+        """Whether a handler is registered for the header's method (absent or malformed: no)."""
+        credentials = split_header(header)
+        return credentials is not None and credentials.method in self._handlers
+
     async def authenticate(self, header: str | None) -> Principal:
         """The principal of an `Authorization` value, or AuthenticationFailed."""
         credentials = split_header(header)

@@ -216,3 +216,13 @@ def test_entry_points_are_loaded_but_may_not_take_basic(
     # Named explicitly by the operator, a plugin may serve Basic instead of the accounts.
     replaced = load_handlers(Settings(auth_enabled=True, auth_handlers=(basic,)), entry_points=())
     assert [handler.name for handler in replaced] == [BASIC]
+
+
+async def test_get_controller_server_list_stays_open_to_methods_no_handler_serves(served: Served) -> None:
+    stub, request = served.stub, pb.ServerRequest()
+    for metadata in (None, {"authorization": "Negotiate abc"}, {"authorization": "malformed"}, READER):
+        await stub.getControllerServerList(request, metadata=metadata)
+    # A served method's wrong token is refused even here, as the handler's interceptor refuses it.
+    for wrong in ("Bearer nope", "Basic " + base64.b64encode(b"admin:wrong").decode()):
+        status, _ = await _status(stub.getControllerServerList(request, metadata={"authorization": wrong}))
+        assert status is Status.UNAUTHENTICATED
