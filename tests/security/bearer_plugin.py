@@ -66,3 +66,25 @@ def not_a_handler(settings: Settings) -> Any:
 
 
 NOT_CALLABLE = 42
+
+
+class CrashyHandler:
+    """A faulty plugin: `boom` crashes authenticate, `odd` returns no principal, `ok` logs in a
+    principal whose every authorize call crashes. None of it may crash a call."""
+
+    name = "Crashy"
+
+    async def authenticate(self, token: str) -> Principal:
+        if token == "boom":
+            raise RuntimeError("the identity provider is down")
+        if token == "odd":
+            odd: Any = "not a principal"
+            return odd  # type: ignore[no-any-return]
+        return Principal("crashy")
+
+    def authorize(self, resource: str, principal: Principal) -> Permission:
+        raise RuntimeError("the policy engine is down")
+
+
+def crashy(settings: Settings) -> CrashyHandler:
+    return CrashyHandler()

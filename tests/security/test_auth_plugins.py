@@ -31,6 +31,7 @@ from tests.api.test_grpc_streams import config
 from tests.security import bearer_plugin
 
 PLUGIN = "tests.security.bearer_plugin:make"
+CRASHY = "tests.security.bearer_plugin:crashy"
 KEY = b"the plugin tests' delegation-token signing key, long enough, and never logged anywhere"
 ADMIN = {"authorization": "Basic " + base64.b64encode(b"admin:admin-pw").decode()}
 READER = {"authorization": "Bearer reader-token"}
@@ -53,7 +54,7 @@ async def served(db_url: str) -> AsyncIterator[Served]:
             "admin", hash_password("admin-pw"), "prn::*,READ_UPDATE", 1
         )
         before = len(bearer_plugin.made)
-        async with serving(services, auth_enabled=True, auth_handlers=(PLUGIN,)) as servers:
+        async with serving(services, auth_enabled=True, auth_handlers=(PLUGIN, CRASHY)) as servers:
             assert len(bearer_plugin.made) == before + 1  # one handler per process
             channel = Channel("127.0.0.1", servers.grpc_port)
             stub = ControllerServiceStub(channel)
@@ -106,7 +107,7 @@ async def test_grpc_refuses_unknown_tokens_and_methods_naming_the_supported_ones
         served.stub.checkScopeExists(scope, metadata={"authorization": "Negotiate abc"})
     )
     assert status is Status.UNAUTHENTICATED
-    assert "supported: Basic, Bearer" in message
+    assert "supported: Basic, Bearer, Crashy" in message
     status, message = await _status(served.stub.checkScopeExists(scope))
     assert status is Status.UNAUTHENTICATED and "Bearer" in message
 
@@ -131,8 +132,8 @@ async def test_rest_routes_follow_the_plugin_and_401_lists_every_method(served: 
             headers = {} if value is None else {"Authorization": value}
             async with http.get("/v1/scopes/sc", headers=headers) as r:
                 assert r.status == 401
-                assert (
-                    r.headers["WWW-Authenticate"] == 'Basic realm="pgcontroller", Bearer realm="pgcontroller"'
+                assert r.headers["WWW-Authenticate"] == (
+                    'Basic realm="pgcontroller", Bearer realm="pgcontroller", Crashy realm="pgcontroller"'
                 )
                 assert "nope" not in (await r.json())["message"]
 
@@ -226,3 +227,19 @@ async def test_get_controller_server_list_stays_open_to_methods_no_handler_serve
     for wrong in ("Bearer nope", "Basic " + base64.b64encode(b"admin:wrong").decode()):
         status, _ = await _status(stub.getControllerServerList(request, metadata={"authorization": wrong}))
         assert status is Status.UNAUTHENTICATED
+
+
+async def test_a_faulty_plugin_refuses_its_callers_and_never_crashes_a_call(served: Served) -> None:
+    scope = pb.ScopeInfo(scope="sc")
+    for token in ("boom", "odd"):
+        status, message = await _status(
+            served.stub.checkScopeExists(scope, metadata={"authorization": f"Crashy {token}"})
+        )
+        assert status is Status.UNAUTHENTICATED and "Crashy authentication failed" in message
+    # Its authorize crashes: the principal is granted nothing, on gRPC and REST alike.
+    status, _ = await _status(served.stub.checkScopeExists(scope, metadata={"authorization": "Crashy ok"}))
+    assert status is Status.PERMISSION_DENIED
+    async with aiohttp.ClientSession(served.rest_base) as http:
+        for token, expected in (("boom", 401), ("odd", 401), ("ok", 403)):
+            async with http.get("/v1/scopes/sc", headers={"Authorization": f"Crashy {token}"}) as r:
+                assert r.status == expected
