@@ -136,6 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("serve", "segment-store"):
             # Every TLS file is read now: a bad one stops start-up in one line, before anything runs.
             check_tls(settings)
+        if args.command == "serve":
+            # Every auth handler plugin is imported now, for the same reason.
+            from app.security.plugins import check_handlers
+
+            check_handlers(settings)
     except (ValueError, InvalidInput) as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,9 +1,11 @@
-"""Authentication of a call's `Authorization` value (`Basic <base64 user:password>`, Pravega's
-only built-in method) against the accounts, with a short-lived cache of verified credentials.
+"""Authentication of a call's `Authorization` value `<method> <token>`: `Basic <base64
+user:password>` (Pravega's built-in method) against the accounts, with a short-lived cache of
+verified credentials, and any other method by the auth handler plugin registered under its name.
 
 Invariants: a credential is trusted from the cache for at most `ttl_s`; after that the account's
-version is read again and a changed (or removed) account is verified afresh. No message raised
-here names a password, a hash or the credential itself.
+version is read again and a changed (or removed) account is verified afresh. Every principal
+remembers the handler that authenticated it, and its permissions are asked of that handler only.
+No message raised here names a password, a hash or the credential itself.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 from app.domain.errors import NotFound, WriteConflict
 from app.security.accounts import AccountStore
@@ -41,14 +44,43 @@ class AuthenticationFailed(Exception):
     """The call has no usable credentials; the message is safe to send to the caller."""
 
 
+@runtime_checkable
+class AuthHandler(Protocol):
+    """Pravega's AuthHandler: `name` is the method it serves (getHandlerName), `authenticate`
+    turns the token after the method into a principal or raises AuthenticationFailed, and
+    `authorize` answers what that principal may do on a resource string (never raising)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def authenticate(self, token: str) -> Principal: ...
+
+    def authorize(self, resource: str, principal: Principal) -> Permission: ...
+
+
+_NO_ACL = Acl(())
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """Who made a call. `acl_text`/`acl` are the account's for Basic; a plugin's principal may
+    leave them empty, since its `handler` answers its permissions."""
+
     name: str
-    acl_text: str
-    acl: Acl
+    acl_text: str = ""
+    acl: Acl = _NO_ACL
+    handler: AuthHandler | None = field(default=None, compare=False, repr=False)
 
     def permission_for(self, resource: str) -> Permission:
-        return self.acl.permission_for(resource)
+        if self.handler is None:
+            return self.acl.permission_for(resource)
+        try:
+            permission = self.handler.authorize(resource, self)
+        except Exception:
+            # A plugin's fault must not fail the call with a crash: it grants nothing.
+            log.exception("auth handler %s failed to authorize %s", self.handler.name, resource)
+            return Permission.NONE
+        return permission if isinstance(permission, Permission) else Permission.NONE
 
     def allows(self, resource: str, needed: Permission) -> bool:
         return self.permission_for(resource) >= needed
@@ -104,7 +136,11 @@ class _Entry:
     checked_at: float
 
 
-class Authenticator:
+class PasswordAuthHandler:
+    """The built-in `Basic` handler (Pravega's PasswordAuthHandler), over the accounts table."""
+
+    name = BASIC
+
     def __init__(
         self,
         accounts: AccountStore,
@@ -126,25 +162,18 @@ class Authenticator:
         self._verifications = asyncio.Semaphore(MAX_CONCURRENT_VERIFICATIONS)
         self.verifications = 0  # counted for tests and the figures: how often Argon2id ran
 
-    async def authenticate(self, header: str | None) -> Principal:
-        """The principal of an `Authorization` value, or AuthenticationFailed."""
-        credentials = split_header(header)
-        if credentials is None:
-            raise AuthenticationFailed(
-                "authentication required: send 'Authorization: Basic <base64 user:password>'"
-            )
-        if credentials.method != BASIC:
-            raise AuthenticationFailed(f"unsupported authentication method; supported: {BASIC}")
-        assert header is not None
-        if len(header) > MAX_HEADER_CHARS:
-            raise AuthenticationFailed("credentials too long")
-        key = hmac.new(self._key, header.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    def authorize(self, resource: str, principal: Principal) -> Permission:
+        return principal.acl.permission_for(resource)
+
+    async def authenticate(self, token: str) -> Principal:
+        """The account's principal for a Basic token, or AuthenticationFailed."""
+        key = hmac.new(self._key, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         entry = self._cache.get(key)
         now = self._monotonic()
         if entry is not None and now - entry.checked_at < self._ttl_s:
             self._cache.move_to_end(key)
             return entry.principal
-        user, password = decode_basic(credentials.token)
+        user, password = decode_basic(token)
         account = await self._accounts.get(user)
         if account is None:
             self._cache.pop(key, None)
@@ -154,7 +183,7 @@ class Authenticator:
             self._cache.move_to_end(key)
             return entry.principal
         version = await self._verify(account.name, account.password_hash, account.version, password)
-        principal = Principal(account.name, account.acl, parse_acl(account.acl))
+        principal = Principal(account.name, account.acl, parse_acl(account.acl), self)
         self._remember(key, _Entry(principal, version, self._monotonic()))
         return principal
 
@@ -184,3 +213,83 @@ class Authenticator:
         self._cache.move_to_end(key)
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)
+
+
+class Authenticator:
+    """Pravega's AuthHandlerManager: the handler of each method (the built-in Basic one over the
+    accounts, plus `plugins`), and the dispatch of a call's `Authorization` value to it."""
+
+    def __init__(
+        self,
+        accounts: AccountStore,
+        now_ms: Callable[[], int],
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        monotonic: Callable[[], float] = time.monotonic,
+        plugins: Sequence[AuthHandler] = (),
+    ) -> None:
+        self.password = PasswordAuthHandler(
+            accounts, now_ms, ttl_s=ttl_s, max_entries=max_entries, monotonic=monotonic
+        )
+        handlers: dict[str, AuthHandler] = {BASIC: self.password}
+        for plugin in plugins:
+            # The loader refuses duplicates; here a plugin named Basic was chosen explicitly.
+            handlers[plugin.name] = plugin
+        self._handlers = handlers
+
+    @property
+    def verifications(self) -> int:
+        """How often Argon2id ran (the Basic handler's count, for tests and the figures)."""
+        return self.password.verifications
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The supported method names, Basic first."""
+        return tuple(self._handlers)
+
+    def handler(self, method: str) -> AuthHandler | None:
+        return self._handlers.get(method)
+
+    def serves(self, header: str | None) -> bool:
+        """Whether a handler is registered for the header's method (absent or malformed: no)."""
+        credentials = split_header(header)
+        return credentials is not None and credentials.method in self._handlers
+
+    async def authenticate(self, header: str | None) -> Principal:
+        """The principal of an `Authorization` value, or AuthenticationFailed."""
+        credentials = split_header(header)
+        if credentials is None:
+            raise AuthenticationFailed(f"authentication required: {self._how()}")
+        handler = self._handlers.get(credentials.method)
+        if handler is None:
+            raise AuthenticationFailed(
+                f"unsupported authentication method; supported: {', '.join(self.methods)}"
+            )
+        assert header is not None
+        if len(header) > MAX_HEADER_CHARS:
+            raise AuthenticationFailed("credentials too long")
+        if handler is self.password:
+            return await self.password.authenticate(credentials.token)
+        try:
+            principal = await handler.authenticate(credentials.token)
+        except AuthenticationFailed:
+            raise
+        except Exception:
+            # A plugin's fault is the caller's refusal, not a crash; the token is not logged.
+            log.exception("auth handler %s failed to authenticate a call", credentials.method)
+            raise AuthenticationFailed(f"{credentials.method} authentication failed") from None
+        if not isinstance(principal, Principal):
+            log.error("auth handler %s returned %r, not a Principal", credentials.method, type(principal))
+            raise AuthenticationFailed(f"{credentials.method} authentication failed")
+        # The principal remembers its handler, so its permissions are asked of it alone.
+        return principal if principal.handler is handler else replace(principal, handler=handler)
+
+    def _how(self) -> str:
+        basic = "send 'Authorization: Basic <base64 user:password>'"
+        others = [m for m in self.methods if m != BASIC]
+        if not others:
+            return basic
+        if BASIC not in self._handlers or self._handlers[BASIC] is not self.password:
+            return f"send 'Authorization: <method> <token>' with a method of {', '.join(self.methods)}"
+        return f"{basic} or a token of {', '.join(others)}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +222,18 @@ def tls_versions(value: str) -> tuple[str, ...]:
     if not given or any(part.lower() not in by_lower for part in given):
         raise ValueError(f"must be a comma-separated list of {', '.join(TLS_VERSIONS)}")
     return tuple(by_lower[part.lower()] for part in given)
+
+
+_HANDLER_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def handler_specs(value: str) -> tuple[str, ...]:
+    """`module:attribute,...` of `--auth-handlers`: the form only; importing waits for start."""
+    specs = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    bad = [spec for spec in specs if not _HANDLER_SPEC.fullmatch(spec)]
+    if bad:
+        raise ValueError(f"must be a comma-separated list of module:attribute, not {bad[0]!r}")
+    return specs
 
 
 def _parser_for(sample: Any) -> Parser:

@@ -23,6 +23,7 @@ from app.settings.declaration import (
     SettingError,
     at_least,
     declared,
+    handler_specs,
     hosts,
     not_empty,
     not_negative,
@@ -123,6 +124,15 @@ class Settings:
         False,
         help="require authentication (gRPC `authorization` metadata, REST `Authorization` header) and "
         "authorize every call by the caller's ACL; delegation tokens are then signed and checked",
+    )
+    auth_handlers: tuple[str, ...] = setting(
+        (),
+        parse=handler_specs,
+        metavar="MODULE:ATTR,...",
+        shown_default="none",
+        help="auth handler plugins for methods other than Basic (Pravega's AuthHandler plugins): "
+        "factories called with the settings, each answering a handler of one method; the entry "
+        "points of group pgcontroller.auth_handlers are loaded too (app/security/plugins.py)",
     )
     auth_token_ttl_s: int = setting(
         600,

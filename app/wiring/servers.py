@@ -18,6 +18,7 @@ from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
 from app.config import Settings
 from app.security.authn import Authenticator
+from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService
 from app.store.accounts import PgAccountStore
@@ -45,7 +46,9 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
     if not settings.auth_enabled:
         return None
     resources = controller.resources
-    return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms)
+    # A plugin that cannot load is a SettingError: serve stops with one line (exit 2).
+    plugins = load_handlers(settings)
+    return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms, plugins=plugins)
 
 
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:

@@ -198,11 +198,15 @@ class GrpcGuard:
 
     async def admit(self, method: str, authorization: str | None, request: Any) -> Principal | None:
         """The caller's principal, or GRPCError UNAUTHENTICATED / PERMISSION_DENIED. An open RPC
-        without credentials is admitted with no principal; wrong credentials are refused on any RPC
-        (Pravega's interceptor refuses them before the call)."""
+        is admitted with no principal when no handler serves its credentials' method (none sent, or
+        a method nobody registered: Pravega's interceptors each pass a method not theirs); wrong
+        credentials of a served method are refused on any RPC (the handler's interceptor refuses
+        them before the call)."""
         checks = RULES.get(method)
         if checks is None:
             raise GRPCError(Status.PERMISSION_DENIED, f"{method} has no authorization rule")
+        if checks is _OPEN and not self._authenticator.serves(authorization):
+            return None
         principal: Principal | None = None
         if authorization or checks is not _OPEN:
             try:

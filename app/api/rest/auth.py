@@ -97,8 +97,10 @@ LISTINGS: dict[tuple[str, str], Listing] = {
 }
 
 
-def unauthorized(message: str) -> web.Response:
-    return error_response(401, message, headers={hdrs.WWW_AUTHENTICATE: f'Basic realm="{REALM}"'})
+def unauthorized(message: str, methods: tuple[str, ...] = ("Basic",)) -> web.Response:
+    """401 with one challenge per supported method (RFC 9110 allows several in one header)."""
+    challenges = ", ".join(f'{method} realm="{REALM}"' for method in methods)
+    return error_response(401, message, headers={hdrs.WWW_AUTHENTICATE: challenges})
 
 
 def auth_middleware(authenticator: Authenticator) -> Middleware:
@@ -113,7 +115,7 @@ def auth_middleware(authenticator: Authenticator) -> Middleware:
         try:
             principal = await authenticator.authenticate(request.headers.get(hdrs.AUTHORIZATION))
         except AuthenticationFailed as exc:
-            return unauthorized(str(exc))
+            return unauthorized(str(exc), authenticator.methods)
         request[PRINCIPAL] = principal
         rule = rule_for(request.method, pattern)
         if rule is None:
