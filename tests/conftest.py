@@ -4,12 +4,21 @@ database, and a fresh clone of it for every test that asks for `db_url`."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
+
+
+@pytest.fixture(autouse=True)
+def _collect_after_each_test() -> Iterator[None]:
+    """Collects garbage as each test ends, so an unclosed socket or connection fails the test that
+    left it (warnings are errors) instead of whichever later test happens to trigger a collection."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

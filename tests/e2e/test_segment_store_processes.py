@@ -135,6 +135,8 @@ async def test_a_store_serves_only_its_containers_and_disowns_a_moved_ones_reads
         assert await reader.recv(5) == wc.WrongHost(parked.request_id, mine, "", "")
         append = wc.AppendBlockEnd(writer, len(event(b"two")), event(b"two"), 1, 1, rid())
         assert await client.call(append) == wc.WrongHost(append.request_id, mine, "", "")
+        # b follows the map on its own (LISTEN, or its 1 s poll): a knowing first says nothing of b.
+        await eventually(lambda: serves(b, mine), 5, "b serves the moved container")
         assert await on_b.setup(mine, writer) == 0
         assert isinstance(await on_b.append(writer, event(b"two"), 1), wc.DataAppended)
         assert (await on_b.info(mine)).write_offset == 2 * len(event(b"one"))
