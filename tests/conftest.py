@@ -13,10 +13,11 @@ from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
 
 
-@pytest.fixture(autouse=True)
-def _collect_after_each_test() -> Iterator[None]:
-    """Collects garbage as each test ends, so an unclosed socket or connection fails the test that
-    left it (warnings are errors) instead of whichever later test happens to trigger a collection."""
+@pytest.fixture(autouse=True, scope="module")
+def _collect_after_each_file() -> Iterator[None]:
+    """Collects garbage as each test file ends, so an unclosed socket or connection fails that
+    file's last test (warnings are errors) instead of a test of another file that happens to
+    trigger a collection later on the same worker. Per file, not per test: a collection costs."""
     yield
     gc.collect()
 
