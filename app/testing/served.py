@@ -16,8 +16,24 @@ from typing import Any
 READY_TIMEOUT_S = 30.0
 
 
+class ChildProcess:
+    """What every pgcontroller child a test starts offers: its output so far, and a stop by
+    SIGTERM awaited for its exit code. The dataclasses using it declare the two fields."""
+
+    process: asyncio.subprocess.Process
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    async def stop(self, timeout_s: float = 10.0) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
+
+
 @dataclass
-class ServedProcess:
+class ServedProcess(ChildProcess):
     """One `pgcontroller serve` child: its ports (from the ready file) and where its output goes."""
 
     process: asyncio.subprocess.Process
@@ -35,14 +51,6 @@ class ServedProcess:
     @property
     def rest_base(self) -> str:
         return f"http://127.0.0.1:{self.rest_port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    async def stop(self, timeout_s: float = 10.0) -> int:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
 
 
 async def start_ready(

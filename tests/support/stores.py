@@ -8,11 +8,11 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.testing.served import start_ready
+from app.testing.served import ChildProcess, start_ready
 
 
 @dataclass
-class StoreProcess:
+class StoreProcess(ChildProcess):
     process: asyncio.subprocess.Process
     port: int
     log_path: Path
@@ -20,14 +20,6 @@ class StoreProcess:
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    async def stop(self, timeout_s: float = 10.0) -> int:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
 
     async def sigkill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
