@@ -144,9 +144,5 @@ def run_create_analyst(args: argparse.Namespace, embedded: EmbeddedPostgres) -> 
     superuser (its password from the owner-only D/pgpass-admin)."""
     if args.db_url:
         return _create(args.db_url, args)
-    started = embedded.start()
-    try:
+    with embedded.running_for_command():
         return _create(embedded.admin_url(), args)
-    finally:
-        if started:
-            embedded.stop()

@@ -285,12 +285,8 @@ def run_auth(args: argparse.Namespace, embedded: EmbeddedPostgres) -> int:
     try:
         if args.db_url:
             return asyncio.run(_run(args.db_url, args))
-        started = embedded.start()
-        try:
+        with embedded.running_for_command():
             return asyncio.run(_run(embedded.url(), args))
-        finally:
-            if started:
-                embedded.stop()
     except DomainError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1

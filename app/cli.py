@@ -114,12 +114,8 @@ def _db(args: argparse.Namespace) -> int:
         if args.db_url:
             upgrade_to_head(args.db_url)
         else:
-            started = embedded.start()
-            try:
+            with embedded.running_for_command():
                 upgrade_to_head(embedded.url())
-            finally:
-                if started:
-                    embedded.stop()
         print("database is at the latest schema", file=sys.stderr)
     elif args.db_command == "create-analyst":
         from app.analyst_cli import run_create_analyst

@@ -237,12 +237,8 @@ def _run_seed(args: argparse.Namespace) -> int:
         if args.db_url:
             return asyncio.run(run(args.db_url))
         embedded = EmbeddedPostgres(args.data_dir)
-        started = embedded.start()
-        try:
+        with embedded.running_for_command():
             return asyncio.run(run(embedded.url()))
-        finally:
-            if started:
-                embedded.stop()
     except DomainError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1

@@ -421,6 +421,17 @@ class EmbeddedPostgres:
             ):
                 raise EmbeddedPostgresError(f"pg_ctl stop failed for {pgdata}: {result.stderr.strip()}")
 
+    @contextlib.contextmanager
+    def running_for_command(self) -> Iterator[None]:
+        """Running while a one-off command uses it: started if it was not, and then stopped again
+        after, so a server the operator started is left as it was."""
+        started = self.start()
+        try:
+            yield
+        finally:
+            if started:
+                self.stop()
+
     def is_running(self) -> bool:
         return self._ready_port(self.pgdata) is not None
 

@@ -39,7 +39,7 @@ from app.store.pool import create_pool
 from app.testing.served import ServedProcess, start_served
 from bench._common import LoadResult, create_fixed_stream, throwaway_database
 from bench.auth import basic
-from bench.tls import INFO, Metadata, measure, tls_flags
+from bench.tls import INFO, Metadata, measure, print_best, tls_flags
 
 SEGMENTS = 10
 # A realistic ACL: the matching entry is not the first.
@@ -170,19 +170,7 @@ def report(
         f"getCurrentSegments ({SEGMENTS} segments), auth+TLS off vs on, {args.rounds} alternating rounds, "
         "best round shown"
     )
-    best = {name: max(runs, key=lambda r: r.throughput) for name, runs in grpclib_results.items()}
-    for result in best.values():
-        print(result.line())
-    for kind in (
-        "reused channel, 1 in flight",
-        f"reused channel, {args.in_flight} in flight",
-        "new connection per call",
-    ):
-        off, on = best[f"auth+TLS off {kind}"], best[f"auth+TLS on {kind}"]
-        print(
-            f"on vs off, grpclib {kind:<28} p50 {on.percentile(0.5) - off.percentile(0.5):+6.2f} ms, "
-            f"throughput {on.throughput / off.throughput:6.1%}"
-        )
+    print_best(grpclib_results, "auth+TLS off", "auth+TLS on", args.in_flight, "on vs off, grpclib", 28)
     if not h2_results:
         print("h2load: not installed (apt-get install nghttp2-client) or --no-h2load")
         return

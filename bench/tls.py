@@ -84,6 +84,26 @@ async def measure(
     return [one, many, fresh]
 
 
+def print_best(
+    results: dict[str, list[LoadResult]], base: str, other: str, in_flight: int, heading: str, width: int
+) -> None:
+    """The best round of each measurement `measure` named, then `other` against `base` for each
+    of its three kinds of call, each line opened by `heading` (the kind padded to `width`)."""
+    best = {name: max(runs, key=lambda r: r.throughput) for name, runs in results.items()}
+    for result in best.values():
+        print(result.line())
+    for kind in (
+        "reused channel, 1 in flight",
+        f"reused channel, {in_flight} in flight",
+        "new connection per call",
+    ):
+        was, now = best[f"{base} {kind}"], best[f"{other} {kind}"]
+        print(
+            f"{heading} {kind:<{width}} p50 {now.percentile(0.5) - was.percentile(0.5):+6.2f} ms, "
+            f"throughput {now.throughput / was.throughput:6.1%}"
+        )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -120,19 +140,7 @@ async def main() -> None:
     print(
         f"getCurrentSegments (10 segments), {args.rounds} rounds of {args.seconds:g} s each, best round shown"
     )
-    best = {name: max(runs, key=lambda r: r.throughput) for name, runs in results.items()}
-    for result in best.values():
-        print(result.line())
-    for kind in (
-        "reused channel, 1 in flight",
-        f"reused channel, {args.in_flight} in flight",
-        "new connection per call",
-    ):
-        plain, tls = best[f"plain {kind}"], best[f"TLS {kind}"]
-        print(
-            f"TLS vs plain, {kind:<32} p50 {tls.percentile(0.5) - plain.percentile(0.5):+6.2f} ms, "
-            f"throughput {tls.throughput / plain.throughput:6.1%}"
-        )
+    print_best(results, "plain", "TLS", args.in_flight, "TLS vs plain,", 32)
 
 
 if __name__ == "__main__":

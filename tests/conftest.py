@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
+from app.store.pool import create_pool
+from app.testing.clock import ManualClock
 from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
 
@@ -43,3 +46,19 @@ async def db_url(pg_admin_url: str) -> AsyncIterator[str]:
 async def services(db_url: str) -> AsyncIterator[Services]:
     async with running_controller(db_url) as running:
         yield running
+
+
+@pytest.fixture
+async def pool(db_url: str) -> AsyncIterator[Any]:
+    """An asyncpg pool on the test's database (up to 4 connections), closed after the test."""
+    pool = await create_pool(db_url, min_size=1, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A hand-driven clock for the tests that move time themselves."""
+    return ManualClock()

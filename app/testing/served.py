@@ -8,14 +8,32 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 READY_TIMEOUT_S = 30.0
 
 
+class ChildProcess:
+    """What every pgcontroller child a test starts offers: its output so far, and a stop by
+    SIGTERM awaited for its exit code. The dataclasses using it declare the two fields."""
+
+    process: asyncio.subprocess.Process
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    async def stop(self, timeout_s: float = 10.0) -> int:
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
+
+
 @dataclass
-class ServedProcess:
+class ServedProcess(ChildProcess):
     """One `pgcontroller serve` child: its ports (from the ready file) and where its output goes."""
 
     process: asyncio.subprocess.Process
@@ -34,50 +52,49 @@ class ServedProcess:
     def rest_base(self) -> str:
         return f"http://127.0.0.1:{self.rest_port}"
 
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    async def stop(self, timeout_s: float = 10.0) -> int:
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
-
-
-async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> ServedProcess:
-    ready = work_dir / "ready.json"
-    # Later flags win in argparse: `extra_args` may name fixed ports (a restart keeps its ports).
-    ready.unlink(missing_ok=True)
-    log_path = work_dir / "serve.log"
+async def start_ready(
+    command: str, args: Sequence[str], ready: Path, log_path: Path, env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
+    """`pgcontroller <command> <args>` as a child writing to `log_path`, handed back with the
+    contents of its ready file `ready` once it has written it (`args` must name that file);
+    a child that exits first, or is not ready in READY_TIMEOUT_S (then killed), is an error."""
+    # The ready file and the log are small local files, so they are read inline (hence the
+    # ASYNC240 waivers): the poll touches them every 50 ms while the child starts.
+    ready.unlink(missing_ok=True)  # noqa: ASYNC240
     log_file = open(log_path, "ab")  # noqa: SIM115, ASYNC230 - a local file, handed to the child
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "app.cli",
-        "serve",
-        "--grpc-port",
-        "0",
-        "--rest-port",
-        "0",
-        "--segment-store-port",
-        "0",
-        "--ready-file",
-        str(ready),
-        *extra_args,
+        command,
+        *args,
         stdout=log_file,
         stderr=log_file,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     log_file.close()
     deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
-    while not ready.exists():
+    while not ready.exists():  # noqa: ASYNC240
         if process.returncode is not None:
-            raise RuntimeError(f"serve exited with {process.returncode}:\n{log_path.read_text()}")
+            log = log_path.read_text()  # noqa: ASYNC240
+            raise RuntimeError(f"{command} exited with {process.returncode}:\n{log}")
         if asyncio.get_running_loop().time() > deadline:
             process.kill()
             await process.wait()
-            raise RuntimeError(f"serve was not ready in {READY_TIMEOUT_S}s:\n{log_path.read_text()}")
+            log = log_path.read_text()  # noqa: ASYNC240
+            raise RuntimeError(f"{command} was not ready in {READY_TIMEOUT_S}s:\n{log}")
         await asyncio.sleep(0.05)
-    info = json.loads(ready.read_text())
+    info: dict[str, Any] = json.loads(ready.read_text())  # noqa: ASYNC240
+    return process, info
+
+
+async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> ServedProcess:
+    ready = work_dir / "ready.json"
+    log_path = work_dir / "serve.log"
+    # Later flags win in argparse: `extra_args` may name fixed ports (a restart keeps its ports).
+    args = ("--grpc-port", "0", "--rest-port", "0", "--segment-store-port", "0", "--ready-file", str(ready))
+    process, info = await start_ready("serve", (*args, *extra_args), ready, log_path, env)
     return ServedProcess(
         process, info["grpc_port"], info["rest_port"], log_path, info.get("segment_store_port")
     )

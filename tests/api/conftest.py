@@ -12,16 +12,14 @@ from typing import Generic, TypeVar
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from grpclib.client import Channel
 
-from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.services.health import HealthService
 from app.testing.controller import Services
 from tests.api.conftest_rest import Api
+from tests.support.grpc_served import grpc_port, grpc_stub
 
 Subject = TypeVar("Subject")
 RestExtension = Callable[[web.Application], None]
@@ -33,27 +31,8 @@ async def served(
 ) -> AsyncIterator[ControllerServiceStub]:
     """The ControllerService over `services` on a loopback port, and a stub connected to it;
     `extensions` are the capability objects serving further RPCs (see ControllerService)."""
-    service = ControllerService(
-        services.scopes,
-        services.streams,
-        services.segments,
-        services.cluster,
-        services.lifecycle,
-        services.transactions,
-        extensions,
-    )
-    # The production construction (size limit, checked codec), as `serve` builds it.
-    server = bounded_server([service])
-    await server.start("127.0.0.1", 0)
-    assert server._server is not None
-    port = server._server.sockets[0].getsockname()[1]
-    channel = Channel("127.0.0.1", port)
-    try:
-        yield ControllerServiceStub(channel)
-    finally:
-        channel.close()
-        server.close()
-        await server.wait_closed()
+    async with grpc_port(services, extensions) as port, grpc_stub(port) as connected:
+        yield connected
 
 
 @pytest.fixture

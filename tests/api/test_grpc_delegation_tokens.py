@@ -10,20 +10,17 @@ from contextlib import asynccontextmanager
 
 import jwt
 import pytest
-from grpclib.client import Channel
 
-from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.api.grpc.service import ControllerService
 from app.domain.errors import NotFound
 from app.domain.ids import segment_id
-from app.main import grpc_extensions
 from app.security.tokens import Permission, stream_resource
 from app.segmentstore.wire import commands as wc
 from app.testing.controller import Services, running_controller
 from tests.api.test_grpc_lifecycle import S, stream_with
 from tests.segmentstore.server_harness import Client, event, rid, wid
+from tests.support.grpc_served import grpc_port, grpc_stub
 
 KEY = b"a delegation-token signing key for the tests, 64 bytes or more, shared with the store"
 SEGMENT = "sc/s/0.#epoch.0"
@@ -34,27 +31,12 @@ Access = pb.StreamInfo.AccessOperation
 async def controller(
     db_url: str, **overrides: object
 ) -> AsyncIterator[tuple[Services, ControllerServiceStub]]:
-    async with running_controller(db_url, **overrides) as services:
-        service = ControllerService(
-            services.scopes,
-            services.streams,
-            services.segments,
-            services.cluster,
-            services.lifecycle,
-            services.transactions,
-            grpc_extensions(services.controller),
-            tokens=services.storage.tokens,
-        )
-        server = bounded_server([service])
-        await server.start("127.0.0.1", 0)
-        assert server._server is not None
-        channel = Channel("127.0.0.1", server._server.sockets[0].getsockname()[1])
-        try:
-            yield services, ControllerServiceStub(channel)
-        finally:
-            channel.close()
-            server.close()
-            await server.wait_closed()
+    async with (
+        running_controller(db_url, **overrides) as services,
+        grpc_port(services, tokens=services.storage.tokens) as port,
+        grpc_stub(port) as stub,
+    ):
+        yield services, stub
 
 
 @pytest.fixture

@@ -13,18 +13,16 @@ from pathlib import Path
 import pytest
 from grpclib.client import Channel
 
-from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.api.grpc.service import ControllerService
 from app.domain.ids import segment_id
 from app.security.tokens import Permission, TokenSigner, stream_resource
 from app.segmentstore.server.tokens import TOKEN_CHECK_FAILED, TOKEN_EXPIRED
 from app.segmentstore.wire import commands as wc
 from app.testing.controller import Services, running_controller
-from app.wiring import grpc_extensions
 from tests.segmentstore.server_harness import Client, rid, wid
 from tests.support.dataplane import ClientProcess, expected_names, read_events
+from tests.support.grpc_served import grpc_port
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
@@ -54,25 +52,8 @@ async def secured(db_url: str) -> AsyncIterator[tuple[Services, str, Granted]]:
     ) as services:
         granted = Granted()
         services.storage.tokens.authorize_with(granted)
-        service = ControllerService(
-            services.scopes,
-            services.streams,
-            services.segments,
-            services.cluster,
-            services.lifecycle,
-            services.transactions,
-            grpc_extensions(services.controller),
-            tokens=services.storage.tokens,
-        )
-        server = bounded_server([service])
-        await server.start("127.0.0.1", 0)
-        assert server._server is not None
-        port = server._server.sockets[0].getsockname()[1]
-        try:
+        async with grpc_port(services, tokens=services.storage.tokens) as port:
             yield services, f"tcp://127.0.0.1:{port}", granted
-        finally:
-            server.close()
-            await server.wait_closed()
 
 
 async def test_the_client_writes_and_reads_for_several_ttls_on_refreshed_tokens(

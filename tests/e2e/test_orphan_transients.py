@@ -16,7 +16,6 @@ from app.domain.containers import container_for_segment
 from app.ports import SegmentStoreHost
 from app.segmentstore.wire import commands as wc
 from app.store.containers import PgContainerMapStore
-from app.store.pool import create_pool
 from tests.e2e.test_segment_store_processes import (
     FAST,
     container_count,
@@ -28,15 +27,6 @@ from tests.segmentstore.server_harness import Client, event, rid, wid
 from tests.support.stores import start_store
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[Any]:
-    pool = await create_pool(db_url, min_size=1, max_size=4)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from app.security.passwords import hash_password
 from app.store.accounts import PgAccountStore
 from app.store.pool import create_pool
 from app.testing.served import ServedProcess
-from tests.support.dataplane import start_with_segment_store
+from tests.support.tls_served import served_with_tls
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
 
@@ -114,23 +114,8 @@ async def served(db_url: str, tmp_path: Path, certs: CertFiles) -> AsyncIterator
         await accounts.add("viewer", hash_password("viewer-pw"), READ_ONLY_ACL, 1)
     finally:
         await pool.close()
-    instance = await start_with_segment_store(
-        tmp_path,
-        "--db-url", db_url,
-        "--auth-enabled",
-        "--tls-enabled",
-        "--tls-cert-file", str(certs.server_cert),
-        "--tls-key-file", str(certs.server_key),
-        "--tls-trust-file", str(certs.ca_cert),
-        # The client verifies the store by the name getURI gives, and takes no IP address there.
-        "--segment-store-host", "0.0.0.0",
-        "--advertise-host", "localhost",
-    )  # fmt: skip
-    try:
+    async with served_with_tls(tmp_path, certs, "--db-url", db_url, "--auth-enabled") as instance:
         yield instance
-    finally:
-        code = await instance.stop()
-        assert code == 0, instance.log()
 
 
 async def run(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from app.segmentstore.wire import commands as wc
 from app.services.containers import ContainerMapService
 from app.store.cluster import PgClusterStore
 from app.store.containers import PgContainerMapStore
-from app.store.pool import create_pool
 from app.testing.served import start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
 from tests.support.stores import StoreProcess, start_store
@@ -40,15 +39,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, wha
         assert time.monotonic() - started < timeout_s, f"not within {timeout_s}s: {what}"
         await asyncio.sleep(0.05)
     return time.monotonic() - started
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[Any]:
-    pool = await create_pool(db_url, min_size=1, max_size=4)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def container_count(pool: Any) -> int:

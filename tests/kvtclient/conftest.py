@@ -8,15 +8,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
-from grpclib.client import Channel
 
-from app.api.grpc.limits import bounded_server
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.api.grpc.service import ControllerService
 from app.kvtclient import KeyValueTable
 from app.testing.controller import Services, running_controller
-from app.wiring import grpc_extensions
+from tests.support.grpc_served import grpc_port, grpc_stub
 
 SC = "kvc"
 
@@ -61,30 +58,13 @@ class Cluster:
 async def cluster(db_url: str, **overrides: object) -> AsyncIterator[Cluster]:
     """A controller with its workers and embedded segment store, its gRPC served on a loopback
     port the client is given, as a user's client would be."""
-    async with running_controller(db_url, **overrides) as services:
-        service = ControllerService(
-            services.scopes,
-            services.streams,
-            services.segments,
-            services.cluster,
-            services.lifecycle,
-            services.transactions,
-            grpc_extensions(services.controller),
-            tokens=services.storage.tokens,
-        )
-        server = bounded_server([service])
-        await server.start("127.0.0.1", 0)
-        assert server._server is not None
-        port = server._server.sockets[0].getsockname()[1]
-        channel = Channel("127.0.0.1", port)
-        try:
-            stub = ControllerServiceStub(channel)
-            await stub.createScope(pb.ScopeInfo(scope=SC))
-            yield Cluster(services, stub, f"127.0.0.1:{port}")
-        finally:
-            channel.close()
-            server.close()
-            await server.wait_closed()
+    async with (
+        running_controller(db_url, **overrides) as services,
+        grpc_port(services, tokens=services.storage.tokens) as port,
+        grpc_stub(port) as stub,
+    ):
+        await stub.createScope(pb.ScopeInfo(scope=SC))
+        yield Cluster(services, stub, f"127.0.0.1:{port}")
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from tests.support.dataplane import (
     ClientProcess,
     check_exactly_once_in_key_order,
     read_events,
-    start_with_segment_store,
 )
+from tests.support.tls_served import served_with_tls
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
@@ -37,21 +37,8 @@ def certs(tmp_path: Path) -> CertFiles:
 
 @pytest.fixture
 async def served(db_url: str, tmp_path: Path, certs: CertFiles) -> AsyncIterator[ServedProcess]:
-    instance = await start_with_segment_store(
-        tmp_path,
-        "--db-url", db_url,
-        "--tls-enabled",
-        "--tls-cert-file", str(certs.server_cert),
-        "--tls-key-file", str(certs.server_key),
-        "--tls-trust-file", str(certs.ca_cert),
-        "--segment-store-host", "0.0.0.0",
-        "--advertise-host", "localhost",
-    )  # fmt: skip
-    try:
+    async with served_with_tls(tmp_path, certs, "--db-url", db_url) as instance:
         yield instance
-    finally:
-        code = await instance.stop()
-        assert code == 0, instance.log()
 
 
 async def test_the_real_client_creates_writes_and_reads_over_tls(

@@ -6,7 +6,6 @@ connection), in bounded batches, and that a lost database costs a pass, not the 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -16,27 +15,12 @@ import pgurl
 from app.ports import SegmentStoreHost
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
-from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
 ME = SegmentStoreHost("127.0.0.1", 12345)
 PARENT = "sc/st/0.#epoch.0"
 GRACE_MS = 500
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[Any]:
-    pool = await create_pool(db_url, min_size=1, max_size=1)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture

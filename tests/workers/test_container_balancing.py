@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -32,20 +31,6 @@ B = SegmentStoreHost("ss-b", 12345)
 C = SegmentStoreHost("ss-c", 12345)
 STATIC = (SegmentStoreHost("localhost", 12345),)
 DELAY_MS = 10_000
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[Any]:
-    pool = await create_pool(db_url, min_size=1, max_size=4)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 def make_service(pool: Any, clock: ManualClock, count: int = 4) -> ContainerMapService:
