@@ -46,9 +46,15 @@ class BucketClaims:
         self._on_lost = on_lost
         self._on_gained = on_gained
         self._fences: dict[int, Fence] = {}
+        self._assigned: frozenset[int] | None = None
 
     def owned(self) -> frozenset[int]:
         return frozenset(self._fences)
+
+    @property
+    def assigned(self) -> frozenset[int] | None:
+        """The buckets the cluster assigned here at the last reconcile; None before the first."""
+        return self._assigned
 
     def owns(self, bucket: int) -> bool:
         return bucket in self._fences
@@ -60,6 +66,7 @@ class BucketClaims:
         """Releases buckets assigned elsewhere, then claims those assigned here."""
         rows = await self._store.bucket_rows(self.service)
         mine = {row.bucket: row for row in rows if row.assigned_to == self._member_id}
+        self._assigned = frozenset(mine)
         for bucket in sorted(set(self._fences) - set(mine)):
             await self._release(bucket)
         gained: set[int] = set()
