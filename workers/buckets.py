@@ -97,8 +97,11 @@ class BucketClaims:
         await self._store.release_bucket(fence, self._member_id)
         log.info("%s bucket %d released (reassigned)", self.service, bucket)
 
-    def lose_all(self, reason: object) -> None:
+    def lose_all(self, reason: object, *, orderly: bool = False) -> None:
+        """`orderly`: given back on shutdown (logged at INFO), not lost to a failure (WARNING)."""
         lost, self._fences = frozenset(self._fences), {}
         if lost:
-            log.warning("%s buckets lost (%s): %s", self.service, reason, sorted(lost))
+            (log.info if orderly else log.warning)(
+                "%s buckets lost (%s): %s", self.service, reason, sorted(lost)
+            )
             self._on_lost(lost)

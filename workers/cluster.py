@@ -203,19 +203,20 @@ class ClusterNode:
         self._lose_everything("lock session closed")
         self._wake.set()
 
-    def _lose_everything(self, reason: object) -> None:
+    def _lose_everything(self, reason: object, *, orderly: bool = False) -> None:
         self._in_session = False
         if self._leader:
-            log.warning("leadership lost (%s)", reason)
+            # Giving leadership back on shutdown is routine, not a warning.
+            (log.info if orderly else log.warning)("leadership lost (%s)", reason)
         self._leader = False
         for claims in self.claims.values():
-            claims.lose_all(reason)
+            claims.lose_all(reason, orderly=orderly)
 
     async def release(self) -> None:
         """Orderly shutdown: give buckets and leadership back at once instead of at session end."""
         async with self._session:
             self._released = True
-            self._lose_everything("shutting down")
+            self._lose_everything("shutting down", orderly=True)
             await self._locks.reset()
             if self._member_version is not None:
                 # Leave at once rather than when the leader notices the closed session.

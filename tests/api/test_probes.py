@@ -71,7 +71,7 @@ def closed_port_url(db_url: str) -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     head, _, tail = db_url.partition("@")
-    hostport, _, rest = tail.partition("/")
+    _, _, rest = tail.partition("/")
     return f"{head}@127.0.0.1:{port}/{rest}"
 
 
