@@ -2,7 +2,8 @@
 and serves gRPC and REST until SIGTERM/SIGINT.
 
 Every resource is pushed on one AsyncExitStack as it is acquired and released in reverse, on stop
-or failure: intake stops first (the servers close), then the workers get half the shutdown
+or failure: readiness turns false and the gRPC calls in flight get the drain window, then intake
+stops (the servers close), then the workers get half the shutdown
 budget, then the loops are cancelled, the pool is closed and the embedded PostgreSQL (if we
 started it) is stopped. A background loop that dies stops the process rather than leave it
 half-alive.
@@ -38,6 +39,7 @@ from app.wiring import (
     Servers,
     grpc_extensions,
     open_resources,
+    register_contributors,
     rest_extensions,
     start_embedded_segment_store,
     start_servers,
@@ -79,8 +81,11 @@ async def serve(settings: Settings) -> int:
         stack.push_async_callback(probe.close)
         # Pushed before the servers start, so on the way out intake stops before the workers do.
         stack.push_async_callback(_stop_loops, controller, loops, settings.shutdown_timeout_s)
+        register_contributors(health, controller, loops.running, embedded_store)
         servers = await start_servers(settings, controller, health)
         stack.push_async_callback(servers.close, settings.shutdown_timeout_s)
+        # Runs before the close: orchestrators see "not ready" while calls in flight finish.
+        stack.push_async_callback(servers.drain, health, settings.shutdown_drain_s)
         # Start-up objects live for the whole run: keeping them out of the collector's full
         # passes cuts those pauses (tens of ms on a busy process) from every later read.
         gc.freeze()

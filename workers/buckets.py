@@ -46,9 +46,15 @@ class BucketClaims:
         self._on_lost = on_lost
         self._on_gained = on_gained
         self._fences: dict[int, Fence] = {}
+        self._assigned: frozenset[int] | None = None
 
     def owned(self) -> frozenset[int]:
         return frozenset(self._fences)
+
+    @property
+    def assigned(self) -> frozenset[int] | None:
+        """The buckets the cluster assigned here at the last reconcile; None before the first."""
+        return self._assigned
 
     def owns(self, bucket: int) -> bool:
         return bucket in self._fences
@@ -60,6 +66,7 @@ class BucketClaims:
         """Releases buckets assigned elsewhere, then claims those assigned here."""
         rows = await self._store.bucket_rows(self.service)
         mine = {row.bucket: row for row in rows if row.assigned_to == self._member_id}
+        self._assigned = frozenset(mine)
         for bucket in sorted(set(self._fences) - set(mine)):
             await self._release(bucket)
         gained: set[int] = set()
@@ -90,8 +97,11 @@ class BucketClaims:
         await self._store.release_bucket(fence, self._member_id)
         log.info("%s bucket %d released (reassigned)", self.service, bucket)
 
-    def lose_all(self, reason: object) -> None:
+    def lose_all(self, reason: object, *, orderly: bool = False) -> None:
+        """`orderly`: given back on shutdown (logged at INFO), not lost to a failure (WARNING)."""
         lost, self._fences = frozenset(self._fences), {}
         if lost:
-            log.warning("%s buckets lost (%s): %s", self.service, reason, sorted(lost))
+            (log.info if orderly else log.warning)(
+                "%s buckets lost (%s): %s", self.service, reason, sorted(lost)
+            )
             self._on_lost(lost)

@@ -68,6 +68,7 @@ class ClusterNode:
         self._released = False
         self._wake = asyncio.Event()
         self.first_round = asyncio.Event()
+        self._in_session = False
         locks.on_session_lost(self._session_lost)
 
     @property
@@ -79,6 +80,12 @@ class ClusterNode:
         """The term this process leads in, for duties that fence their writes on it; None
         while it does not lead."""
         return self._term if self._leader else None
+
+    @property
+    def registered(self) -> bool:
+        """True while this process's member row is known to be current (its last heartbeat or
+        registration succeeded); false before the first round and after a lost session."""
+        return self._in_session
 
     def advertise(self, member: Member) -> None:
         """New endpoints: the next round registers them (a fresh row write, not a heartbeat)."""
@@ -114,6 +121,7 @@ class ClusterNode:
     async def _round(self) -> None:
         now = self._clock.now_ms()
         await self._heartbeat(now)
+        self._in_session = True
         await self._lead(now)
         for claims in self.claims.values():
             await claims.reconcile()
@@ -195,18 +203,20 @@ class ClusterNode:
         self._lose_everything("lock session closed")
         self._wake.set()
 
-    def _lose_everything(self, reason: object) -> None:
+    def _lose_everything(self, reason: object, *, orderly: bool = False) -> None:
+        self._in_session = False
         if self._leader:
-            log.warning("leadership lost (%s)", reason)
+            # Giving leadership back on shutdown is routine, not a warning.
+            (log.info if orderly else log.warning)("leadership lost (%s)", reason)
         self._leader = False
         for claims in self.claims.values():
-            claims.lose_all(reason)
+            claims.lose_all(reason, orderly=orderly)
 
     async def release(self) -> None:
         """Orderly shutdown: give buckets and leadership back at once instead of at session end."""
         async with self._session:
             self._released = True
-            self._lose_everything("shutting down")
+            self._lose_everything("shutting down", orderly=True)
             await self._locks.reset()
             if self._member_version is not None:
                 # Leave at once rather than when the leader notices the closed session.

@@ -1,8 +1,9 @@
 """Process health as Pravega's /health endpoints report it: liveness, readiness, details.
 
-Readiness follows the metadata store: a probe loop marks the process not ready while
-PostgreSQL cannot be reached and ready again once it can, so the loop survives restarts. An
-outage turns readiness false within PROBE_INTERVAL_S + PROBE_TIMEOUT_S (half a second).
+Contributors are pushed (`set`, as the metadata-store probe loop does) or pulled (`register`: a
+check read at each query, so a verdict is never staler than the state it reads). Readiness is
+every contributor UP and no drain under way: once `drain` is called it never turns true again.
+An outage of the metadata store turns readiness false within PROBE_INTERVAL_S + PROBE_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class ContributorHealth:
     details: dict[str, str] = field(default_factory=dict)
 
 
+# A pulled contributor's check: its status now and the details that explain it.
+Check = Callable[[], tuple[HealthStatus, dict[str, str]]]
+
+
 class HealthService:
     """Aggregates contributors; the controller is UP when every contributor is UP."""
 
@@ -43,7 +48,9 @@ class HealthService:
         self.name = name
         self._clock = clock
         self._contributors: dict[str, ContributorHealth] = {}
+        self._checks: dict[str, Check] = {}
         self._alive = True
+        self._draining = False
 
     def contributor(self, name: str) -> ContributorHealth:
         return self._contributors.setdefault(name, ContributorHealth(name))
@@ -53,12 +60,37 @@ class HealthService:
         entry.status = status
         entry.details = dict(details)
 
+    def register(self, name: str, check: Check) -> None:
+        """A contributor whose status is read from `check` at each query."""
+        self._checks[name] = check
+
     def contributors(self) -> dict[str, ContributorHealth]:
-        return dict(self._contributors)
+        found = dict(self._contributors)
+        for name, check in self._checks.items():
+            status, details = check()
+            found[name] = ContributorHealth(name, status, details)
+        return found
+
+    def find(self, name: str) -> ContributorHealth | None:
+        """One contributor by name, or None when there is no such contributor."""
+        check = self._checks.get(name)
+        if check is not None:
+            status, details = check()
+            return ContributorHealth(name, status, details)
+        return self._contributors.get(name)
+
+    def drain(self) -> None:
+        """Shutdown has begun: readiness is false from now on, so orchestrators send no new work
+        while the calls in flight finish."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
 
     @property
     def status(self) -> HealthStatus:
-        statuses = {c.status for c in self._contributors.values()}
+        statuses = {c.status for c in self.contributors().values()}
         if not statuses:
             return HealthStatus.UNKNOWN
         if statuses == {HealthStatus.UP}:
@@ -70,7 +102,7 @@ class HealthService:
 
     @property
     def ready(self) -> bool:
-        return self.status == HealthStatus.UP
+        return not self._draining and self.status == HealthStatus.UP
 
     @property
     def alive(self) -> bool:

@@ -387,6 +387,12 @@ class Settings:
         check=positive,
         help="bound on an ordered shutdown's waits for the listeners, background loops and the pool",
     )
+    shutdown_drain_s: float = setting(
+        5.0,
+        check=not_negative,
+        help="on SIGTERM, readiness turns false first; gRPC calls in flight then get up to this long "
+        "to finish before the listeners close (0: close at once)",
+    )
     pool_max_size: int = setting(
         20,
         check=at_least(2, "the pool keeps two connections open"),

@@ -9,7 +9,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.clock import SystemClock
@@ -64,6 +64,13 @@ class Services:
 
     controller: Controller
     cluster: FixedCluster
+    # The background loops' tasks by name (empty with workers=False), for tests of their health.
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    def loop_running(self, name: str) -> bool | None:
+        """True while the named loop runs, False once it ended, None when it never started."""
+        task = self.tasks.get(name)
+        return None if task is None else not task.done()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.controller, name)
@@ -85,7 +92,10 @@ async def running_controller(
         controller = wire(settings, open_resources(settings, url, pool))
         services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
         if workers:
-            tasks = [asyncio.create_task(loop(), name=name) for name, loop in controller.loops().items()]
+            services.tasks.update(
+                {name: asyncio.create_task(loop(), name=name) for name, loop in controller.loops().items()}
+            )
+            tasks = list(services.tasks.values())
             await asyncio.wait_for(controller.listener.connected.wait(), 10)
             await asyncio.wait_for(controller.cluster_node.first_round.wait(), 10)
         yield services
@@ -130,13 +140,16 @@ async def idle_controller(url: str, *scopes: str) -> AsyncIterator[Services]:
 
 
 @asynccontextmanager
-async def serving(services: Services, **overrides: Any) -> AsyncIterator[Servers]:
+async def serving(
+    services: Services, health: HealthService | None = None, **overrides: Any
+) -> AsyncIterator[Servers]:
     """`services`' controller behind real gRPC and REST listeners on loopback ports, as `serve`
     starts them; `overrides` are Settings fields the servers read (e.g. auth_enabled=True)."""
     settings = replace(
         TEST_SETTINGS, grpc_host="127.0.0.1", grpc_port=0, rest_host="127.0.0.1", rest_port=0, **overrides
     )
-    servers = await start_servers(settings, services.controller, HealthService(SystemClock()))
+    health = HealthService(SystemClock()) if health is None else health
+    servers = await start_servers(settings, services.controller, health)
     try:
         yield servers
     finally:

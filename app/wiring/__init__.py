@@ -5,6 +5,7 @@ and the test harness import this package.
 """
 
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions, wire
+from app.wiring.health import register_contributors
 from app.wiring.loops import BackgroundLoops
 from app.wiring.resources import Contribution, Resources, open_resources
 from app.wiring.segment_store import start_embedded_segment_store, with_embedded_store
@@ -18,6 +19,7 @@ __all__ = [
     "Servers",
     "grpc_extensions",
     "open_resources",
+    "register_contributors",
     "rest_extensions",
     "start_embedded_segment_store",
     "start_servers",

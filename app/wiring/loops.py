@@ -18,6 +18,7 @@ class BackgroundLoops:
     def __init__(self, stop: asyncio.Event) -> None:
         self._stop = stop
         self._tasks: list[asyncio.Task[None]] = []
+        self._by_name: dict[str, asyncio.Task[None]] = {}
         self.died: list[BaseException] = []
 
     @property
@@ -25,7 +26,14 @@ class BackgroundLoops:
         return bool(self._tasks)
 
     def start(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        self._tasks.append(asyncio.create_task(self._must_not_end(name, loop), name=name))
+        task = asyncio.create_task(self._must_not_end(name, loop), name=name)
+        self._tasks.append(task)
+        self._by_name[name] = task
+
+    def running(self, name: str) -> bool | None:
+        """True while the loop runs, False once it has ended, None before it was started."""
+        task = self._by_name.get(name)
+        return None if task is None else not task.done()
 
     async def cancel(self) -> None:
         """Cancels every loop and waits until each has ended."""

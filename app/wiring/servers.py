@@ -1,17 +1,20 @@
 """The gRPC and REST listeners over a wired controller: bound before anything is advertised (so an
-ephemeral port is known), closed first on shutdown (so no new work arrives while workers stop)."""
+ephemeral port is known), drained then closed first on shutdown (so no new work arrives while
+workers stop, and no call in flight is cut short while the drain window lasts)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpclib.server
 from aiohttp import web
 
 from app.api.grpc.auth import GrpcGuard
+from app.api.grpc.health import health_service
+from app.api.grpc.inflight import InFlightCalls
 from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
@@ -20,7 +23,7 @@ from app.config import Settings
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
-from app.services.health import HealthService
+from app.services.health import HealthService, HealthStatus
 from app.store.accounts import PgAccountStore
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
 
@@ -31,6 +34,13 @@ class Servers:
     rest_runner: web.AppRunner
     grpc_port: int
     rest_port: int
+    in_flight: InFlightCalls = field(default_factory=InFlightCalls)
+
+    async def drain(self, health: HealthService, window_s: float) -> None:
+        """Readiness turns false at once; gRPC calls in flight get up to `window_s` to finish
+        while the listeners still accept (a balancer may send a call before it sees the verdict)."""
+        health.drain()
+        await self.in_flight.wait_idle(window_s)
 
     async def close(self, timeout_s: float) -> None:
         """Stops intake; each server gets half of `timeout_s` to finish its calls in flight."""
@@ -53,7 +63,8 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
 
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
     authenticator = _authenticator(settings, controller)
-    grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator)
+    in_flight = InFlightCalls()
+    grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator, health, in_flight)
     try:
         runner = web.AppRunner(
             create_app(
@@ -82,31 +93,34 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
         await grpc_server.wait_closed()
         raise
     rest_port = runner.addresses[0][1] if runner.addresses else settings.rest_port
-    return Servers(grpc_server, runner, grpc_port, rest_port)
+    health.set("grpc-server", HealthStatus.UP, port=str(grpc_port))
+    return Servers(grpc_server, runner, grpc_port, rest_port, in_flight)
 
 
 async def _start_grpc(
-    settings: Settings, controller: Controller, authenticator: Authenticator | None
+    settings: Settings,
+    controller: Controller,
+    authenticator: Authenticator | None,
+    health: HealthService,
+    in_flight: InFlightCalls,
 ) -> tuple[grpclib.server.Server, int]:
     tls = server_context(settings, ALPN_GRPC)
     # Bind first so an ephemeral port (0) is known before we advertise it.
     sock = _bind(settings.grpc_host, settings.grpc_port)
     # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
-    server = bounded_server(
-        [
-            ControllerService(
-                controller.scopes,
-                controller.streams,
-                controller.segments,
-                controller.cluster_queries,
-                controller.lifecycle,
-                controller.transactions,
-                grpc_extensions(controller),
-                guard=None if authenticator is None else GrpcGuard(authenticator),
-                tokens=controller.storage.tokens,
-            )
-        ]
+    service = ControllerService(
+        controller.scopes,
+        controller.streams,
+        controller.segments,
+        controller.cluster_queries,
+        controller.lifecycle,
+        controller.transactions,
+        grpc_extensions(controller),
+        guard=None if authenticator is None else GrpcGuard(authenticator),
+        tokens=controller.storage.tokens,
     )
+    server = bounded_server([service, health_service(health, service)])
+    in_flight.attach(server)
     await server.start(sock=sock, ssl=tls)
     return server, sock.getsockname()[1]
 

@@ -79,6 +79,7 @@ SAMPLES = {
     "autoscale_cache_cleanup_s": "0.5",
     "autoscale_time_scale": "0.01",
     "shutdown_timeout_s": "2",
+    "shutdown_drain_s": "1.5",
     "pool_max_size": "5",
 }
 
@@ -128,6 +129,7 @@ BAD = {
     "autoscale_cache_cleanup_s": ["0"],
     "autoscale_time_scale": ["0", "1.5", "-1"],
     "shutdown_timeout_s": ["0"],
+    "shutdown_drain_s": ["-1"],
     "pool_max_size": ["1", "0"],
 }
 
