@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from app.domain.cluster import BucketRow, BucketService, Fence
 from app.domain.errors import WriteConflict
+from app.observability.logs import number_ranges
 from app.ports import AdvisoryLocks, Clock, ClusterStore
 
 log = logging.getLogger("pgcontroller.buckets")
@@ -67,7 +68,13 @@ class BucketClaims:
             if bucket not in self._fences and await self._claim(row):
                 gained.add(bucket)
         if gained:
-            log.info("%s buckets claimed: %s (now %d)", self.service, sorted(gained), len(self._fences))
+            log.info(
+                "%s buckets claimed: %s (%d; now %d)",
+                self.service,
+                number_ranges(gained),
+                len(gained),
+                len(self._fences),
+            )
             self._on_gained(frozenset(gained))
 
     async def _claim(self, row: BucketRow) -> bool:
@@ -90,8 +97,10 @@ class BucketClaims:
         await self._store.release_bucket(fence, self._member_id)
         log.info("%s bucket %d released (reassigned)", self.service, bucket)
 
-    def lose_all(self, reason: object) -> None:
+    def lose_all(self, reason: object, *, orderly: bool = False) -> None:
+        """`orderly`: released on shutdown (INFO), not taken away (WARNING)."""
         lost, self._fences = frozenset(self._fences), {}
         if lost:
-            log.warning("%s buckets lost (%s): %s", self.service, reason, sorted(lost))
+            level, verb = (logging.INFO, "released") if orderly else (logging.WARNING, "lost")
+            log.log(level, "%s buckets %s (%s): %s", self.service, verb, reason, number_ranges(lost))
             self._on_lost(lost)

@@ -24,6 +24,8 @@ from app.ports import AdvisoryLocks, Clock, ClusterStore
 from workers.buckets import BucketClaims
 
 log = logging.getLogger("pgcontroller.cluster")
+# How leadership ended: taken away (a lost session) or given up (an orderly shutdown).
+_GONE = {False: "lost", True: "given up"}
 
 LEADER_LOCK_NAMESPACE = 0x5047_4300
 LEADER_LOCK_KEY = 0
@@ -195,18 +197,21 @@ class ClusterNode:
         self._lose_everything("lock session closed")
         self._wake.set()
 
-    def _lose_everything(self, reason: object) -> None:
+    def _lose_everything(self, reason: object, *, orderly: bool = False) -> None:
+        """`orderly`: given up on shutdown, which is news but no warning."""
         if self._leader:
-            log.warning("leadership lost (%s)", reason)
+            log.log(
+                logging.INFO if orderly else logging.WARNING, "leadership %s (%s)", _GONE[orderly], reason
+            )
         self._leader = False
         for claims in self.claims.values():
-            claims.lose_all(reason)
+            claims.lose_all(reason, orderly=orderly)
 
     async def release(self) -> None:
         """Orderly shutdown: give buckets and leadership back at once instead of at session end."""
         async with self._session:
             self._released = True
-            self._lose_everything("shutting down")
+            self._lose_everything("shutting down", orderly=True)
             await self._locks.reset()
             if self._member_version is not None:
                 # Leave at once rather than when the leader notices the closed session.

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from dataclasses import dataclass
 
 import grpclib.server
 from aiohttp import web
 
+from app.api.grpc.access_log import attach as attach_access_log
 from app.api.grpc.auth import GrpcGuard
 from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
 from app.config import Settings
+from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
@@ -52,6 +55,8 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
 
 
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
+    # The access log's off switch: its lines are INFO, so WARNING silences them and nothing else.
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING if settings.no_access_log else logging.NOTSET)
     authenticator = _authenticator(settings, controller)
     grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator)
     try:
@@ -107,6 +112,7 @@ async def _start_grpc(
             )
         ]
     )
+    attach_access_log(server)
     await server.start(sock=sock, ssl=tls)
     return server, sock.getsockname()[1]
 
