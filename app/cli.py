@@ -21,6 +21,7 @@ from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 from app.kvt_cli import add_kvt_parser
+from app.observability.logs import configure as configure_logging
 from app.request_cli import add_request_parser
 from app.security.tls import check_tls
 from app.settings import SettingError, Settings, add_global_settings, add_serve_settings, add_setting, resolve
@@ -143,9 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The db and dev commands read their shared settings (--data-dir, --db-url) from `args`.
     for name in resolved.names:
         setattr(args, name, getattr(settings, name))
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     for line in resolved.deprecations:
         log.warning(line)
     if settings.db_url is not None:

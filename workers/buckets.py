@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from app.domain.cluster import BucketRow, BucketService, Fence
 from app.domain.errors import WriteConflict
+from app.observability.logs import number_ranges
 from app.ports import AdvisoryLocks, Clock, ClusterStore
 
 log = logging.getLogger("pgcontroller.buckets")
@@ -74,7 +75,13 @@ class BucketClaims:
             if bucket not in self._fences and await self._claim(row):
                 gained.add(bucket)
         if gained:
-            log.info("%s buckets claimed: %s (now %d)", self.service, sorted(gained), len(self._fences))
+            log.info(
+                "%s buckets claimed: %s (%d; now %d)",
+                self.service,
+                number_ranges(gained),
+                len(gained),
+                len(self._fences),
+            )
             self._on_gained(frozenset(gained))
 
     async def _claim(self, row: BucketRow) -> bool:
@@ -98,10 +105,9 @@ class BucketClaims:
         log.info("%s bucket %d released (reassigned)", self.service, bucket)
 
     def lose_all(self, reason: object, *, orderly: bool = False) -> None:
-        """`orderly`: given back on shutdown (logged at INFO), not lost to a failure (WARNING)."""
+        """`orderly`: released on shutdown (INFO), not taken away (WARNING)."""
         lost, self._fences = frozenset(self._fences), {}
         if lost:
-            (log.info if orderly else log.warning)(
-                "%s buckets lost (%s): %s", self.service, reason, sorted(lost)
-            )
+            level, verb = (logging.INFO, "released") if orderly else (logging.WARNING, "lost")
+            log.log(level, "%s buckets %s (%s): %s", self.service, verb, reason, number_ranges(lost))
             self._on_lost(lost)

@@ -24,6 +24,8 @@ from app.ports import AdvisoryLocks, Clock, ClusterStore
 from workers.buckets import BucketClaims
 
 log = logging.getLogger("pgcontroller.cluster")
+# How leadership ended: taken away (a lost session) or given up (an orderly shutdown).
+_GONE = {False: "lost", True: "given up"}
 
 LEADER_LOCK_NAMESPACE = 0x5047_4300
 LEADER_LOCK_KEY = 0
@@ -204,10 +206,12 @@ class ClusterNode:
         self._wake.set()
 
     def _lose_everything(self, reason: object, *, orderly: bool = False) -> None:
+        """`orderly`: given up on shutdown, which is news but no warning."""
         self._in_session = False
         if self._leader:
-            # Giving leadership back on shutdown is routine, not a warning.
-            (log.info if orderly else log.warning)("leadership lost (%s)", reason)
+            log.log(
+                logging.INFO if orderly else logging.WARNING, "leadership %s (%s)", _GONE[orderly], reason
+            )
         self._leader = False
         for claims in self.claims.values():
             claims.lose_all(reason, orderly=orderly)

@@ -28,6 +28,7 @@ from app.domain.errors import (
     WriteConflict,
 )
 from app.domain.requests import Processor, Request, RequestKind
+from app.observability.context import bound
 from app.ports import Clock, RequestQueue
 from workers.keyed import RetryLater
 
@@ -109,6 +110,12 @@ class RequestRunner:
     async def attempt(self, request: Request) -> RetryLater[Request] | None:
         """One attempt; RetryLater to be called again with the (updated) request, None when
         the request is finished here (acknowledged, or no longer ours to run)."""
+        # Everything the attempt logs, and every request it enqueues, carries the id of the call
+        # that enqueued this one, and its stream.
+        with bound(request=request.trace_id, scope_name=request.scope, stream_name=request.stream or None):
+            return await self._attempt(request)
+
+    async def _attempt(self, request: Request) -> RetryLater[Request] | None:
         if not self._owns(request.bucket):
             return None
         wait_ms = request.not_before - self._clock.now_ms()
@@ -133,6 +140,7 @@ class RequestRunner:
                 # A kind this process does not know (e.g. written by a newer version): keep it
                 # queued, with the reason on its row, for a process that does.
                 raise _UnknownKind(f"this process has no handler for {request.kind.value} requests")
+            log.debug("request %d (%s %s): running its workflow", request.id, request.kind.value, request.key)
             await handler.handle(request, mark_started)
         except OperationNotAllowed as exc:
             return await self._on_not_allowed(current, exc)

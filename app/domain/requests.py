@@ -90,6 +90,8 @@ class Request:
     parked_at: int | None = None
     # Failed attempts, not counting postponements for a state transition.
     failures: int = 0
+    # The request id of the call that enqueued it: its workflow logs under the same id.
+    trace_id: str | None = None
 
     @property
     def parked(self) -> bool:

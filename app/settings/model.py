@@ -47,6 +47,10 @@ def _log_level(value: str) -> str | None:
     return None if value.upper() in logging.getLevelNamesMapping() else f"must be one of {', '.join(_LEVELS)}"
 
 
+def _log_format(value: str) -> str | None:
+    return None if value in ("text", "json") else "must be one of text, json"
+
+
 def _some_hosts(value: tuple[HostAddress, ...]) -> str | None:
     return None if value else "must name at least one HOST:PORT"
 
@@ -107,6 +111,19 @@ class Settings:
         check=_log_level,
         scope="global",
         help="logging threshold; given before the command (`pgcontroller --log-level DEBUG serve`)",
+    )
+    log_format: str = setting(
+        "text",
+        metavar="FORMAT",
+        check=_log_format,
+        scope="global",
+        help="log line format: `text`, or `json` (one object per line: time, level, logger, message, "
+        "request_id, scope, stream, exception); given before the command",
+    )
+    no_access_log: bool = setting(
+        False,
+        help="do not write the access log (one INFO line per REST request and gRPC call, on the "
+        "`pgcontroller.access` logger)",
     )
 
     # Segment containers and stores.

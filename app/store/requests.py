@@ -13,6 +13,7 @@ from app.domain.cluster import Fence
 from app.domain.errors import WriteConflict
 from app.domain.records import Versioned
 from app.domain.requests import NewRequest, Processor, Request, RequestKind
+from app.observability.context import current_request_id
 from app.store import queries
 from app.store.db import Connection, Database, Row
 
@@ -29,6 +30,8 @@ async def insert_request(conn: Connection, request: NewRequest) -> int:
         request.stream,
         dict(request.payload),
         request.created_at,
+        # Whatever call is enqueueing (gRPC, REST, or a workflow running an earlier request).
+        current_request_id(),
     )
     return int(request_id)
 
@@ -50,6 +53,7 @@ def _request_from_row(row: Row) -> Request:
         processor=Processor(row["processor"]),
         parked_at=row["parked_at"],
         failures=row["failures"],
+        trace_id=row.get("trace_id"),
     )
 
 

@@ -315,6 +315,9 @@ requests = Table(
     # Parked: failed finally; skipped by the consumers until an operator retries or drops it.
     Column("parked_at", BigInteger, nullable=True),
     Column("failures", Integer, nullable=False, server_default=text("0")),
+    # The request id of the call that enqueued it (Pravega's tracing id or one we made), so the
+    # workflow's log lines can be found from the call's.
+    Column("trace_id", Text, nullable=True),
     CheckConstraint("processor IN ('requests', 'commits', 'aborts')", name="requests_processor_check"),
     Index("requests_by_bucket", "processor", "bucket", "id"),
     Index("requests_by_key", "scope", "stream", "id"),

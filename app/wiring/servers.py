@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from dataclasses import dataclass, field
 
 import grpclib.server
 from aiohttp import web
 
+from app.api.grpc.access_log import attach as attach_access_log
 from app.api.grpc.auth import GrpcGuard
 from app.api.grpc.health import health_service
 from app.api.grpc.inflight import InFlightCalls
@@ -20,6 +22,7 @@ from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
 from app.config import Settings
+from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
@@ -62,6 +65,8 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
 
 
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
+    # The access log's off switch: its lines are INFO, so WARNING silences them and nothing else.
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING if settings.no_access_log else logging.NOTSET)
     authenticator = _authenticator(settings, controller)
     in_flight = InFlightCalls()
     grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator, health, in_flight)
@@ -121,6 +126,7 @@ async def _start_grpc(
     )
     server = bounded_server([service, health_service(health, service)])
     in_flight.attach(server)
+    attach_access_log(server)
     await server.start(sock=sock, ssl=tls)
     return server, sock.getsockname()[1]
 

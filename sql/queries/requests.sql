@@ -1,14 +1,14 @@
 -- The durable request queue and the per-stream fairness barrier.
 
 -- name: insert_request
-INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
-VALUES ($1, $2, $3, $4, pgc_request_bucket($3, $4), $5, $6)
+INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at, trace_id)
+VALUES ($1, $2, $3, $4, pgc_request_bucket($3, $4), $5, $6, $7)
 RETURNING id;
 
 -- name: pending_requests
 -- Due or not: a postponed request still holds its place in its stream's order.
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version, parked_at, failures
+       started, last_error, version, parked_at, failures, trace_id
 FROM requests
 WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])) AND parked_at IS NULL
 ORDER BY id
@@ -20,7 +20,7 @@ LIMIT $4;
 SELECT * FROM (
     SELECT DISTINCT ON (scope, stream)
            id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-           started, last_error, version, parked_at, failures
+           started, last_error, version, parked_at, failures, trace_id
     FROM requests
     WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])) AND parked_at IS NULL
     ORDER BY scope, stream, id
@@ -30,12 +30,12 @@ LIMIT $4;
 
 -- name: get_request
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version, parked_at, failures
+       started, last_error, version, parked_at, failures, trace_id
 FROM requests WHERE id = $1;
 
 -- name: list_requests
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version, parked_at, failures
+       started, last_error, version, parked_at, failures, trace_id
 FROM requests WHERE id > $1 ORDER BY id LIMIT $2;
 
 -- name: postpone_request
@@ -89,13 +89,13 @@ RETURNING version;
 
 -- name: list_parked
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version, parked_at, failures
+       started, last_error, version, parked_at, failures, trace_id
 FROM requests WHERE parked_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2;
 
 -- name: parked_since
 -- The latest request of a key and kind parked at or after $4 (what a waiting caller asks).
 SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
-       started, last_error, version, parked_at, failures
+       started, last_error, version, parked_at, failures, trace_id
 FROM requests
 WHERE scope = $1 AND stream = $2 AND kind = $3 AND parked_at >= $4
 ORDER BY id DESC LIMIT 1;

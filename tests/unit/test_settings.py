@@ -35,6 +35,8 @@ SAMPLES = {
     "instance_id": "ctl-1",
     "ready_file": "/run/pgc/ready.json",
     "log_level": "debug",
+    "log_format": "json",
+    "no_access_log": "yes",
     "container_count": "8",
     "segment_store_hosts": "ss-a:12345, ss-b:12346",
     "auth_enabled": "yes",
@@ -90,9 +92,11 @@ BAD = {
     "rest_port": ["65536"],
     "instance_id": [""],
     "log_level": ["LOUD"],
+    "log_format": ["xml", "JSON"],
     "container_count": ["0", "four"],
     "segment_store_hosts": ["nohostport", "host:0", ",", ""],
     "auth_enabled": ["perhaps"],
+    "no_access_log": ["sometimes"],
     "auth_handlers": ["nocolon", "mod:", "a b:c", "mod:attr,:x"],
     "auth_token_ttl_s": ["0", "-5", "1.5"],
     "tls_enabled": ["perhaps"],
@@ -290,7 +294,7 @@ def test_a_flag_wins_over_its_variable_and_an_empty_variable_counts_as_unset() -
 def test_variables_of_settings_a_command_does_not_declare_are_not_read() -> None:
     args = build_parser().parse_args(["db", "url", "--data-dir", "/d"])
     resolved = resolve(args, {"PGCONTROLLER_GRPC_PORT": "not a port", "PGCONTROLLER_DB_URL": "x"})
-    assert set(resolved.names) == {"log_level", "data_dir"}
+    assert set(resolved.names) == {"log_level", "log_format", "data_dir"}
     assert resolved.values == {"data_dir": Path("/d")}
 
 
@@ -304,7 +308,7 @@ def test_the_shared_flags_of_the_db_and_dev_commands_come_from_the_same_declarat
         resolved = resolve(build_parser().parse_args(argv), {"PGCONTROLLER_DATA_DIR": "/from/env"})
         assert resolved.values["data_dir"] == Path("/from/env"), argv
     pipeline = resolve(build_parser().parse_args(["pipeline", "run", "--out", "o", "--db-url", "u"]), {})
-    assert pipeline.names == ("log_level",)
+    assert pipeline.names == ("log_level", "log_format")
 
 
 @pytest.mark.parametrize(

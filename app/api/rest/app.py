@@ -16,6 +16,7 @@ from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
 from app.api.rest import transactions as txn_routes
+from app.api.rest.access_log import access_log
 from app.api.rest.http import error_response, text_inputs
 from app.api.rest.keys import HEALTH, LIFECYCLE, OPENAPI, SCOPES, STREAMS, TRANSACTIONS
 from app.domain.errors import DomainError
@@ -102,7 +103,9 @@ def create_app(
     # A body over the limit is refused while it is read (413, as JSON through json_errors), so
     # no more than the limit of it is ever held.
     middlewares: list[Middleware] = (
-        [json_errors, text_inputs] if auth is None else [json_errors, auth, text_inputs]
+        [access_log, json_errors, text_inputs]
+        if auth is None
+        else [access_log, json_errors, auth, text_inputs]
     )
     app = web.Application(middlewares=middlewares, client_max_size=MAX_REST_BODY_BYTES)
     app[SCOPES] = scopes
