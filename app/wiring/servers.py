@@ -16,13 +16,16 @@ from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
+from app.api.rest.metrics import metrics_routes
 from app.config import Settings
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService
 from app.store.accounts import PgAccountStore
+from app.store.metrics_gauges import gauge_refresher
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
+from app.wiring.resources import RestExtension
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,18 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
     return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms, plugins=plugins)
 
 
+def _rest_extensions(settings: Settings, controller: Controller) -> list[RestExtension]:
+    extensions = rest_extensions(controller)
+    if settings.no_metrics:
+        return extensions
+    resources = controller.resources
+    owned = {service.value: claims.owned for service, claims in controller.membership.claims.items()}
+    refresh = gauge_refresher(
+        resources.pool, resources.clock.now_ms, resources.listener.connected.is_set, owned
+    )
+    return [*extensions, metrics_routes([refresh])]
+
+
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
     authenticator = _authenticator(settings, controller)
     grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator)
@@ -62,7 +77,7 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
                 health,
                 controller.lifecycle,
                 controller.transactions,
-                rest_extensions(controller),
+                _rest_extensions(settings, controller),
                 auth=None if authenticator is None else auth_middleware(authenticator),
             ),
             handle_signals=False,
@@ -104,6 +119,7 @@ async def _start_grpc(
                 grpc_extensions(controller),
                 guard=None if authenticator is None else GrpcGuard(authenticator),
                 tokens=controller.storage.tokens,
+                metrics=not settings.no_metrics,
             )
         ]
     )
