@@ -38,13 +38,39 @@ def operation(
             start = time.perf_counter()
             try:
                 outcome = await fn(*args, **kwargs)
-            except BaseException:
+            except Exception:
+                # A cancelled call (shutdown, client gone) is not a failure of the operation.
                 failed.inc()
                 raise
             if succeeded(outcome):
                 ok.inc()
                 latency.observe(time.perf_counter() - start)
             else:
+                failed.inc()
+            return outcome
+
+        return measured
+
+    return wrap
+
+
+def failures(
+    name: str, succeeded: Callable[[Any], bool] = _always
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Counts `name` when the call answers a failing outcome or raises (a metric Pravega keeps
+    without a success counter or latency of its own, e.g. scope.recursive_delete_failed)."""
+    failed = counter(name)
+
+    def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def measured(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                outcome = await fn(*args, **kwargs)
+            except Exception:
+                # A cancelled call (shutdown, client gone) is not a failure of the operation.
+                failed.inc()
+                raise
+            if not succeeded(outcome):
                 failed.inc()
             return outcome
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.metrics.names import DEFINITIONS, Kind, MetricDef
@@ -19,6 +18,9 @@ __all__ = ["CONTENT_TYPE", "REGISTRY", "Refresher", "counter", "gauge", "histogr
 Refresher = Callable[[], Awaitable[None]]
 Metric = Counter | Gauge | Histogram
 
+# The classic text format every Prometheus reads (2.x too); our names are all legacy-valid, so
+# the body is the same as the 1.0.0 format's that newer prometheus-client versions announce.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REGISTRY = CollectorRegistry(auto_describe=True)
 # Latencies of calls that mostly take 1-50 ms on this design (one or two database round trips);
 # the tail up to 10 s shows a stalled database or lock wait.

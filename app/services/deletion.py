@@ -9,7 +9,7 @@ from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_not_internal_scope, require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
-from app.metrics.record import operation, outcome_is
+from app.metrics.record import failures, operation, outcome_is
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
 from app.services.completion import parked_request, wait_until
 
@@ -84,6 +84,7 @@ class Deletion:
         except NotFound:
             return True
 
+    @failures("pravega_controller_scope_recursive_delete_failed", outcome_is(DeleteScopeOutcome.SUCCESS))
     async def delete_scope_recursive(self, scope: str) -> DeleteScopeOutcome:
         require_present("scope", scope)
         require_not_internal_scope(scope)

@@ -14,13 +14,19 @@ SELECT (SELECT count(*) FROM scopes) AS scopes,
        (SELECT count(*) FROM streams) AS streams,
        (SELECT count(*) FROM segments WHERE sealed_epoch IS NULL) AS segments,
        (SELECT count(*) FROM transactions WHERE status = 'OPEN') AS open_txns,
-       (SELECT count(*) FROM segment_store_hosts) AS hosts,
+       (SELECT count(*) FROM (SELECT host, port FROM segment_store_hosts
+                              UNION SELECT host, port FROM container_map) AS known) AS hosts,
+       (SELECT coalesce(sum(e.splits), 0) FROM stream_current_epochs c
+          JOIN epochs e ON e.stream_id = c.stream_id AND e.epoch = c.epoch) AS splits,
+       (SELECT coalesce(sum(e.merges), 0) FROM stream_current_epochs c
+          JOIN epochs e ON e.stream_id = c.stream_id AND e.epoch = c.epoch) AS merges,
        (SELECT count(*) FROM requests WHERE parked_at IS NOT NULL) AS parked
 """
 _QUEUES = """
 SELECT processor, count(*) AS depth, min(created_at) AS oldest
 FROM requests WHERE parked_at IS NULL GROUP BY processor
 """
+_CONTAINERS = "SELECT host || ':' || port AS host, count(*) AS containers FROM container_map GROUP BY 1"
 _P = "pravega_controller_"
 
 
@@ -34,6 +40,8 @@ def gauge_refresher(
     scopes, streams = gauge("pgcontroller_scopes"), gauge("pgcontroller_streams")
     segments, open_txns = gauge(f"{_P}segments_count"), gauge(f"{_P}transactions_opened")
     hosts, parked = gauge(f"{_P}hosts_count"), gauge("pgcontroller_parked_requests")
+    containers = gauge(f"{_P}hosts_container_count")
+    splits, merges = gauge(f"{_P}segment_splits"), gauge(f"{_P}segment_merges")
     depth = gauge("pgcontroller_request_queue_depth")
     age = gauge("pgcontroller_request_queue_oldest_age_seconds")
     pool_size, pool_idle = gauge("pgcontroller_db_pool_size"), gauge("pgcontroller_db_pool_idle")
@@ -58,6 +66,11 @@ def gauge_refresher(
             open_txns.set(counts["open_txns"])
             hosts.set(counts["hosts"])
             parked.set(counts["parked"])
+            splits.set(counts["splits"])
+            merges.set(counts["merges"])
+        containers.clear()
+        for row in await db.fetch(_CONTAINERS):
+            containers.labels(row["host"]).set(row["containers"])
         now = now_ms()
         # A processor whose queue emptied shows 0, not its last depth.
         depth.clear()
