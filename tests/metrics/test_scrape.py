@@ -113,6 +113,8 @@ async def test_control_plane_calls_are_counted_under_pravega_names(served: Serve
     assert delta(steps, processor="requests", kind="scale", result="done") >= 1
     # Gauges read from the database at scrape time.
     assert value(after, "pgcontroller_streams") >= 1
+    assert delta(f"{P}segment_splits") == 1  # segment 0 split in two
+    assert delta(f"{P}segment_merges") == 0
     assert value(after, f"{P}segments_count") >= 3
     assert value(after, "pgcontroller_db_pool_max") >= 1
     assert value(after, "pgcontroller_listen_connected") == 1
