@@ -142,7 +142,9 @@ async def test_scrape_is_open_with_auth_on(services: Services) -> None:
             assert resp.status == 401
 
 
-async def test_appends_of_the_real_client_are_counted_per_store(served: Served, tmp_path: Path) -> None:
+async def test_appends_and_reads_of_the_real_client_are_counted_per_store(
+    served: Served, tmp_path: Path
+) -> None:
     stub, scope = served.stub, f"d{uuid.uuid4().hex[:8]}"
     await stub.createScope(pb.ScopeInfo(scope=scope))
     assert (await stub.createStream(config(scope, "s", 1))).status == pb.CreateStreamStatus.SUCCESS
@@ -166,3 +168,17 @@ async def test_appends_of_the_real_client_are_counted_per_store(served: Served, 
     )
     # Each event is framed on the wire with an 8-byte header (type and length) before its 100 bytes.
     assert size == 50 * 108
+
+    reader = await ClientProcess.start(
+        "read", tmp_path, uri=served.grpc_uri, scope=scope, stream="s", group="rg", readers=1,
+        deadline_s=60, stop_after=50, until_end=False, out=str(tmp_path / "read.json"),
+    )  # fmt: skip
+    assert (await reader.result(90))["read"] == 50
+    read = await scrape(served.base)
+
+    def moved_by_read(metric: str) -> float:
+        return value(read, metric, store=store) - value(after, metric, store=store)
+
+    # The reader also reads its group's state segment: at least the events' bytes went out.
+    assert moved_by_read("pgcontroller_segmentstore_reads_total") >= 1
+    assert moved_by_read("pgcontroller_segmentstore_read_bytes_total") >= 50 * 108
