@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from app.domain.errors import StoreUnavailable, WriteConflict
+from app.metrics.registry import counter
 from app.ports import Clock, SegmentStoreHost
 from app.services.containers import ContainerMapService, RebalanceAction
 
 log = logging.getLogger("pgcontroller.containers")
+_HOST_FAILURES = counter("pravega_controller_hosts_failures")
+_FAILOVERS = counter("pravega_controller_container_failovers")
 
 
 class PassOutcome(StrEnum):
@@ -81,6 +84,7 @@ class ContainerBalancerDuty:
             if self._expiry_ms is not None:
                 expired = await self._service.expire_hosts(self._expiry_ms)
                 if expired:
+                    _HOST_FAILURES.inc(len(expired))
                     log.warning(
                         "removed segment stores without a heartbeat for %d ms: %s",
                         self._expiry_ms,
@@ -113,6 +117,9 @@ class ContainerBalancerDuty:
             return BalancerPass(PassOutcome.UNAVAILABLE, hosts)
         if result.action == RebalanceAction.KEPT:
             return BalancerPass(PassOutcome.KEPT, hosts)
+        if self._departed:
+            # Containers taken from a host that left: Pravega's failovers.
+            _FAILOVERS.inc(len(result.moved))
         log.info(
             "segment containers rebalanced over [%s]; moved %s",
             ", ".join(map(str, hosts)) or "the static hosts",

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 from app.domain.cluster import Fence
 from app.domain.errors import DomainError, StoreUnavailable
+from app.metrics.registry import counter
 from app.ports import Clock, RetentionMember, RetentionStore
 from app.services.retention import CycleOutcome, RetentionService, TruncationStart
 
 log = logging.getLogger("pgcontroller.retention")
 
+_TRUNCATIONS = counter("pravega_controller_retention_frequency")
 RETENTION_ATTEMPTS = 5  # RetryHelper.withRetriesAsync(..., 5) in PeriodicRetention
 
 
@@ -140,6 +142,8 @@ class RetentionWorker:
             else:
                 summary.recorded += outcome.recorded is not None
                 summary.truncations += outcome.truncation is TruncationStart.STARTED
+                if outcome.truncation is TruncationStart.STARTED:
+                    _TRUNCATIONS.inc()
                 summary.purged += outcome.purged_up_to is not None
             if key in self._next_due:
                 self._next_due[key] = self._clock.now_ms() + self._period_ms

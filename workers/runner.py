@@ -15,6 +15,7 @@ its rollback included, is idempotent, so re-running after a crash or an error is
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -29,10 +30,12 @@ from app.domain.errors import (
 )
 from app.domain.requests import Processor, Request, RequestKind
 from app.observability.context import bound
+from app.metrics.registry import histogram
 from app.ports import Clock, RequestQueue
 from workers.keyed import RetryLater
 
 log = logging.getLogger("pgcontroller.requests")
+_STEPS = histogram("pgcontroller_workflow_step_duration_seconds")
 
 MarkStarted = Callable[[], Awaitable[None]]
 # Whether a request's work is under way although its row was never marked started (Pravega's
@@ -141,7 +144,7 @@ class RequestRunner:
                 # queued, with the reason on its row, for a process that does.
                 raise _UnknownKind(f"this process has no handler for {request.kind.value} requests")
             log.debug("request %d (%s %s): running its workflow", request.id, request.kind.value, request.key)
-            await handler.handle(request, mark_started)
+            await self._timed(handler, request, mark_started)
         except OperationNotAllowed as exc:
             return await self._on_not_allowed(current, exc)
         except NotFound as exc:
@@ -156,6 +159,21 @@ class RequestRunner:
                 return await self._park(current, exc)
             return await self._on_failure(current, exc)
         return await self._finish(current)
+
+    async def _timed(self, handler: RequestHandler, request: Request, mark_started: MarkStarted) -> None:
+        """The handler's step, timed by processor, request kind and how it ended."""
+        start = time.perf_counter()
+        result = "failed"
+        try:
+            await handler.handle(request, mark_started)
+            result = "done"
+        except OperationNotAllowed:
+            result = "postponed"
+            raise
+        finally:
+            _STEPS.labels(self._processor.value, request.kind.value, result).observe(
+                time.perf_counter() - start
+            )
 
     async def _barrier_blocks(self, request: Request) -> bool:
         waiting = await self._queue.get_waiting_processor(request.scope, request.stream)

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from app.domain.errors import NotFound, StoreUnavailable, WriteConflict
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.txns import TxnLimits, TxnStatus
+from app.metrics.registry import counter
 from app.ports import Clock, TxnStore
 
+_TIMED_OUT = counter("pravega_controller_transactions_timedout")
 log = logging.getLogger("pgcontroller.txn-timeouts")
 
 
@@ -76,6 +78,7 @@ class TxnTimeoutSweeper:
                     txn.version,
                     NewRequest(RequestKind.ABORT_TXN, txn.scope, txn.stream, now, processor=Processor.ABORTS),
                 )
+                _TIMED_OUT.inc()
                 log.info("transaction %s of %s/%s timed out; aborting", txn.txn, txn.scope, txn.stream)
             except (WriteConflict, NotFound):
                 continue  # pinged, committed or gone meanwhile: give up silently, as Pravega does

@@ -9,6 +9,7 @@ from app.domain.errors import FinalFailure, NotFound, WriteConflict
 from app.domain.names import require_not_internal_scope, require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
+from app.metrics.record import failures, operation, outcome_is
 from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
 from app.services.completion import parked_request, wait_until
 
@@ -45,6 +46,7 @@ class Deletion:
         self._clock = clock
         self._timeout_s = completion_timeout_s
 
+    @operation("stream", "deleted", "delete_failed", outcome_is(DeleteStreamOutcome.SUCCESS))
     async def delete_stream(self, scope: str, name: str) -> DeleteStreamOutcome:
         require_present("scope", scope)
         require_present("stream", name)
@@ -82,6 +84,7 @@ class Deletion:
         except NotFound:
             return True
 
+    @failures("pravega_controller_scope_recursive_delete_failed", outcome_is(DeleteScopeOutcome.SUCCESS))
     async def delete_scope_recursive(self, scope: str) -> DeleteScopeOutcome:
         require_present("scope", scope)
         require_not_internal_scope(scope)

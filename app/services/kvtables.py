@@ -17,6 +17,7 @@ from app.domain.kvtables import KvtConfig, KvtRecord, KvtState, kvt_stream_name
 from app.domain.names import is_valid_user_name, require_present
 from app.domain.records import SegmentRecord
 from app.domain.requests import NewRequest, RequestKind
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, KvtStore, RequestQueue
 from app.services.completion import RequestWatch, parked_request, wait_until
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
@@ -75,6 +76,7 @@ class KvtService:
         self._requests = requests
         self._timeout_s = completion_timeout_s
 
+    @operation("kvtable", "created", "create_failed", outcome_is(CreateKvtOutcome.SUCCESS))
     async def create_kvt(
         self, scope: str, name: str, config: KvtConfig, creation_time: int | None = None
     ) -> CreateKvtOutcome:
@@ -129,6 +131,7 @@ class KvtService:
             return True
         return current.id != kvt_id or current.state != KvtState.CREATING
 
+    @operation("kvtable", "deleted", "delete_failed", outcome_is(DeleteKvtOutcome.SUCCESS))
     async def delete_kvt(self, scope: str, name: str) -> DeleteKvtOutcome:
         """Marks the table DELETING with its request, then waits until it is gone."""
         require_present("scope", scope)

@@ -32,6 +32,7 @@ from app.domain.readergroups import (
 )
 from app.domain.records import ScopeState, Versioned
 from app.domain.requests import NewRequest, RequestKind
+from app.metrics.record import operation, outcome_is, status_is
 from app.ports import Clock, ReaderGroupStore, RequestQueue, ScopeStore
 from app.services.completion import RequestWatch, parked_request, wait_until
 
@@ -90,6 +91,7 @@ class ReaderGroupService:
 
     # --- create -------------------------------------------------------------------------------
 
+    @operation("stream", "create_reader_group", "create_reader_group_failed", status_is(CreateStatus.SUCCESS))
     async def create_reader_group(
         self,
         scope: str,
@@ -187,6 +189,7 @@ class ReaderGroupService:
 
     # --- update -------------------------------------------------------------------------------
 
+    @operation("stream", "update_reader_group", "update_reader_group_failed", status_is(UpdateStatus.SUCCESS))
     async def update_reader_group(
         self, scope: str, name: str, config: ReaderGroupConfig, reader_group_id: uuid.UUID, generation: int
     ) -> UpdateResult:
@@ -250,6 +253,9 @@ class ReaderGroupService:
 
     # --- delete -------------------------------------------------------------------------------
 
+    @operation(
+        "stream", "delete_reader_group", "delete_reader_group_failed", outcome_is(DeleteStatus.SUCCESS)
+    )
     async def delete_reader_group(self, scope: str, name: str, reader_group_id: str) -> DeleteStatus:
         """A missing group, or one with another id, is RG_NOT_FOUND (the id is parsed only
         once the group is found, as Java does)."""

@@ -52,6 +52,7 @@ from app.domain.streamcuts import (
     stream_cut_span,
     truncation_epoch_range,
 )
+from app.metrics.record import operation, outcome_is
 from app.ports import (
     Clock,
     RetentionContext,
@@ -282,6 +283,12 @@ class SubscriberService:
         require_present("stream", stream)
         return [s.value.subscriber for s in await self._retention.list_subscribers(scope, stream)]
 
+    @operation(
+        "stream",
+        "update_subscriber_streamcut",
+        "update_subscriber_streamcut_failed",
+        outcome_is(SubscriberUpdate.SUCCESS),
+    )
     async def update_subscriber_stream_cut(
         self,
         scope: str,

@@ -23,6 +23,7 @@ from app.domain.scale_rules import (
     validate_scale,
 )
 from app.domain.validation import check_epoch_size, check_scale_request
+from app.metrics.record import operation, status_is
 from app.ports import Clock, RequestQueue, StreamStore
 
 
@@ -56,6 +57,7 @@ class Scaling:
         self._clock = clock
         self._requests = requests
 
+    @operation("stream", "scaled", "scale_failed", status_is(ScaleOutcomeStatus.STARTED))
     async def scale(
         self, scope: str, name: str, to_seal: Sequence[int], new_ranges: Sequence[KeyRange], timestamp: int
     ) -> ScaleOutcome:

@@ -10,6 +10,7 @@ import enum
 
 from app.domain.errors import AlreadyExists, NotEmpty, NotFound
 from app.domain.names import is_valid_scope_or_stream_name, require_not_internal_scope, require_present
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, ScopeStore
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
@@ -27,6 +28,7 @@ class ScopeService:
         self._scopes = scopes
         self._clock = clock
 
+    @operation("scope", "created", "create_failed", outcome_is(ScopeOutcome.SUCCESS))
     async def create_scope(self, name: str) -> ScopeOutcome:
         require_present("scope", name)
         if not is_valid_scope_or_stream_name(name):
@@ -37,6 +39,7 @@ class ScopeService:
             return ScopeOutcome.EXISTS
         return ScopeOutcome.SUCCESS
 
+    @operation("scope", "deleted", "delete_failed", outcome_is(ScopeOutcome.SUCCESS))
     async def delete_scope(self, name: str) -> ScopeOutcome:
         require_present("scope", name)
         require_not_internal_scope(name)

@@ -10,6 +10,7 @@ from app.domain.names import require_present
 from app.domain.records import StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.states import is_allowed
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import UpdateOutcome
@@ -34,6 +35,7 @@ class Sealing:
         self._timeout_s = completion_timeout_s
         self._busy = (busy_first_s, busy_cap_s)
 
+    @operation("stream", "sealed", "seal_failed", outcome_is(UpdateOutcome.SUCCESS))
     async def seal_stream(self, scope: str, name: str) -> UpdateOutcome:
         require_present("scope", scope)
         require_present("stream", name)

@@ -11,6 +11,7 @@ from app.domain.names import require_present
 from app.domain.records import StreamConfig, StreamState
 from app.domain.requests import NewRequest, RequestKind, config_payload
 from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
 
@@ -42,6 +43,7 @@ class StreamUpdates:
         self._requests = requests
         self._timeout_s = completion_timeout_s
 
+    @operation("stream", "updated", "update_failed", outcome_is(UpdateOutcome.SUCCESS))
     async def update_stream(self, scope: str, name: str, config: StreamConfig) -> UpdateOutcome:
         require_present("scope", scope)
         require_present("stream", name)

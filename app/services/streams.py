@@ -21,6 +21,7 @@ from app.domain.names import (
     require_present,
 )
 from app.domain.records import EpochRecord, ScalingPolicy, StreamConfig, StreamState
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, SegmentStore, StreamCreation, StreamStore
 from app.services.paging import PAGE_LIMIT, Page, decode_token, page_of
 
@@ -40,6 +41,7 @@ class StreamService:
         self._segment_store = segment_store
         self._clock = clock
 
+    @operation("stream", "created", "create_failed", outcome_is(CreateStreamOutcome.SUCCESS))
     async def create_stream(
         self, scope: str, name: str, config: StreamConfig, creation_time: int | None = None
     ) -> CreateStreamOutcome:

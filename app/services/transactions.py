@@ -32,6 +32,7 @@ from app.domain.txns import (
     txn_segments,
 )
 from app.domain.validation import check_ping_lease, check_writer_id, check_writer_timestamp
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, SegmentStore, StreamStore, TxnLookup, TxnStore
 
 # Pravega retries a versioned txn update 3 times before the error reaches the caller.
@@ -67,6 +68,7 @@ class TransactionService:
     def limits(self) -> TxnLimits:
         return self._limits
 
+    @operation("transactions", "created", "create_failed")
     async def create(self, scope: str, name: str, lease_ms: int) -> CreatedTransaction:
         """InvalidInput for a lease out of bounds, NotFound for a missing stream, IllegalState
         while it is SEALING or SEALED."""
@@ -155,6 +157,7 @@ class TransactionService:
                 continue
         raise WriteConflict(f"transaction {txn} kept changing while being pinged")
 
+    @operation("transactions", "committed", "commit_failed", outcome_is(Outcome.SUCCESS))
     async def commit(
         self, scope: str, name: str, txn: TxnId, writer_id: str = "", timestamp: int | None = None
     ) -> Outcome:
@@ -176,6 +179,7 @@ class TransactionService:
             timestamp if writer is not None and timestamp is not None and timestamp >= 0 else None,
         )
 
+    @operation("transactions", "aborted", "abort_failed", outcome_is(Outcome.SUCCESS))
     async def abort(self, scope: str, name: str, txn: TxnId) -> Outcome:
         return await self._seal(
             scope,

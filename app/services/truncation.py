@@ -18,6 +18,7 @@ from app.domain.streamcuts import (
     truncation_epoch_range,
 )
 from app.domain.validation import check_truncation_cut
+from app.metrics.record import operation, outcome_is
 from app.ports import Clock, RequestQueue, StreamStore
 from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import CLOSED_BY_SEAL, UpdateOutcome
@@ -37,6 +38,7 @@ class Truncation:
         self._requests = requests
         self._timeout_s = completion_timeout_s
 
+    @operation("stream", "truncated", "truncate_failed", outcome_is(UpdateOutcome.SUCCESS))
     async def truncate_stream(self, scope: str, name: str, cut: Mapping[int, int]) -> UpdateOutcome:
         require_present("scope", scope)
         require_present("stream", name)

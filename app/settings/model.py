@@ -137,6 +137,10 @@ class Settings:
         "(`POST /v1/cluster/segment-stores`); host i of n owns containers i, i+n, ...; "
         "with the embedded segment store, its own address replaces this list",
     )
+    no_metrics: bool = setting(
+        False,
+        help="do not publish metrics: `/prometheus` and `/metrics` answer 404 and calls are not timed",
+    )
     auth_enabled: bool = setting(
         False,
         help="require authentication (gRPC `authorization` metadata, REST `Authorization` header) and "

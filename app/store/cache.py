@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.domain.records import EpochRecord, StreamState
+from app.metrics.registry import counter
 
 # The epoch cache holds at most this many segments in all (a few hundred MB at most): a hundred
 # epochs of the largest size, or far more of the usual few segments each.
@@ -21,6 +22,12 @@ MAX_CACHED_SEGMENTS = 1_000_000
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+# Hits and misses per cache (the ratio is hits / (hits + misses)); children made once.
+_LOOKUPS = counter("pgcontroller_cache_requests")
+_VIEW_HIT, _VIEW_MISS = _LOOKUPS.labels("stream_view", "hit"), _LOOKUPS.labels("stream_view", "miss")
+_EPOCH_HIT, _EPOCH_MISS = _LOOKUPS.labels("epoch", "hit"), _LOOKUPS.labels("epoch", "miss")
 
 
 class _Lru(Generic[K, V]):
@@ -121,8 +128,11 @@ class RecordCache:
 
     def view(self, scope: str, name: str) -> StreamView | None:
         if not self._trusted:
+            _VIEW_MISS.inc()
             return None
-        return self._views.get((scope, name))
+        found = self._views.get((scope, name))
+        (_VIEW_MISS if found is None else _VIEW_HIT).inc()
+        return found
 
     def remember_view(self, scope: str, name: str, view: StreamView, read_generation: int) -> None:
         if not self._trusted or read_generation != self._generation:
@@ -153,7 +163,9 @@ class RecordCache:
     # --- immutable records --------------------------------------------------------------------
 
     def epoch(self, stream_id: int, epoch: int) -> EpochRecord | None:
-        return self._epochs.get((stream_id, epoch))
+        found = self._epochs.get((stream_id, epoch))
+        (_EPOCH_MISS if found is None else _EPOCH_HIT).inc()
+        return found
 
     @property
     def cached_epoch_segments(self) -> int:

@@ -205,6 +205,11 @@ class PgDatabase(_Calls):
     def acquire(self) -> _Acquired:
         return _Acquired(self._target)
 
+    def pool_use(self) -> tuple[int, int, int]:
+        """(connections open, of them idle, the pool's bound): the metrics' view of the pool."""
+        pool = self._target
+        return pool.get_size(), pool.get_idle_size(), pool.get_max_size()
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PgConnection]:
         async with self.acquire() as conn, conn.transaction():

@@ -21,6 +21,7 @@ from app.api.grpc.limits import bounded_server
 from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
+from app.api.rest.metrics import metrics_routes
 from app.config import Settings
 from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
@@ -28,7 +29,9 @@ from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService, HealthStatus
 from app.store.accounts import PgAccountStore
+from app.store.metrics_gauges import gauge_refresher
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
+from app.wiring.resources import RestExtension
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,18 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
     return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms, plugins=plugins)
 
 
+def _rest_extensions(settings: Settings, controller: Controller) -> list[RestExtension]:
+    extensions = rest_extensions(controller)
+    if settings.no_metrics:
+        return extensions
+    resources = controller.resources
+    owned = {service.value: claims.owned for service, claims in controller.membership.claims.items()}
+    refresh = gauge_refresher(
+        resources.pool, resources.clock.now_ms, resources.listener.connected.is_set, owned
+    )
+    return [*extensions, metrics_routes([refresh])]
+
+
 async def start_servers(settings: Settings, controller: Controller, health: HealthService) -> Servers:
     # The access log's off switch: its lines are INFO, so WARNING silences them and nothing else.
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING if settings.no_access_log else logging.NOTSET)
@@ -78,7 +93,7 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
                 health,
                 controller.lifecycle,
                 controller.transactions,
-                rest_extensions(controller),
+                _rest_extensions(settings, controller),
                 auth=None if authenticator is None else auth_middleware(authenticator),
             ),
             handle_signals=False,
@@ -123,6 +138,7 @@ async def _start_grpc(
         grpc_extensions(controller),
         guard=None if authenticator is None else GrpcGuard(authenticator),
         tokens=controller.storage.tokens,
+        metrics=not settings.no_metrics,
     )
     server = bounded_server([service, health_service(health, service)])
     in_flight.attach(server)

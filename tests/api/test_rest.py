@@ -15,6 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from app.api.rest.app import create_app
 from app.api.rest.keys import HEALTH, OPENAPI, STREAMS
+from app.api.rest.metrics import PATHS as METRICS_PATHS
+from app.api.rest.metrics import metrics_routes
 from app.clock import SystemClock
 from app.config import Settings
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
@@ -763,14 +765,17 @@ async def test_openapi_document_covers_exactly_the_routes(db_url: str) -> None:
             HealthService(SystemClock()),
             controller.lifecycle,
             controller.transactions,
-            rest_extensions(controller),
+            [*rest_extensions(controller), metrics_routes([])],
         )
     routed = {
         (route.resource.canonical.removeprefix(PREFIX), route.method.lower())
         for route in app.router.routes()
         if route.resource is not None
     }
-    assert all(route.resource.canonical.startswith(PREFIX + "/") for route in app.router.routes())  # type: ignore[union-attr]
+    assert all(
+        route.resource.canonical.startswith(PREFIX + "/") or route.resource.canonical in METRICS_PATHS  # type: ignore[union-attr]
+        for route in app.router.routes()
+    )
     doc = json.loads(app[OPENAPI])
     documented = {
         (path, method)

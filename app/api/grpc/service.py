@@ -10,6 +10,7 @@ of its row in the error table shared with REST (app/api/errors.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from app.domain.names import (
     require_stream_name,
 )
 from app.domain.validation import check_scale_counts
+from app.metrics.registry import histogram
 from app.ports import ClusterView
 from app.security.authn import current_principal
 from app.security.delegation import DelegationTokens
@@ -130,10 +132,13 @@ class ControllerService:
         extensions: Sequence[object] = (),
         guard: GrpcGuard | None = None,
         tokens: DelegationTokens | None = None,
+        metrics: bool = False,
     ) -> None:
         """`extensions` are objects whose own `rpc_<method>` coroutines serve more RPCs of the
         contract (one object per capability, e.g. watermarks), so this class stays small.
-        `guard` authenticates and authorizes every call (app/api/grpc/auth.py); None: auth off."""
+        `guard` authenticates and authorizes every call (app/api/grpc/auth.py); None: auth off.
+        `metrics`: each call's duration goes to the latency histogram by method and status."""
+        self._metrics = metrics
         self._extensions = tuple(extensions)
         self._guard = guard
         self._scopes = scopes
@@ -155,7 +160,7 @@ class ControllerService:
             response_type = _message_class(method.output_type.name)
             handler: Handler | None = self._handler(f"rpc_{method.name}")
             mapping[f"/{SERVICE_NAME}/{method.name}"] = grpclib.const.Handler(
-                _unary(method.name, handler, self._guard),
+                _unary(method.name, handler, self._guard, _Latency(method.name) if self._metrics else None),
                 grpclib.const.Cardinality.UNARY_UNARY,
                 request_type,
                 response_type,
@@ -464,8 +469,50 @@ def _message_class(name: str) -> type[Message]:
     return cls
 
 
+class _Latency:
+    """One method's latency histogram children, made once per status: a call costs a dict hit."""
+
+    def __init__(self, method: str) -> None:
+        self._method = method
+        self._by_status: dict[Status, Any] = {}
+
+    def observe(self, status: Status, seconds: float) -> None:
+        child = self._by_status.get(status)
+        if child is None:
+            child = _RPC_LATENCY.labels(self._method, status.name)
+            self._by_status[status] = child
+        child.observe(seconds)
+
+
+_RPC_LATENCY = histogram("pgcontroller_grpc_request_duration_seconds")
+
+
 def _unary(
-    method: str, handler: Handler | None, guard: GrpcGuard | None = None
+    method: str, handler: Handler | None, guard: GrpcGuard | None = None, latency: _Latency | None = None
+) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
+    if latency is None:
+        return _serve(method, handler, guard)
+    inner = _serve(method, handler, guard)
+
+    async def timed(stream: grpclib.server.Stream[Any, Any]) -> None:
+        start = time.perf_counter()
+        status = Status.OK
+        try:
+            await inner(stream)
+        except GRPCError as exc:
+            status = exc.status
+            raise
+        except BaseException:
+            status = Status.UNKNOWN
+            raise
+        finally:
+            latency.observe(status, time.perf_counter() - start)
+
+    return timed
+
+
+def _serve(
+    method: str, handler: Handler | None, guard: GrpcGuard | None
 ) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
     async def serve(stream: grpclib.server.Stream[Any, Any]) -> None:
         request = await stream.recv_message()

@@ -3,8 +3,9 @@ resource each route needs and with which permission (Pravega's StreamMetadataRes
 /v1 paths it has; the root resource for the cluster, parked-request and scale-report routes), and
 listings drop what the caller may not read.
 
-Invariants: health and the OpenAPI document stay open; a route without a row is refused (a test
-checks every route has one); 401 always carries `WWW-Authenticate`; bodies never echo credentials.
+Invariants: health, the OpenAPI document and the metrics scrape paths stay open; a route without
+a row is refused (a test checks every route has one); 401 always carries `WWW-Authenticate`;
+bodies never echo credentials.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Resource = Callable[[Mapping[str, str]], str]
 
 OPEN_PREFIXES = ("/v1/health",)
-OPEN_PATHS = frozenset({"/v1/openapi.json"})
+# The scrape paths stay open as health does: Prometheus carries no credentials.
+OPEN_PATHS = frozenset({"/v1/openapi.json", "/prometheus", "/metrics"})
 
 
 def _root(_: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.metrics.record import StoreTraffic
 from app.segmentstore import storage as st
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.wire import commands as wc
@@ -30,8 +31,9 @@ class _Writer:
 
 
 class Appends:
-    def __init__(self, storage: st.SegmentStorage, tails: Tails) -> None:
+    def __init__(self, storage: st.SegmentStorage, tails: Tails, traffic: StoreTraffic | None = None) -> None:
         self._storage = storage
+        self._traffic = traffic
         self._tails = tails
         self._writers: dict[int, _Writer] = {}
         self._open_block: wc.AppendBlock | None = None
@@ -124,6 +126,8 @@ class Appends:
             raise
         if not result.duplicate:
             self._tails.notify(writer.segment)
+            if self._traffic is not None:
+                self._traffic.appended(num_events, len(data))
         return wc.DataAppended(
             writer_id, result.event_number, result.previous_event_number, request_id, result.length
         )

@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Final, Literal
 
+from app.metrics.record import StoreTraffic
 from app.security.tokens import Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
@@ -67,8 +68,11 @@ class Connection:
         tail_wait_s: float,
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
+        traffic: StoreTraffic | None = None,
     ) -> None:
         self._reader = reader
+        # The store's data-plane counters (app/metrics); None in protocol tests of a bare store.
+        self._traffic = traffic
         # None: authentication is off and tokens are not looked at (as Pravega's PassingTokenVerifier).
         self._tokens = tokens
         # The verdict on each set-up writer's token, re-checked for expiry at every append block.
@@ -77,7 +81,7 @@ class Connection:
         self._writer = writer
         self._storage = storage
         self._handlers = handlers
-        self._appends = Appends(storage, tails)
+        self._appends = Appends(storage, tails, traffic)
         self._reads = Reads(storage, tails, tail_wait_s)
         self._transients = Transients()
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
@@ -313,6 +317,8 @@ class Connection:
     async def _send(self, reply: wc.Command) -> None:
         # write() queues the whole frame at once, so frames from parked reads never interleave.
         self._writer.write(encode(reply))
+        if self._traffic is not None and isinstance(reply, wc.SegmentRead):
+            self._traffic.read(len(reply.data))
         await self._writer.drain()
 
     async def _finish(self, reason: str) -> None:

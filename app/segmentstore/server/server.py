@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from app.metrics.record import StoreTraffic
 from app.segmentstore import storage as st
 from app.segmentstore.server.connection import Connection
 from app.segmentstore.server.handlers import Handlers
@@ -53,6 +54,7 @@ class SegmentStoreServer:
         self._server: asyncio.Server | None = None
         self._address: tuple[str, int] = ("", 0)
         self._closed = False
+        self._traffic: StoreTraffic | None = None
 
     @classmethod
     async def start(
@@ -79,6 +81,12 @@ class SegmentStoreServer:
         self._address = (str(sockname[0]), int(sockname[1]))
         log.info("segment store listening on %s:%d%s", *self._address, " (TLS)" if tls else "")
         return self
+
+    def _store_traffic(self) -> StoreTraffic:
+        # Made at the first connection: the label is the address, known once listening.
+        if self._traffic is None:
+            self._traffic = StoreTraffic(f"{self._address[0]}:{self._address[1]}")
+        return self._traffic
 
     @property
     def address(self) -> tuple[str, int]:
@@ -138,6 +146,7 @@ class SegmentStoreServer:
             self._tail_wait_s,
             self.ownership,
             self._tokens,
+            self._store_traffic(),
         )
         self._connections[task] = connection
         try:
