@@ -105,9 +105,12 @@ async def stream_names(api: Api, scope: str, **params: str) -> list[str]:
 
 
 async def scope_names(api: Api) -> list[str]:
+    """The user scopes listed; Pravega's internal `_system` is always listed first (checked here)."""
     status, body = await api.call("GET", "/v1/scopes")
     assert status == 200
-    return [s["scopeName"] for s in body["scopes"]]
+    names = [s["scopeName"] for s in body["scopes"]]
+    assert names[:1] == ["_system"], names
+    return names[1:]
 
 
 def assert_error(status: int, body: Any, expected: int) -> None:
@@ -698,7 +701,8 @@ async def test_health_endpoints_follow_the_contributors(api: Api) -> None:
 
 
 async def test_unknown_path_and_wrong_method_answer_json(api: Api) -> None:
-    for path in ("/nope", "/v1/nope", "/v1/scopes/sc/streams/s1/extra", "/v1/scopes/"):
+    # `/v1/scopes/` is `/v1/scopes` now, as Pravega's admin CLI needs (tests/api/test_pravega_tools.py).
+    for path in ("/nope", "/v1/nope", "/v1/scopes/sc/streams/s1/extra"):
         status, body = await api.call("GET", path)
         assert_error(status, body, 404)
     status, body = await api.call("PUT", "/v1/scopes")
@@ -770,7 +774,9 @@ async def test_openapi_document_covers_exactly_the_routes(db_url: str) -> None:
         for route in app.router.routes()
         if route.resource is not None
     }
-    assert all(route.resource.canonical.startswith(PREFIX + "/") for route in app.router.routes())  # type: ignore[union-attr]
+    # Every route sits under /v1 but Pravega's /ping, which its document entry places at the root.
+    outside = {route.resource.canonical for route in app.router.routes() if route.resource is not None}
+    assert {path for path in outside if not path.startswith(PREFIX + "/")} == {"/ping"}
     doc = json.loads(app[OPENAPI])
     documented = {
         (path, method)
