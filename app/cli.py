@@ -17,13 +17,14 @@ from collections.abc import Sequence
 
 from app.analyst_cli import add_create_analyst_parser
 from app.auth_cli import add_auth_parser
+from app.cli_globals import add_either_side, merge_either_side
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
 from app.kvt_cli import add_kvt_parser
 from app.request_cli import add_request_parser
 from app.security.tls import check_tls
-from app.settings import SettingError, Settings, add_global_settings, add_serve_settings, add_setting, resolve
+from app.settings import SettingError, Settings, add_serve_settings, add_setting, resolve
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
 from spark.cli import add_run_arguments
@@ -64,7 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgcontroller", description="A Pravega-compatible stream controller on PostgreSQL."
     )
-    add_global_settings(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_settings(commands.add_parser("serve", help="run the controller (gRPC + REST)"))
     store = commands.add_parser(
@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_parser(commands)
     add_kvt_parser(commands)
     add_auth_parser(commands)
+    add_either_side(parser)
     return parser
 
 
@@ -129,7 +130,9 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    merge_either_side(parser, args)
     try:
         resolved = resolve(args, os.environ)
         settings = resolved.settings()

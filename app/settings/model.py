@@ -106,7 +106,7 @@ class Settings:
         metavar="LEVEL",
         check=_log_level,
         scope="global",
-        help="logging threshold; given before the command (`pgcontroller --log-level DEBUG serve`)",
+        help="logging threshold; before or after the command (`pgcontroller serve --log-level DEBUG`)",
     )
 
     # Segment containers and stores.
