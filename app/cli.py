@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from app.analyst_cli import add_create_analyst_parser
 from app.auth_cli import add_auth_parser
-from app.cli_globals import add_either_side, merge_either_side
+from app.cli_globals import EitherSideParser, add_either_side
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
@@ -62,10 +62,10 @@ def _with_key(settings: Settings, *, generate: bool) -> Settings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = EitherSideParser(
         prog="pgcontroller", description="A Pravega-compatible stream controller on PostgreSQL."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
     add_serve_settings(commands.add_parser("serve", help="run the controller (gRPC + REST)"))
     store = commands.add_parser(
         "segment-store", help="run a segment store of its own (any number share one database)"
@@ -130,9 +130,7 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    merge_either_side(parser, args)
+    args = build_parser().parse_args(argv)
     try:
         resolved = resolve(args, os.environ)
         settings = resolved.settings()

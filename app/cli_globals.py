@@ -9,6 +9,7 @@ never silently dropped.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from importlib import metadata
 
 from app.settings import add_setting
@@ -20,6 +21,18 @@ EITHER_SIDE = ("log_level", "db_url", "data_dir")
 _BEFORE = "before_command__"
 # Only `--log-level` is added after every command; the others stay where a command declares them.
 _EVERY_COMMAND = ("log_level",)
+
+
+class EitherSideParser(argparse.ArgumentParser):
+    """The top-level parser: every parse ends with `merge_either_side`, so whoever parses
+    (`main`, tests, scripts) gets one value per setting."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        merge_either_side(self, parsed)
+        return parsed, extras
 
 
 def package_version() -> str:

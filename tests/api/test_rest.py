@@ -811,7 +811,7 @@ async def test_openapi_document_references_resolve_and_errors_are_documented(api
         resolve(doc, {"$ref": ref})  # raises KeyError when dangling
     for path, item in doc["paths"].items():
         for method, operation in item.items():
-            if method == "parameters":
+            if method in ("parameters", "servers"):  # `servers`: /ping sits outside /v1
                 continue
             for code in ("500", "503", "default"):
                 assert code in operation["responses"], (path, method, code)

@@ -9,15 +9,12 @@ import os
 import pytest
 
 from app.cli import build_parser, main
-from app.cli_globals import _commands, merge_either_side, package_version
+from app.cli_globals import _commands, package_version
 from app.settings import resolve
 
 
 def _parsed(*argv: str) -> argparse.Namespace:
-    parser = build_parser()
-    args = parser.parse_args(list(argv))
-    merge_either_side(parser, args)
-    return args
+    return build_parser().parse_args(list(argv))
 
 
 def _settings(*argv: str) -> dict[str, object]:
@@ -75,9 +72,7 @@ def test_a_bad_level_is_one_line_and_exit_2(
 ) -> None:
     assert main(list(argv)) == 2
     err = capsys.readouterr().err
-    assert (
-        err == "pgcontroller: --log-level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got LOUD\n"
-    )
+    assert err == "pgcontroller: --log-level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got LOUD\n"
 
 
 def test_a_flag_before_a_command_that_does_not_read_it_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
