@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from app.analyst_cli import add_create_analyst_parser
 from app.auth_cli import add_auth_parser
+from app.cli_globals import EitherSideParser, add_either_side
 from app.dev_cli import add_dev_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
@@ -24,7 +25,7 @@ from app.kvt_cli import add_kvt_parser
 from app.observability.logs import configure as configure_logging
 from app.request_cli import add_request_parser
 from app.security.tls import check_tls
-from app.settings import SettingError, Settings, add_global_settings, add_serve_settings, add_setting, resolve
+from app.settings import SettingError, Settings, add_serve_settings, add_setting, resolve
 
 # Argument definitions only: PySpark itself is imported when `pipeline run` runs.
 from spark.cli import add_run_arguments
@@ -62,11 +63,10 @@ def _with_key(settings: Settings, *, generate: bool) -> Settings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = EitherSideParser(
         prog="pgcontroller", description="A Pravega-compatible stream controller on PostgreSQL."
     )
-    add_global_settings(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=argparse.ArgumentParser)
     add_serve_settings(commands.add_parser("serve", help="run the controller (gRPC + REST)"))
     store = commands.add_parser(
         "segment-store", help="run a segment store of its own (any number share one database)"
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_parser(commands)
     add_kvt_parser(commands)
     add_auth_parser(commands)
+    add_either_side(parser)
     return parser
 
 

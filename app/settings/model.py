@@ -110,7 +110,7 @@ class Settings:
         metavar="LEVEL",
         check=_log_level,
         scope="global",
-        help="logging threshold; given before the command (`pgcontroller --log-level DEBUG serve`)",
+        help="logging threshold; before or after the command (`pgcontroller serve --log-level DEBUG`)",
     )
     log_format: str = setting(
         "text",

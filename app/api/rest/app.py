@@ -12,6 +12,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
 from app.api.errors import UNMAPPED, message_for, row_for
+from app.api.rest import compat
 from app.api.rest import health as health_routes
 from app.api.rest import scopes as scope_routes
 from app.api.rest import streams as stream_routes
@@ -107,7 +108,7 @@ def create_app(
         if auth is None
         else [access_log, json_errors, auth, text_inputs]
     )
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_REST_BODY_BYTES)
+    app = compat.new_application(middlewares, MAX_REST_BODY_BYTES)
     app[SCOPES] = scopes
     app[STREAMS] = streams
     app[HEALTH] = health
@@ -118,6 +119,7 @@ def create_app(
     app.add_routes(stream_routes.ROUTES)
     app.add_routes(txn_routes.ROUTES)
     app.add_routes(health_routes.ROUTES)
+    app.add_routes(compat.ROUTES)
     app.add_routes([web.get(OPENAPI_PATH, _openapi, allow_head=False)])
     for extend in extensions:
         extend(app)

@@ -29,8 +29,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Resource = Callable[[Mapping[str, str]], str]
 
 OPEN_PREFIXES = ("/v1/health",)
-# The scrape paths stay open as health does: Prometheus carries no credentials.
-OPEN_PATHS = frozenset({"/v1/openapi.json", "/prometheus", "/metrics"})
+# The scrape paths stay open as health does (Prometheus carries no credentials), and so does
+# Pravega's /ping.
+OPEN_PATHS = frozenset({"/v1/openapi.json", "/prometheus", "/metrics", "/ping"})
 
 
 def _root(_: Mapping[str, str]) -> str:
@@ -108,10 +109,13 @@ def unauthorized(message: str, methods: tuple[str, ...] = ("Basic",)) -> web.Res
 def auth_middleware(authenticator: Authenticator) -> Middleware:
     @web.middleware
     async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
-            return await handler(request)
         route = request.match_info.route
         pattern = route.resource.canonical if route.resource is not None else None
+        # By the route, not the raw path: `/v1/scopes/` and HEAD resolve to a canonical GET route
+        # (app/api/rest/compat.py) and take that route's rule.
+        path = pattern if pattern is not None else request.path
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            return await handler(request)
         if pattern is None or request.match_info.http_exception is not None:
             return await handler(request)  # 404 / 405: nothing is read or changed
         try:
@@ -119,7 +123,7 @@ def auth_middleware(authenticator: Authenticator) -> Middleware:
         except AuthenticationFailed as exc:
             return unauthorized(str(exc), authenticator.methods)
         request[PRINCIPAL] = principal
-        rule = rule_for(request.method, pattern)
+        rule = rule_for(route.method, pattern)
         if rule is None:
             return error_response(403, f"{request.method} {pattern} has no authorization rule")
         resource_of, needed = rule
@@ -129,7 +133,7 @@ def auth_middleware(authenticator: Authenticator) -> Middleware:
                 403, f"principal {principal.name} is not allowed {needed.name} access to {resource}"
             )
         response = await handler(request)
-        listing = LISTINGS.get((request.method, pattern))
+        listing = LISTINGS.get((route.method, pattern))
         if listing is not None and isinstance(response, web.Response) and response.status == 200:
             return _filtered(response, listing, request.match_info, principal)
         return response

@@ -23,7 +23,7 @@ from app.api.rest.models import (
 )
 from app.api.rest.paging import page_request, with_continuation
 from app.domain.errors import AlreadyExists, InvalidInput, NotFound
-from app.domain.names import is_internal_stream
+from app.domain.names import INTERNAL_SCOPE, is_internal_stream
 from app.services.deletion import DeleteStreamOutcome
 from app.services.paging import PAGE_LIMIT, Page
 from app.services.stream_updates import UpdateOutcome
@@ -36,6 +36,16 @@ TAG = "tag"
 
 
 async def list_streams(request: web.Request) -> web.Response:
+    try:
+        return await _list_streams(request)
+    except NotFound:
+        # `_system` is always listed (app/api/rest/scopes.py): without a row it holds no streams.
+        if request.match_info["scopeName"] != INTERNAL_SCOPE:
+            raise
+        return web.json_response({"streams": []})
+
+
+async def _list_streams(request: web.Request) -> web.Response:
     scope = request.match_info["scopeName"]
     service = request.app[STREAMS]
     filter_type = request.query.get("filter_type")
@@ -78,6 +88,7 @@ async def _properties(service: StreamService, scope: str, names: list[str]) -> l
 
 async def create_stream(request: web.Request) -> web.Response:
     scope = request.match_info["scopeName"]
+    _refuse_internal_scope(scope, "create")
     body = await read_json_object(request)
     # The name is checked before the configuration, as Pravega does.
     name = stream_name_from_json(body)
@@ -96,6 +107,15 @@ async def create_stream(request: web.Request) -> web.Response:
 
 def _stream_path(request: web.Request) -> tuple[str, str]:
     return request.match_info["scopeName"], request.match_info["streamName"]
+
+
+def _refuse_internal_scope(scope: str, action: str) -> None:
+    """`_system` holds the controller's own streams; Pravega's REST resource refuses the names
+    they use (validateUserStreamName), and no user change reaches them here either."""
+    if scope == INTERNAL_SCOPE:
+        raise InvalidInput(
+            f"scope {INTERNAL_SCOPE} is the controller's internal scope: cannot {action} its streams"
+        )
 
 
 def _failed(message: str) -> web.Response:
@@ -120,6 +140,7 @@ def _not_updated(outcome: UpdateOutcome, scope: str, name: str, action: str) -> 
 
 async def update_stream(request: web.Request) -> web.Response:
     scope, name = _stream_path(request)
+    _refuse_internal_scope(scope, "update")
     config = stream_config_from_json(await read_json_object(request))
     outcome = await request.app[LIFECYCLE].updates.update_stream(scope, name, config)
     if outcome == UpdateOutcome.SUCCESS:
@@ -129,6 +150,7 @@ async def update_stream(request: web.Request) -> web.Response:
 
 async def update_stream_state(request: web.Request) -> web.Response:
     scope, name = _stream_path(request)
+    _refuse_internal_scope(scope, "seal")
     state = stream_state_from_json(await read_json_object(request))
     outcome = await request.app[LIFECYCLE].sealing.seal_stream(scope, name)
     if outcome == UpdateOutcome.SUCCESS:
@@ -138,6 +160,7 @@ async def update_stream_state(request: web.Request) -> web.Response:
 
 async def delete_stream(request: web.Request) -> web.Response:
     scope, name = _stream_path(request)
+    _refuse_internal_scope(scope, "delete")
     outcome = await request.app[LIFECYCLE].deletion.delete_stream(scope, name)
     if outcome == DeleteStreamOutcome.SUCCESS:
         return web.Response(status=204)
