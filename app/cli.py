@@ -15,6 +15,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from app.admin_cli import NOUNS as ADMIN_NOUNS
+from app.admin_cli import add_admin_parsers
 from app.analyst_cli import add_create_analyst_parser
 from app.auth_cli import add_auth_parser
 from app.dev_cli import add_dev_parser
@@ -92,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_parser(commands)
     add_kvt_parser(commands)
     add_auth_parser(commands)
+    add_admin_parsers(commands)
     return parser
 
 
@@ -176,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.kvt_cli import run_kvt
 
             return run_kvt(args)
+        if args.command in ADMIN_NOUNS:
+            from app.admin_cli import run_admin
+
+            return run_admin(args)
         if args.command == "auth":
             from app.auth_cli import run_auth
 
