@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from app.admin_cli.common import authorization
+from app.admin_cli.common import REST_URL_ENV, authorization
 
 DEFAULT_REST_URL = "http://127.0.0.1:9091"
 PARKED_PATH = "/v1/requests/parked"
@@ -27,8 +27,8 @@ def add_request_parser(commands: Any) -> None:
     request = commands.add_parser("request", help="durable workflow requests (parked ones)")
     request.add_argument(
         "--rest-url",
-        default=DEFAULT_REST_URL,
-        help=f"a running controller's REST address (default {DEFAULT_REST_URL})",
+        default=os.environ.get(REST_URL_ENV, DEFAULT_REST_URL),
+        help=f"a running controller's REST address (default ${REST_URL_ENV}, else {DEFAULT_REST_URL})",
     )
     groups = request.add_subparsers(dest="request_group", required=True)
     parked = groups.add_parser("parked", help="requests whose workflow failed finally")
