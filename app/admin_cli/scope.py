@@ -1,4 +1,5 @@
-"""`pgcontroller scope list|create|delete`: a running controller's scopes, over its gRPC."""
+"""`pgcontroller scope list|create|delete|info`: a running controller's scopes, over its gRPC
+(`info` is Pravega's admin CLI `controller describe-scope`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 
 
 def add_parser(commands: Any) -> None:
-    scope = commands.add_parser("scope", help="a running controller's scopes (list, create, delete)")
+    scope = commands.add_parser("scope", help="a running controller's scopes (list, create, delete, info)")
     actions = scope.add_subparsers(dest="scope_command", required=True)
     add_connection_options(actions.add_parser("list", help="list the scopes"))
     create = actions.add_parser("create", help="create a scope")
@@ -24,6 +25,9 @@ def add_parser(commands: Any) -> None:
         "--recursive", action="store_true", help="also seal and delete its streams, reader groups and tables"
     )
     add_connection_options(delete)
+    info = actions.add_parser("info", help="whether a scope exists (Pravega's describe-scope)")
+    info.add_argument("scope")
+    add_connection_options(info)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -32,6 +36,14 @@ async def run(args: argparse.Namespace) -> None:
         show(args, {"scopes": names}, ["SCOPE"], [[n] for n in names])
     elif args.scope_command == "create":
         await create(args)
+    elif args.scope_command == "info":
+        what = f"scope {args.scope}"
+        request = pb.ScopeInfo(scope=args.scope)
+        found = await call(args, what, lambda stub, md: stub.checkScopeExists(request, metadata=md))
+        if not found.exists:
+            raise AdminError(f"{what}: not found")
+        # The shape of Pravega's GET /v1/scopes/{scopeName}, which its describe-scope prints.
+        show(args, {"scopeName": args.scope}, ["SCOPE"], [[args.scope]])
     else:
         await delete(args)
 

@@ -20,6 +20,9 @@ async def test_create_list_and_delete_a_scope(served: Served) -> None:
     listed = await served.run("scope", "list", "--json")
     assert listed.code == 0 and "ops" in json.loads(listed.out)["scopes"]
 
+    described = await served.run("scope", "info", "ops", "--json")
+    assert (described.code, json.loads(described.out)) == (0, {"scopeName": "ops"})
+
     deleted = await served.run("scope", "delete", "ops", "--json")
     assert deleted.code == 0 and json.loads(deleted.out) == {"deleted": True, "scope": "ops"}
     assert not await served.services.scopes.scope_exists("ops")
@@ -32,6 +35,7 @@ async def test_scope_failures_are_one_line_with_their_exit_code(served: Served) 
         (("scope", "create", "busy"), 1, "pgcontroller: create scope busy: already exists"),
         (("scope", "create", "bad name!"), 2, "pgcontroller: create scope bad name!: invalid input:"),
         (("scope", "delete", "absent"), 1, "pgcontroller: delete scope absent: not found"),
+        (("scope", "info", "absent"), 1, "pgcontroller: scope absent: not found"),
         (("scope", "delete", "busy"), 1, "pgcontroller: delete scope busy: the scope is not empty"),
     ]
     # Each case is independent of the others: run at once, they cost one process start's time.
