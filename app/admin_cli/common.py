@@ -112,7 +112,13 @@ async def call(
         return await rpc(ControllerServiceStub(channel), metadata)
     except GRPCError as exc:
         raise _grpc_error(args.controller, what, exc) from None
-    except (OSError, StreamTerminatedError, TimeoutError) as exc:
+    except StreamTerminatedError:
+        # What a plain client meets at a TLS listener: it hangs up without an HTTP/2 answer.
+        raise AdminError(
+            f"cannot reach the controller at {args.controller} (the connection was closed; "
+            "if it serves TLS, use tls://host:port)"
+        ) from None
+    except (OSError, TimeoutError) as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise AdminError(f"cannot reach the controller at {args.controller} ({reason})") from None
     finally:
