@@ -1,6 +1,7 @@
 """The `pgcontroller` command: `serve`, `segment-store`, `db start|stop|url|upgrade|create-analyst`,
 `dev seed`, `pipeline run`, `request parked list|retry|drop`, `kvt get|put|remove|list` and
-`auth user add|update|remove|list|import`.
+`auth user add|update|remove|list|import`,
+and the operator commands `scope`, `stream`, `readergroup` (app/admin_cli).
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
