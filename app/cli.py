@@ -1,6 +1,7 @@
 """The `pgcontroller` command: `serve`, `segment-store`, `db start|stop|url|upgrade|create-analyst`,
 `dev seed`, `pipeline run`, `request parked list|retry|drop`, `kvt get|put|remove|list` and
-`auth user add|update|remove|list|import`.
+`auth user add|update|remove|list|import`,
+and the operator commands `scope`, `stream`, `readergroup` (app/admin_cli).
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -15,6 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from app.admin_cli import NOUNS as ADMIN_NOUNS
+from app.admin_cli import add_admin_parsers
 from app.analyst_cli import add_create_analyst_parser
 from app.auth_cli import add_auth_parser
 from app.cli_globals import EitherSideParser, add_either_side
@@ -93,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_parser(commands)
     add_kvt_parser(commands)
     add_auth_parser(commands)
+    add_admin_parsers(commands)
     add_either_side(parser)
     return parser
 
@@ -172,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.kvt_cli import run_kvt
 
             return run_kvt(args)
+        if args.command in ADMIN_NOUNS:
+            from app.admin_cli import run_admin
+
+            return run_admin(args)
         if args.command == "auth":
             from app.auth_cli import run_auth
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
+
+from app.admin_cli.common import REST_URL_ENV, authorization
 
 DEFAULT_REST_URL = "http://127.0.0.1:9091"
 PARKED_PATH = "/v1/requests/parked"
@@ -24,25 +27,39 @@ def add_request_parser(commands: Any) -> None:
     request = commands.add_parser("request", help="durable workflow requests (parked ones)")
     request.add_argument(
         "--rest-url",
-        default=DEFAULT_REST_URL,
-        help=f"a running controller's REST address (default {DEFAULT_REST_URL})",
+        default=os.environ.get(REST_URL_ENV, DEFAULT_REST_URL),
+        help=f"a running controller's REST address (default ${REST_URL_ENV}, else {DEFAULT_REST_URL})",
     )
     groups = request.add_subparsers(dest="request_group", required=True)
     parked = groups.add_parser("parked", help="requests whose workflow failed finally")
     actions = parked.add_subparsers(dest="parked_command", required=True)
     listing = actions.add_parser("list", help="list parked requests with their errors")
-    listing.add_argument("--after", type=int, default=0, help="only ids above this (paging)")
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
-    listing.add_argument("--json", action="store_true", help="print the REST answer as JSON")
+    _listing_options(listing)
+    # `request list`: the requests an operator can act on are the parked ones (the live queue is
+    # worked by the controllers themselves), so the short form lists those.
+    short = groups.add_parser("list", help="list parked requests (as `request parked list`)")
+    _listing_options(short)
+    short.set_defaults(parked_command="list")
     retry = actions.add_parser("retry", help="put a parked request back into its stream's queue")
     retry.add_argument("id", type=int)
     drop = actions.add_parser("drop", help="delete a parked request for good")
     drop.add_argument("id", type=int)
 
 
+def _listing_options(listing: argparse.ArgumentParser) -> None:
+    listing.add_argument("--after", type=int, default=0, help="only ids above this (paging)")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000)")
+    listing.add_argument("--json", action="store_true", help="print the REST answer as JSON")
+
+
 def _call(base: str, method: str, path: str) -> tuple[int, Any]:
     url = base.rstrip("/") + path
-    req = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
+    # With --auth-enabled the REST API wants credentials: the operator commands' (environment only).
+    credentials = authorization(os.environ)
+    if credentials is not None:
+        headers["Authorization"] = credentials
+    req = urllib.request.Request(url, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=_TIMEOUT_S) as resp:
             raw = resp.read()
