@@ -41,6 +41,11 @@ METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
 # REST_CONTRACT_EXAMPLES=200 pytest tests/api/test_rest_contract.py
 EXAMPLES = int(os.environ.get("REST_CONTRACT_EXAMPLES", "12"))
 
+# A call waiting on a workflow answers (504) after COMPLETION_TIMEOUT_S (the tests' usual); no
+# answer by ANSWER_WITHIN_S is a hang.
+COMPLETION_TIMEOUT_S = 30.0
+ANSWER_WITHIN_S = 60.0
+
 # The scope and stream the second pass addresses.
 EXISTING = {"scopeName": "contract", "streamName": "s1"}
 
@@ -136,13 +141,17 @@ def _run_operation(
     )
     @hypothesis.given(case=operation.as_strategy(generation_mode=mode, path_parameters=pinned or None))
     def check(case: Case[Any]) -> None:
-        response = case.call(base_url=base_url, session=session, timeout=30)
+        label = f"{operation.label} [{mode.value}{', ' + str(pinned) if pinned else ''}]"
+        try:
+            response = case.call(base_url=base_url, session=session, timeout=ANSWER_WITHIN_S)
+        except requests.Timeout:
+            found.failures.append(f"{label}: no answer in {ANSWER_WITHIN_S} s\n    {case.as_curl_command()}")
+            return
         found.statuses[response.status_code] += 1
         try:
             case.validate_response(response, checks=CHECKS)
         except (AssertionError, FailureGroup) as exc:
             # The first failure of an operation in a mode is enough to fix it; the rest repeat it.
-            label = f"{operation.label} [{mode.value}{', ' + str(pinned) if pinned else ''}]"
             if not any(f.startswith(label) for f in found.failures):
                 found.failures.append(f"{label}: {exc}\n    {case.as_curl_command()}")
 
@@ -175,7 +184,10 @@ def _fuzz(doc: dict[str, Any], base_url: str) -> Findings:
 
 @pytest.mark.timeout(240 * max(1, EXAMPLES // 12))
 async def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(db_url: str) -> None:
-    async with running_controller(db_url) as services, serving(services) as servers:
+    async with (
+        running_controller(db_url, completion_timeout_s=COMPLETION_TIMEOUT_S) as services,
+        serving(services) as servers,
+    ):
         base_url = f"http://127.0.0.1:{servers.rest_port}{PREFIX}"
         await services.scopes.create_scope(EXISTING["scopeName"])
         await services.streams.create_stream(
