@@ -29,8 +29,8 @@ from app.domain.errors import (
     WriteConflict,
 )
 from app.domain.requests import Processor, Request, RequestKind
-from app.observability.context import bound
 from app.metrics.registry import histogram
+from app.observability.context import bound
 from app.ports import Clock, RequestQueue
 from workers.keyed import RetryLater
 

@@ -14,13 +14,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.api.rest.app import create_app
-from app.api.rest.keys import HEALTH, OPENAPI, STREAMS
-from app.api.rest.metrics import PATHS as METRICS_PATHS
-from app.api.rest.metrics import metrics_routes
+from app.api.rest.keys import HEALTH, STREAMS
 from app.clock import SystemClock
 from app.config import Settings
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
-from app.main import rest_extensions
 from app.ports import SegmentStore
 from app.services.health import HealthService, HealthStatus
 from app.services.lifecycle import StreamLifecycle
@@ -33,7 +30,6 @@ from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
-from app.testing.controller import running_controller
 from app.testing.segment_store import embedded_segment_store
 from tests.api.conftest_rest import PREFIX, Api, resolve
 
@@ -757,37 +753,6 @@ async def test_unreachable_store_is_503_with_retry_after(db_url: str) -> None:
 
 
 # --- the OpenAPI document ---------------------------------------------------------------
-
-
-async def test_openapi_document_covers_exactly_the_routes(db_url: str) -> None:
-    """Against the app as `serve` builds it, with every extension installed."""
-    async with running_controller(db_url, workers=False) as services:
-        controller = services.controller
-        app = create_app(
-            controller.scopes,
-            controller.streams,
-            HealthService(SystemClock()),
-            controller.lifecycle,
-            controller.transactions,
-            [*rest_extensions(controller), metrics_routes([])],
-        )
-    routed = {
-        (route.resource.canonical.removeprefix(PREFIX), route.method.lower())
-        for route in app.router.routes()
-        if route.resource is not None
-    }
-    # Every route sits under /v1 but Pravega's /ping and the scrape paths, which their document
-    # entries place at the root.
-    outside = {route.resource.canonical for route in app.router.routes() if route.resource is not None}
-    assert {path for path in outside if not path.startswith(PREFIX + "/")} == {"/ping", *METRICS_PATHS}
-    doc = json.loads(app[OPENAPI])
-    documented = {
-        (path, method)
-        for path, item in doc["paths"].items()
-        for method in item
-        if method in {"get", "put", "post", "delete", "patch", "head", "options"}
-    }
-    assert routed == documented
 
 
 async def test_openapi_document_is_served_and_equals_the_file(api: Api) -> None:
