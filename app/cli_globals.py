@@ -1,5 +1,6 @@
-"""Flags every `pgcontroller` command takes on either side of its name: `--log-level` (on every
-command), `--db-url` and `--data-dir` (on the commands that read them), and `--version`.
+"""Flags every `pgcontroller` command takes on either side of its name: `--log-level` and
+`--log-format` (on every command), `--db-url` and `--data-dir` (on the commands that read them),
+and `--version`.
 
 Invariant: a flag given before the command counts exactly as if given after it; given on both
 sides, the one after wins; given before a command that does not read it, it is refused (exit 2),
@@ -15,12 +16,13 @@ from importlib import metadata
 from app.settings import add_setting
 from app.settings.argv import Given
 
-EITHER_SIDE = ("log_level", "db_url", "data_dir")
+EITHER_SIDE = ("log_level", "log_format", "db_url", "data_dir")
 # argparse copies a subcommand's defaults over what the main parser stored under the same dest,
 # so the flags before the command are kept under their own names until `merge_either_side`.
 _BEFORE = "before_command__"
-# Only `--log-level` is added after every command; the others stay where a command declares them.
-_EVERY_COMMAND = ("log_level",)
+# `--log-level` and `--log-format` are added after every command; the others stay where a command
+# declares them.
+_EVERY_COMMAND = ("log_level", "log_format")
 
 
 class EitherSideParser(argparse.ArgumentParser):

@@ -74,12 +74,21 @@ def routed(app: web.Application) -> set[tuple[str, str]]:
 
 def documented(doc: dict[str, Any]) -> set[tuple[str, str]]:
     """(METHOD, full path template) of every operation the document names; its paths are relative to
-    its one server URL (/v1)."""
+    its one server URL (/v1), unless the path item or the operation names its own server (the root
+    paths: Pravega's /ping, the scrape paths)."""
     (server,) = doc["servers"]
+
+    def base(*levels: dict[str, Any]) -> str:
+        for level in levels:
+            if "servers" in level:
+                (own,) = level["servers"]
+                return str(own["url"]).rstrip("/")
+        return str(server["url"])
+
     return {
-        (method.upper(), server["url"] + path)
+        (method.upper(), base(operation, item) + path)
         for path, item in doc["paths"].items()
-        for method in item
+        for method, operation in item.items()
         if method in METHODS
     }
 
