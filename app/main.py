@@ -6,7 +6,8 @@ or failure: readiness turns false and the gRPC calls in flight get the drain win
 stops (the servers close), then the workers get half the shutdown
 budget, then the loops are cancelled, the pool is closed and the embedded PostgreSQL (if we
 started it) is stopped. A background loop that dies stops the process rather than leave it
-half-alive.
+half-alive. The whole shutdown has one budget (app/wiring/shutdown_watchdog.py): a step that never
+returns is reported with every stack and the process exits anyway.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from app.wiring import (
     wire,
     with_embedded_store,
 )
+from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
 
 __all__ = ["grpc_extensions", "rest_extensions", "serve"]
 
@@ -64,7 +66,9 @@ async def serve(settings: Settings) -> int:
     health.set("metadata-store", HealthStatus.STARTING)
     stop = asyncio.Event()
     loops = BackgroundLoops(stop)
+    watchdog = ShutdownWatchdog(shutdown_budget_s(settings.shutdown_drain_s, settings.shutdown_timeout_s))
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(watchdog.disarm)  # first in, so the last step out: the budget covers every other
         url = await _database(settings, stack)
         _stop_on_signals(stop, stack)
         pool = await _pool(settings, url, stack)
@@ -103,6 +107,7 @@ async def serve(settings: Settings) -> int:
         await stop.wait()
         if not loops.died:
             log.info("shutdown requested")
+        watchdog.arm()
     return EXIT_LOOP_DIED if loops.died else 0
 
 

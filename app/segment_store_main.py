@@ -24,6 +24,7 @@ from app.store.cluster import PgClusterStore
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
+from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
 
 log = logging.getLogger("pgcontroller.segment-store")
 
@@ -43,6 +44,8 @@ async def serve_segment_store(settings: Settings) -> int:
         url = embedded.url()
     await ensure_schema(url)
     pool = await create_pool(url, max_size=settings.pool_max_size)
+    # No drain window: a store has no readiness to withdraw; its clients reconnect elsewhere.
+    watchdog = ShutdownWatchdog(shutdown_budget_s(0.0, settings.shutdown_timeout_s))
     try:
         try:
             cluster = await PgClusterStore(pool).get_settings()
@@ -70,10 +73,12 @@ async def serve_segment_store(settings: Settings) -> int:
                 _write_ready_file(settings.ready_file, store)
             return await _until_stopped(store)
         finally:
+            watchdog.arm()
             await store.close()
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(pool.close(), timeout=settings.shutdown_timeout_s / 2)
+        watchdog.disarm()
 
 
 async def _until_stopped(store: RunningStore) -> int:

@@ -406,7 +406,8 @@ class Settings:
     shutdown_timeout_s: float = setting(
         5.0,
         check=positive,
-        help="bound on an ordered shutdown's waits for the listeners, background loops and the pool",
+        help="bound on an ordered shutdown's waits for the listeners, background loops and the pool; a "
+        "shutdown still running after the drain plus twice this exits with code 3 and its stacks logged",
     )
     shutdown_drain_s: float = setting(
         5.0,

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 READY_TIMEOUT_S = 30.0
+# Beyond the shutdown watchdog's budget at the default settings (5 s drain + 2 x 5 s), so a child
+# that hangs on its way out is cut short by its own watchdog, which logs why, before the test
+# gives up on it.
+STOP_TIMEOUT_S = 20.0
 
 
 class ChildProcess:
@@ -26,10 +30,20 @@ class ChildProcess:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    async def stop(self, timeout_s: float = 10.0) -> int:
+    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """The exit code after SIGTERM. A child still running after `timeout_s` is killed, and the
+        error carries the end of its log (the shutdown watchdog's stacks, if it spoke)."""
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
+        try:
+            return await asyncio.wait_for(self.process.wait(), timeout=timeout_s)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+            raise AssertionError(
+                f"pid {self.process.pid} did not exit {timeout_s:.0f} s after SIGTERM; its log ends:\n"
+                + self.log()[-6000:]
+            ) from None
 
 
 @dataclass
