@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from app.api.rest.health import ROUTES
+from app.wiring.shutdown_watchdog import shutdown_budget_s
 
 DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 _YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -49,13 +50,16 @@ def test_the_manifests_are_a_deployment_service_and_secret_probing_the_health_pa
     [deployment] = [doc for doc in documents if doc["kind"] == "Deployment"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     probes = {name: container[name] for name in ("startupProbe", "readinessProbe", "livenessProbe")}
-    paths = {name: _probe_paths(probe["exec"]["command"]) for name, probe in probes.items()}
-    assert paths == {
-        "startupProbe": ["/v1/health/readiness"],
-        "readinessProbe": ["/v1/health/readiness"],
-        "livenessProbe": ["/v1/health/liveness"],
+    # Kubernetes judges an httpGet probe by its status code alone: only the strict form says 503.
+    assert {name: probe["httpGet"]["path"] for name, probe in probes.items()} == {
+        "startupProbe": "/v1/health/readiness?strict=true",
+        "readinessProbe": "/v1/health/readiness?strict=true",
+        "livenessProbe": "/v1/health/liveness?strict=true",
     }
-    assert {path for found in paths.values() for path in found} <= ROUTED
+    assert {probe["httpGet"]["port"] for probe in probes.values()} == {"rest"}
+    assert {probe["httpGet"]["path"].split("?")[0] for probe in probes.values()} <= ROUTED
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > container["lifecycle"]["preStop"]["sleep"]["seconds"] + shutdown_budget_s(5.0, 5.0)
     [secret] = [doc for doc in documents if doc["kind"] == "Secret"]
     assert container["envFrom"] == [{"secretRef": {"name": secret["metadata"]["name"]}}]
     assert "PGCONTROLLER_DB_URL" in secret["stringData"]
@@ -64,5 +68,6 @@ def test_the_manifests_are_a_deployment_service_and_secret_probing_the_health_pa
     services = [doc for doc in documents if doc["kind"] == "Service"]
     assert any(service["spec"].get("selector") == selector for service in services)
     assert any(service["spec"].get("type") == "ExternalName" for service in services)
-    ports = {port["containerPort"] for port in container["ports"]}
-    assert ports == {9090, 9091, 12345}
+    ports = {port["containerPort"]: port["name"] for port in container["ports"]}
+    assert ports[9091] == "rest"
+    assert set(ports) == {9090, 9091, 12345}
