@@ -113,18 +113,34 @@ def configure(
         logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
+# Beyond this a list of ranges is no longer read at a glance; the count says how many are left.
+_MOST_RANGE_PARTS = 12
+
+
 def number_ranges(numbers: Iterable[int]) -> str:
-    """`0-49,60-99` for a set of numbers: a bucket list an operator can read at a glance."""
+    """`0-49,60-99` for a set of numbers, a bucket list an operator can read at a glance. Evenly
+    spaced runs collapse too (`0-98 step 2`: the share of one of two controllers), and a list that
+    stays long is cut after its first parts, with the count of the rest."""
     ordered = sorted(set(numbers))
     parts: list[str] = []
-    start = end = None
-    for n in ordered:
-        if end is not None and n == end + 1:
-            end = n
-            continue
-        if start is not None:
-            parts.append(str(start) if start == end else f"{start}-{end}")
-        start = end = n
-    if start is not None:
-        parts.append(str(start) if start == end else f"{start}-{end}")
+    i = 0
+    while i < len(ordered):
+        j = i
+        if i + 1 < len(ordered):
+            stride = ordered[i + 1] - ordered[i]
+            while j + 1 < len(ordered) and ordered[j + 1] - ordered[j] == stride:
+                j += 1
+            # A pair is clearer as two numbers, unless adjacent; a longer run collapses.
+            if j - i < 2 and stride != 1:
+                j = i
+        if j == i:
+            parts.append(str(ordered[i]))
+        elif ordered[i + 1] - ordered[i] == 1:
+            parts.append(f"{ordered[i]}-{ordered[j]}")
+        else:
+            parts.append(f"{ordered[i]}-{ordered[j]} step {ordered[i + 1] - ordered[i]}")
+        i = j + 1
+    if len(parts) > _MOST_RANGE_PARTS:
+        shown = parts[:_MOST_RANGE_PARTS]
+        return ",".join(shown) + f",... ({len(parts) - len(shown)} more)"
     return ",".join(parts)

@@ -92,6 +92,13 @@ def test_bucket_lists_read_as_ranges() -> None:
     assert number_ranges([*range(50), *range(60, 100)]) == "0-49,60-99"
     assert number_ranges([7, 3, 4, 5, 9]) == "3-5,7,9"
     assert number_ranges([]) == ""
+    # Two controllers share the buckets alternately: one line, not fifty numbers.
+    assert number_ranges(range(0, 100, 2)) == "0-98 step 2"
+    assert number_ranges(range(1, 100, 2)) == "1-99 step 2"
+    assert number_ranges([*range(0, 30, 3), 50, 51, 52]) == "0-27 step 3,50-52"
+    assert number_ranges([1, 2, 10, 20]) == "1-2,10,20"
+    scattered = [n * n for n in range(1, 21)]
+    assert number_ranges(scattered) == "1,4,9,16,25,36,49,64,81,100,121,144,... (8 more)"
 
 
 def test_a_given_request_id_is_kept_only_when_printable_and_short() -> None:
