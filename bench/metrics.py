@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,49 +32,12 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.service import SERVICE_NAME
 from app.testing.served import ServedProcess, start_served
 from bench._common import create_fixed_stream, throwaway_database
+from bench._h2load import H2Run, grpc_body, run_h2load
 
 SEGMENTS = 10
 INFO = pb.StreamInfo(scope="bench", stream="s")
 # A lease long enough that no transaction of a run times out while the run lasts.
 TXN_LEASE_MS = 120_000
-
-
-@dataclass
-class H2Result:
-    requests: int
-    rate: float
-    mean_ms: float
-
-
-def grpc_body(payload: bytes) -> bytes:
-    """One gRPC message: uncompressed flag, 4-byte length, the protobuf."""
-    return b"\x00" + len(payload).to_bytes(4, "big") + payload
-
-
-async def h2load(url: str, body: Path, requests: int, in_flight: int, min_answer_bytes: int) -> H2Result:
-    process = await asyncio.create_subprocess_exec(
-        "h2load", "-n", str(requests), "-c", "1", "-t", "1", "-m", str(in_flight), "-d", str(body),
-        "-H", "content-type: application/grpc", "-H", "te: trailers", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out = (await process.communicate())[0].decode()
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    mean = re.search(r"time for request:\s+\S+\s+\S+\s+(\S+)", out)
-    data = re.search(r"traffic: .*\((\d+)\) data", out)
-    if process.returncode != 0 or not (done and rate and mean and data):
-        raise RuntimeError(f"h2load failed ({process.returncode}):\n{out}")
-    # A gRPC error is an HTTP 200 with trailers only: every answer must carry its message's bytes.
-    if int(done.group(2)) != requests or int(data.group(1)) < requests * min_answer_bytes:
-        raise RuntimeError(f"h2load: not every request was answered with a message:\n{out}")
-    return H2Result(requests, float(rate.group(1)), _ms(mean.group(1)))
-
-
-def _ms(text: str) -> float:
-    for unit, factor in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
-        if text.endswith(unit):
-            return float(text[: -len(unit)]) * factor
-    raise ValueError(text)
 
 
 async def seed(url: str, streams: int) -> float:
@@ -102,7 +64,8 @@ async def scrape_times(rest_port: int, count: int) -> tuple[list[float], int, st
                 assert resp.status == 200, body
             times.append((time.perf_counter() - started) * 1000)
     streams = re.search(r"^pgcontroller_streams (\S+)$", body, re.M)
-    return times, len(body), streams.group(1) if streams else "?"
+    # Prometheus writes every gauge as a float: 20002.0.
+    return times, len(body), f"{float(streams.group(1)):.0f}" if streams else "?"
 
 
 async def main() -> None:
@@ -117,7 +80,7 @@ async def main() -> None:
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is not installed (apt-get install nghttp2-client)")
 
-    results: dict[tuple[str, str], list[H2Result]] = {}
+    results: dict[tuple[str, str], list[H2Run]] = {}
     async with throwaway_database() as url:
         with tempfile.TemporaryDirectory() as work:
             (Path(work) / "off").mkdir()
@@ -146,7 +109,7 @@ async def main() -> None:
                         for side, served in sides:
                             url_ = f"http://127.0.0.1:{served.grpc_port}/{SERVICE_NAME}/{method}"
                             # Both answers carry 10 segment ranges: some 300 bytes or more.
-                            result = await h2load(url_, body, requests, args.in_flight, 300)
+                            result = await run_h2load(url_, body, requests, args.in_flight, 300)
                             results.setdefault((method, side), []).append(result)
                 seeded_s = await seed(url, args.streams)
                 times, size, streams = await scrape_times(on.rest_port, args.scrapes)
@@ -161,7 +124,7 @@ async def main() -> None:
 
 def report(
     args: argparse.Namespace,
-    results: dict[tuple[str, str], list[H2Result]],
+    results: dict[tuple[str, str], list[H2Run]],
     seeded_s: float,
     times: list[float],
     size: int,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import secrets
 import shutil
 import sys
@@ -38,6 +37,7 @@ from app.store.accounts import PgAccountStore
 from app.store.pool import create_pool
 from app.testing.served import ServedProcess, start_served
 from bench._common import LoadResult, create_fixed_stream, throwaway_database
+from bench._h2load import grpc_body, run_h2load
 from bench.auth import basic
 from bench.tls import INFO, Metadata, measure, print_best, tls_flags
 
@@ -58,42 +58,12 @@ class H2Result:
         return f"{self.name:<42} {self.rate:>9.0f} req/s  mean {self.mean_ms:6.2f} ms  (n={self.requests})"
 
 
-def _grpc_body(message: pb.StreamInfo) -> bytes:
-    """One gRPC message: uncompressed flag, 4-byte length, the protobuf."""
-    payload = message.SerializeToString()
-    return b"\x00" + len(payload).to_bytes(4, "big") + payload
-
-
 async def h2load(
     name: str, url: str, body: Path, requests: int, in_flight: int, metadata: Metadata
 ) -> H2Result:
-    headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-    for key, value in (metadata or {}).items():
-        headers += ["-H", f"{key}: {value}"]
-    process = await asyncio.create_subprocess_exec(
-        "h2load", "-n", str(requests), "-c", "1", "-t", "1", "-m", str(in_flight),
-        "-d", str(body), *headers, url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out = (await process.communicate())[0].decode()
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
-    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
-    mean = re.search(r"time for request:\s+\S+\s+\S+\s+(\S+)", out)
-    data = re.search(r"traffic: .*\((\d+)\) data", out)
-    if process.returncode != 0 or not (done and rate and mean and data):
-        raise RuntimeError(f"h2load failed ({process.returncode}):\n{out}")
-    # h2load counts any HTTP 200 as success, and a gRPC error is an HTTP 200 with only trailers:
-    # each answer of 10 segment ranges is a DATA frame of some 350 bytes, an error none.
-    if int(done.group(2)) != requests or int(data.group(1)) < requests * 300:
-        raise RuntimeError(f"h2load: not every request was answered with segments:\n{out}")
-    return H2Result(name, requests, float(rate.group(1)), _ms(mean.group(1)), int(data.group(1)))
-
-
-def _ms(text: str) -> float:
-    for unit, factor in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
-        if text.endswith(unit):
-            return float(text[: -len(unit)]) * factor
-    raise ValueError(text)
+    # Each answer of 10 segment ranges is a DATA frame of some 350 bytes, an error none.
+    run = await run_h2load(url, body, requests, in_flight, 300, metadata)
+    return H2Result(name, run.requests, run.rate, run.mean_ms, run.data_bytes)
 
 
 async def main() -> None:
@@ -135,7 +105,7 @@ async def main() -> None:
                 channel.close()
                 assert len(answer.segmentRanges) == SEGMENTS and answer.delegationToken, answer
                 body = Path(work) / "request.bin"
-                body.write_bytes(_grpc_body(INFO))
+                body.write_bytes(grpc_body(INFO.SerializeToString()))
                 path = f"/{SERVICE_NAME}/getCurrentSegments"
                 sides: tuple[tuple[str, ServedProcess, str, Metadata], ...] = (
                     ("off", off, f"http://localhost:{off.grpc_port}{path}", None),

@@ -1,0 +1,61 @@
+"""h2load as the gRPC load generator of the benches: one connection, a fixed number of requests
+in flight, and a run counted only when every answer carried a message (h2load counts any HTTP
+200 as success, and a gRPC error is an HTTP 200 with trailers only)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class H2Run:
+    requests: int
+    rate: float
+    mean_ms: float
+    data_bytes: int
+
+
+def grpc_body(payload: bytes) -> bytes:
+    """One gRPC message: uncompressed flag, 4-byte length, the protobuf."""
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+async def run_h2load(
+    url: str,
+    body: Path,
+    requests: int,
+    in_flight: int,
+    min_answer_bytes: int,
+    metadata: Mapping[str, str] | None = None,
+) -> H2Run:
+    """`requests` calls of `url` with the gRPC message in `body`; every answer must carry at
+    least `min_answer_bytes` of DATA, or the run is an error."""
+    headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    for key, value in (metadata or {}).items():
+        headers += ["-H", f"{key}: {value}"]
+    process = await asyncio.create_subprocess_exec(
+        "h2load", "-n", str(requests), "-c", "1", "-t", "1", "-m", str(in_flight),
+        "-d", str(body), *headers, url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out = (await process.communicate())[0].decode()
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out)
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    mean = re.search(r"time for request:\s+\S+\s+\S+\s+(\S+)", out)
+    data = re.search(r"traffic: .*\((\d+)\) data", out)
+    if process.returncode != 0 or not (done and rate and mean and data):
+        raise RuntimeError(f"h2load failed ({process.returncode}):\n{out}")
+    if int(done.group(2)) != requests or int(data.group(1)) < requests * min_answer_bytes:
+        raise RuntimeError(f"h2load: not every request was answered with a message:\n{out}")
+    return H2Run(requests, float(rate.group(1)), _ms(mean.group(1)), int(data.group(1)))
+
+
+def _ms(text: str) -> float:
+    for unit, factor in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * factor
+    raise ValueError(text)
