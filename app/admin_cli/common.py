@@ -50,6 +50,25 @@ class AdminError(Exception):
         self.code = code
 
 
+# What an answer's status means to the operator: the words after `what: `, and an exit code when
+# it is not EXIT_FAILED (a refused name is invalid input).
+Refusal = str | tuple[str, int]
+
+
+def expect(
+    what: str, status: int, enum: Any, refusals: Mapping[int, Refusal], success: str = "SUCCESS"
+) -> None:
+    """Returns when the answer's `status` is `enum`'s `success` value; otherwise raises the refusal
+    given for it, or one naming the status as Pravega's enum `enum` names it."""
+    if status == getattr(enum, success):
+        return
+    refusal = refusals.get(status)
+    if refusal is None:
+        raise AdminError(f"{what}: the controller answered {enum.Name(status)}")
+    words, code = (refusal, EXIT_FAILED) if isinstance(refusal, str) else refusal
+    raise AdminError(f"{what}: {words}", code)
+
+
 def add_connection_options(parser: argparse.ArgumentParser, *, rest: bool = False) -> None:
     parser.add_argument(
         "--controller",

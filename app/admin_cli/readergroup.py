@@ -9,7 +9,17 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from app.admin_cli.common import AdminError, add_connection_options, call, done, qualified, rest, show
+from app.admin_cli.common import (
+    EXIT_INVALID,
+    AdminError,
+    add_connection_options,
+    call,
+    done,
+    expect,
+    qualified,
+    rest,
+    show,
+)
 from app.api.grpc.proto import controller_pb2 as pb
 
 # ReaderGroupConfig's builder defaults in Pravega's client.
@@ -70,12 +80,8 @@ async def run(args: argparse.Namespace) -> None:
             scope=config.scope, readerGroup=config.readerGroupName, readerGroupId=config.readerGroupId
         )
         reply = await call(args, what, lambda stub, md: stub.deleteReaderGroup(request, metadata=md))
-        if reply.status == pb.DeleteReaderGroupStatus.RG_NOT_FOUND:
-            raise AdminError(f"{what}: not found")
-        if reply.status != pb.DeleteReaderGroupStatus.SUCCESS:
-            raise AdminError(
-                f"{what}: the controller answered {pb.DeleteReaderGroupStatus.Status.Name(reply.status)}"
-            )
+        status = pb.DeleteReaderGroupStatus
+        expect(what, reply.status, status.Status, {status.RG_NOT_FOUND: "not found"})
         done(
             args,
             {"scope": config.scope, "readerGroup": config.readerGroupName, "deleted": True},
@@ -87,12 +93,8 @@ async def _config(args: argparse.Namespace, what: str) -> pb.ReaderGroupConfigur
     scope, name = qualified(args.group, "reader group")
     request = pb.ReaderGroupInfo(scope=scope, readerGroup=name)
     reply = await call(args, what, lambda stub, md: stub.getReaderGroupConfig(request, metadata=md))
-    if reply.status == pb.ReaderGroupConfigResponse.RG_NOT_FOUND:
-        raise AdminError(f"{what}: not found")
-    if reply.status != pb.ReaderGroupConfigResponse.SUCCESS:
-        raise AdminError(
-            f"{what}: the controller answered {pb.ReaderGroupConfigResponse.Status.Name(reply.status)}"
-        )
+    status = pb.ReaderGroupConfigResponse
+    expect(what, reply.status, status.Status, {status.RG_NOT_FOUND: "not found"})
     config: pb.ReaderGroupConfiguration = reply.config
     return config
 
@@ -141,12 +143,18 @@ async def create(args: argparse.Namespace) -> None:
     )
     reply = await call(args, what, lambda stub, md: stub.createReaderGroup(config, metadata=md))
     status = pb.CreateReaderGroupResponse
-    if reply.status == status.SCOPE_NOT_FOUND:
-        raise AdminError(f"{what}: not found: no scope {scope}")
-    if reply.status == status.INVALID_RG_NAME:
-        raise AdminError(f"{what}: invalid input: {name!r} is not a valid reader group name", 2)
-    if reply.status != status.SUCCESS:
-        raise AdminError(f"{what}: the controller answered {status.Status.Name(reply.status)}")
+    expect(
+        what,
+        reply.status,
+        status.Status,
+        {
+            status.SCOPE_NOT_FOUND: f"not found: no scope {scope}",
+            status.INVALID_RG_NAME: (
+                f"invalid input: {name!r} is not a valid reader group name",
+                EXIT_INVALID,
+            ),
+        },
+    )
     if reply.config.readerGroupId != config.readerGroupId:
         # Pravega's createReaderGroup answers SUCCESS with the existing group's configuration.
         raise AdminError(f"{what}: already exists")

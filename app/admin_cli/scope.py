@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.admin_cli.common import AdminError, add_connection_options, call, done, show
+from app.admin_cli.common import EXIT_INVALID, AdminError, add_connection_options, call, done, expect, show
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 
@@ -73,12 +73,18 @@ async def create(args: argparse.Namespace) -> None:
         args, what, lambda stub, md: stub.createScope(pb.ScopeInfo(scope=args.scope), metadata=md)
     )
     status = pb.CreateScopeStatus
-    if reply.status == status.SCOPE_EXISTS:
-        raise AdminError(f"{what}: already exists")
-    if reply.status == status.INVALID_SCOPE_NAME:
-        raise AdminError(f"{what}: invalid input: {args.scope!r} is not a valid scope name", 2)
-    if reply.status != status.SUCCESS:
-        raise AdminError(f"{what}: the controller answered {status.Status.Name(reply.status)}")
+    expect(
+        what,
+        reply.status,
+        status.Status,
+        {
+            status.SCOPE_EXISTS: "already exists",
+            status.INVALID_SCOPE_NAME: (
+                f"invalid input: {args.scope!r} is not a valid scope name",
+                EXIT_INVALID,
+            ),
+        },
+    )
     done(args, {"scope": args.scope, "created": True}, f"scope {args.scope} created")
 
 
@@ -90,10 +96,13 @@ async def delete(args: argparse.Namespace) -> None:
     else:
         reply = await call(args, what, lambda stub, md: stub.deleteScope(info, metadata=md))
     status = pb.DeleteScopeStatus
-    if reply.status == status.SCOPE_NOT_FOUND:
-        raise AdminError(f"{what}: not found")
-    if reply.status == status.SCOPE_NOT_EMPTY:
-        raise AdminError(f"{what}: the scope is not empty (delete its streams first, or --recursive)")
-    if reply.status != status.SUCCESS:
-        raise AdminError(f"{what}: the controller answered {status.Status.Name(reply.status)}")
+    expect(
+        what,
+        reply.status,
+        status.Status,
+        {
+            status.SCOPE_NOT_FOUND: "not found",
+            status.SCOPE_NOT_EMPTY: "the scope is not empty (delete its streams first, or --recursive)",
+        },
+    )
     done(args, {"scope": args.scope, "deleted": True}, f"scope {args.scope} deleted")

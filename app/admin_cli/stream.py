@@ -10,7 +10,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.admin_cli.common import EXIT_INVALID, AdminError, add_connection_options, call, done, qualified, show
+from app.admin_cli.common import (
+    EXIT_INVALID,
+    AdminError,
+    add_connection_options,
+    call,
+    done,
+    expect,
+    qualified,
+    show,
+)
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 
@@ -107,12 +116,10 @@ async def list_streams(args: argparse.Namespace) -> None:
         else:
             request = pb.StreamsInScopeWithTagRequest(scope=scope, tag=args.tag, continuationToken=cont)
             page = await call(args, what, _page(request))
-        if page.status == pb.StreamsInScopeResponse.SCOPE_NOT_FOUND:
-            raise AdminError(f"{what}: not found: no scope {args.scope}")
-        if page.status != pb.StreamsInScopeResponse.SUCCESS:
-            raise AdminError(
-                f"{what}: the controller answered {pb.StreamsInScopeResponse.Status.Name(page.status)}"
-            )
+        status = pb.StreamsInScopeResponse
+        expect(
+            what, page.status, status.Status, {status.SCOPE_NOT_FOUND: f"not found: no scope {args.scope}"}
+        )
         names.extend(s.stream for s in page.streams)
         if not page.streams or page.continuationToken.token in ("", token):
             break
@@ -159,14 +166,19 @@ async def create(args: argparse.Namespace) -> None:
     )
     reply = await call(args, what, lambda stub, md: stub.createStream(config, metadata=md))
     status = pb.CreateStreamStatus
-    if reply.status == status.STREAM_EXISTS:
-        raise AdminError(f"{what}: already exists")
-    if reply.status == status.SCOPE_NOT_FOUND:
-        raise AdminError(f"{what}: not found: no scope {info.scope}")
-    if reply.status == status.INVALID_STREAM_NAME:
-        raise AdminError(f"{what}: invalid input: {info.stream!r} is not a valid stream name", EXIT_INVALID)
-    if reply.status != status.SUCCESS:
-        raise AdminError(f"{what}: the controller answered {status.Status.Name(reply.status)}")
+    expect(
+        what,
+        reply.status,
+        status.Status,
+        {
+            status.STREAM_EXISTS: "already exists",
+            status.SCOPE_NOT_FOUND: f"not found: no scope {info.scope}",
+            status.INVALID_STREAM_NAME: (
+                f"invalid input: {info.stream!r} is not a valid stream name",
+                EXIT_INVALID,
+            ),
+        },
+    )
     done(args, {"scope": info.scope, "stream": info.stream, "created": True}, f"stream {args.stream} created")
 
 
@@ -175,28 +187,32 @@ async def seal_or_delete(args: argparse.Namespace) -> None:
     if args.stream_command == "seal":
         what = f"seal stream {args.stream}"
         sealed = await call(args, what, lambda stub, md: stub.sealStream(info, metadata=md))
-        if sealed.status == pb.UpdateStreamStatus.STREAM_NOT_FOUND:
-            raise AdminError(f"{what}: not found")
-        if sealed.status == pb.UpdateStreamStatus.SCOPE_NOT_FOUND:
-            raise AdminError(f"{what}: not found: no scope {info.scope}")
-        if sealed.status != pb.UpdateStreamStatus.SUCCESS:
-            raise AdminError(
-                f"{what}: the controller answered {pb.UpdateStreamStatus.Status.Name(sealed.status)}"
-            )
+        updated = pb.UpdateStreamStatus
+        expect(
+            what,
+            sealed.status,
+            updated.Status,
+            {
+                updated.STREAM_NOT_FOUND: "not found",
+                updated.SCOPE_NOT_FOUND: f"not found: no scope {info.scope}",
+            },
+        )
         done(
             args, {"scope": info.scope, "stream": info.stream, "sealed": True}, f"stream {args.stream} sealed"
         )
         return
     what = f"delete stream {args.stream}"
     deleted = await call(args, what, lambda stub, md: stub.deleteStream(info, metadata=md))
-    if deleted.status == pb.DeleteStreamStatus.STREAM_NOT_FOUND:
-        raise AdminError(f"{what}: not found")
-    if deleted.status == pb.DeleteStreamStatus.STREAM_NOT_SEALED:
-        raise AdminError(f"{what}: the stream is not sealed (seal it first)")
-    if deleted.status != pb.DeleteStreamStatus.SUCCESS:
-        raise AdminError(
-            f"{what}: the controller answered {pb.DeleteStreamStatus.Status.Name(deleted.status)}"
-        )
+    removed = pb.DeleteStreamStatus
+    expect(
+        what,
+        deleted.status,
+        removed.Status,
+        {
+            removed.STREAM_NOT_FOUND: "not found",
+            removed.STREAM_NOT_SEALED: "the stream is not sealed (seal it first)",
+        },
+    )
     done(args, {"scope": info.scope, "stream": info.stream, "deleted": True}, f"stream {args.stream} deleted")
 
 
@@ -306,15 +322,12 @@ async def scale(args: argparse.Namespace) -> None:
         scaleTimestamp=int(time.time() * 1000),
     )
     reply = await call(args, what, lambda stub, md: stub.scale(request, metadata=md))
-    if reply.status == pb.ScaleResponse.PRECONDITION_FAILED:
-        raise AdminError(
-            f"{what}: refused (PRECONDITION_FAILED): the segments to seal are not all current, or the "
-            "new ranges do not cover exactly theirs"
-        )
-    if reply.status != pb.ScaleResponse.STARTED:
-        raise AdminError(
-            f"{what}: the controller answered {pb.ScaleResponse.ScaleStreamStatus.Name(reply.status)}"
-        )
+    refused = (
+        "refused (PRECONDITION_FAILED): the segments to seal are not all current, or the new ranges "
+        "do not cover exactly theirs"
+    )
+    status = pb.ScaleResponse
+    expect(what, reply.status, status.ScaleStreamStatus, {status.PRECONDITION_FAILED: refused}, "STARTED")
     await _await_scale(args, info, reply.epoch, what)
     # The answer's epoch is the one the scale started from (checkScale's argument); the new
     # segments carry the epoch they begin.
