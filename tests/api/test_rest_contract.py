@@ -30,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.api.rest.app import load_openapi
+from app.api.rest.auth import OPEN_PATHS, OPEN_PREFIXES
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.testing.controller import running_controller, serving
 from tests.api.conftest_rest import PREFIX
@@ -110,6 +111,35 @@ def test_the_document_is_a_valid_openapi_3_document() -> None:
 def test_coverage_gaps_name_each_missing_path_on_its_own_line() -> None:
     gaps = coverage_gaps({("GET", "/ping"), ("GET", "/v1/scopes")}, {("GET", "/v1/scopes"), ("PUT", "/v1/x")})
     assert gaps == ["  served, not in openapi.json: GET /ping", "  in openapi.json, not served: PUT /v1/x"]
+
+
+def test_the_document_says_which_routes_ask_for_credentials() -> None:
+    """As the REST middleware decides (app/api/rest/auth.py): the open routes declare no security;
+    every other one documents the 401 and 403 that --auth-enabled can answer."""
+    doc = _document()
+    assert set(doc["components"]["securitySchemes"]) == {"basicAuth", "pravegaAuth"}
+    # Auth is off by default, so no credentials is one of the accepted alternatives.
+    assert {} in doc["security"]
+    (server,) = doc["servers"]
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            if method not in METHODS:
+                continue
+            own = operation.get("servers") or item.get("servers") or [server]
+            full = str(own[0]["url"]).rstrip("/") + path
+            is_open = full in OPEN_PATHS or full.startswith(OPEN_PREFIXES)
+            where = f"{method.upper()} {full}"
+            if is_open:
+                assert operation.get("security") == [], f"{where} is open: it must declare security []"
+                assert not {"401", "403"} & set(operation["responses"]), where
+            else:
+                assert "security" not in operation, f"{where} needs credentials with --auth-enabled"
+                assert operation["responses"].get("401") == {"$ref": "#/components/responses/Unauthorized"}, (
+                    where
+                )
+                assert operation["responses"].get("403") == {"$ref": "#/components/responses/Forbidden"}, (
+                    where
+                )
 
 
 async def test_the_document_names_exactly_the_routes_serve_serves(db_url: str) -> None:
