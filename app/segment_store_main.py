@@ -2,7 +2,8 @@
 
 It serves Pravega's wire protocol over the cluster's PostgreSQL, registers its address, heartbeats,
 and serves only the containers of the cluster's container map that name it, until SIGTERM/SIGINT
-(then it deregisters, so its containers move at once). Any number of them share one database.
+(then it deregisters, so its containers move at once). Any number of them share one database. Its
+metrics and health probes are on an HTTP listener of its own (app/wiring/store_listener.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
+from app.wiring.store_listener import MetricsListener, start_metrics_listener, store_health
 
 log = logging.getLogger("pgcontroller.segment-store")
 
@@ -61,20 +63,38 @@ async def serve_segment_store(settings: Settings) -> int:
         except ValueError as exc:
             log.error("%s", exc)
             return EXIT_FAILED
+        health = store_health(store)
+        metrics: MetricsListener | None = None
         try:
+            try:
+                metrics = await start_metrics_listener(settings, health)
+            except OSError as exc:
+                log.error(
+                    "cannot listen for metrics on %s:%d (--segment-store-metrics-port, or --no-metrics): %s",
+                    settings.segment_store_host,
+                    settings.segment_store_metrics_port,
+                    exc.strerror or exc,
+                )
+                return EXIT_FAILED
             address = embedded_store_address(settings, store.server)
             log.info(
-                "segment store %s:%d ready (%d containers in the cluster)",
+                "segment store %s:%d ready (%d containers in the cluster); %s",
                 address.host,
                 address.port,
                 settings.container_count,
+                "no metrics listener" if metrics is None else f"metrics and probes on port {metrics.port}",
             )
             if settings.ready_file is not None:
-                _write_ready_file(settings.ready_file, store)
+                _write_ready_file(settings.ready_file, store, metrics)
             return await _until_stopped(store)
         finally:
             watchdog.arm()
+            # Readiness answers false while the store deregisters and closes; the listener stays
+            # until then, so a last scrape still reads the final counts.
+            health.drain()
             await store.close()
+            if metrics is not None:
+                await metrics.close(settings.shutdown_timeout_s / 2)
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(pool.close(), timeout=settings.shutdown_timeout_s / 2)
@@ -101,8 +121,10 @@ async def _until_stopped(store: RunningStore) -> int:
             loop.remove_signal_handler(sig)
 
 
-def _write_ready_file(path: Path, store: RunningStore) -> None:
+def _write_ready_file(path: Path, store: RunningStore, metrics: MetricsListener | None) -> None:
     ready = {"segment_store_port": store.address[1], "pid": os.getpid()}
+    if metrics is not None:
+        ready["metrics_port"] = metrics.port
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(json.dumps(ready) + "\n")
