@@ -1,8 +1,9 @@
 """The HTTP listener of `pgcontroller segment-store` (metrics and health probes), on the store's own
 host at --segment-store-metrics-port, over TLS when the store's port is.
 
-Invariant: the listener reports the store it runs beside: liveness false once one of the store's
-background tasks died, readiness false from the moment shutdown begins."""
+Invariant: the listener reports the store it runs beside: readiness true only while the store
+serves (false while it starts and from the moment shutdown begins), liveness false once one of the
+store's background tasks died."""
 
 from __future__ import annotations
 
@@ -33,9 +34,14 @@ class MetricsListener:
             await asyncio.wait_for(self.runner.cleanup(), timeout=timeout_s)
 
 
-def store_health(store: RunningStore) -> HealthService:
-    """The store's health, one contributor read from the store at each probe."""
-    health = HealthService(SystemClock(), name=SEGMENT_STORE)
+def store_health() -> HealthService:
+    """The store process's health: no contributor until the store runs (readiness false, liveness
+    true while it starts)."""
+    return HealthService(SystemClock(), name=SEGMENT_STORE)
+
+
+def watch_store(health: HealthService, store: RunningStore) -> None:
+    """The running store as the one contributor, read from the store at each probe."""
 
     def check() -> tuple[HealthStatus, dict[str, str]]:
         died = store.died()
@@ -45,7 +51,6 @@ def store_health(store: RunningStore) -> HealthService:
         return HealthStatus.UP, {"port": str(store.address[1])}
 
     health.register(SEGMENT_STORE, check)
-    return health
 
 
 async def start_metrics_listener(settings: Settings, health: HealthService) -> MetricsListener | None:

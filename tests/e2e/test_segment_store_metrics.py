@@ -1,7 +1,8 @@
 """A `pgcontroller segment-store` process publishes its own metrics and probes on an HTTP listener
 of its own: its append and read counters move as events go through it (the project's wire client,
 over TCP), the listener speaks TLS when the store does, closes with the store on SIGTERM, is not
-opened with --no-metrics, and a port already taken stops the store with one clear line."""
+opened with --no-metrics, and a port already taken stops the store, before it registers, with one
+clear line."""
 
 from __future__ import annotations
 
@@ -123,7 +124,9 @@ async def test_no_metrics_opens_no_listener(db_url: str, tmp_path: Path) -> None
         assert await store.stop() == 0, store.log()
 
 
-async def test_a_taken_metrics_port_stops_the_store_with_one_line(db_url: str, tmp_path: Path) -> None:
+async def test_a_taken_metrics_port_stops_the_store_before_it_registers(
+    pool: Any, db_url: str, tmp_path: Path
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -132,7 +135,9 @@ async def test_a_taken_metrics_port_stops_the_store_with_one_line(db_url: str, t
             await start_store(tmp_path, "clash", db_url, "--segment-store-metrics-port", str(port))
     log = str(failed.value)
     assert f"cannot listen for metrics on 127.0.0.1:{port}" in log
-    assert "Traceback" not in log
+    assert "Traceback" not in log and "never retrieved" not in log
+    # Bound first: a store that joined and left at once would have moved containers for nothing.
+    assert "registered" not in log and await PgContainerMapStore(pool).list_hosts() == []
 
 
 async def test_the_metrics_listener_speaks_tls_when_the_store_does(db_url: str, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import aiohttp
 from app.clock import SystemClock
 from app.config import Settings
 from app.services.health import HealthService, HealthStatus
-from app.wiring.store_listener import SEGMENT_STORE, start_metrics_listener
+from app.wiring.store_listener import SEGMENT_STORE, start_metrics_listener, store_health
 
 
 def refused(port: int) -> bool:
@@ -20,14 +20,19 @@ def refused(port: int) -> bool:
 
 
 async def test_the_listener_answers_probes_drains_and_closes() -> None:
-    health = HealthService(SystemClock(), name=SEGMENT_STORE)
-    health.set(SEGMENT_STORE, HealthStatus.UP)
+    health = store_health()
     settings = Settings(segment_store_host="127.0.0.1", segment_store_metrics_port=0)
     listener = await start_metrics_listener(settings, health)
     assert listener is not None and listener.port != 0
     base = f"http://127.0.0.1:{listener.port}"
     try:
         async with aiohttp.ClientSession() as http:
+            # Bound before the store starts: alive, not ready.
+            async with http.get(base + "/v1/health/readiness?strict=true") as starting:
+                assert (starting.status, await starting.json()) == (503, False)
+            async with http.get(base + "/v1/health/liveness?strict=true") as alive:
+                assert (alive.status, await alive.json()) == (200, True)
+            health.set(SEGMENT_STORE, HealthStatus.UP)  # what watch_store reports of a running store
             async with http.get(base + "/prometheus") as scraped:
                 assert scraped.status == 200
                 assert "# TYPE pgcontroller_segmentstore_appends_total counter" in await scraped.text()
