@@ -40,6 +40,8 @@ SEGMENT_STORE_SETTINGS = (
     "data_dir",
     "segment_store_host",
     "segment_store_port",
+    "segment_store_metrics_port",
+    "no_metrics",
     "advertise_host",
     "segment_store_hosts",
     "segment_store_tail_wait_s",

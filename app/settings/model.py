@@ -139,7 +139,8 @@ class Settings:
     )
     no_metrics: bool = setting(
         False,
-        help="do not publish metrics: `/prometheus` and `/metrics` answer 404 and calls are not timed",
+        help="do not publish metrics: `/prometheus` and `/metrics` answer 404 and calls are not timed "
+        "(`pgcontroller segment-store`: no metrics listener at all)",
     )
     auth_enabled: bool = setting(
         False,
@@ -223,6 +224,15 @@ class Settings:
     )
     segment_store_port: int = setting(
         12345, metavar="PORT", check=port, help="the embedded segment store's port (0: any free port)"
+    )
+    segment_store_metrics_port: int = setting(
+        6061,
+        metavar="PORT",
+        check=port,
+        scope="segment-store",
+        help="`pgcontroller segment-store` only: port of its HTTP listener for `/prometheus`, "
+        "`/metrics` and `/v1/health` probes, on --segment-store-host (0: any free port; Pravega's "
+        "segment-store REST port, rest.listener.port); --no-metrics opens none",
     )
     segment_store_tail_wait_s: float = setting(
         20.0,

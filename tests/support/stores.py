@@ -16,6 +16,8 @@ class StoreProcess(ChildProcess):
     process: asyncio.subprocess.Process
     port: int
     log_path: Path
+    # The metrics listener's bound port (ready-file key `metrics_port`); None with --no-metrics.
+    metrics_port: int | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -27,9 +29,13 @@ class StoreProcess(ChildProcess):
 
 
 async def start_store(work_dir: Path, name: str, db_url: str, *args: str) -> StoreProcess:
-    """One store on a free port of 127.0.0.1 (a fixed one when `args` names --segment-store-port)."""
+    """One store on a free port of 127.0.0.1 (a fixed one when `args` names --segment-store-port),
+    its metrics listener on another (never the fixed default: stores run side by side)."""
     ready = work_dir / f"{name}.ready.json"
     log_path = work_dir / f"{name}.log"
-    args = ("--db-url", db_url, "--segment-store-port", "0", "--ready-file", str(ready), *args)
+    args = (
+        "--db-url", db_url, "--segment-store-port", "0", "--segment-store-metrics-port", "0",
+        "--ready-file", str(ready), *args,
+    )  # fmt: skip
     process, info = await start_ready("segment-store", args, ready, log_path)
-    return StoreProcess(process, info["segment_store_port"], log_path)
+    return StoreProcess(process, info["segment_store_port"], log_path, info.get("metrics_port"))

@@ -52,6 +52,7 @@ SAMPLES = {
     "no_embedded_segment_store": "yes",
     "segment_store_host": "0.0.0.0",
     "segment_store_port": "22345",
+    "segment_store_metrics_port": "16061",
     "segment_store_tail_wait_s": "5",
     "segment_store_timeout_s": "10",
     "segment_store_heartbeat_s": "1.5",
@@ -105,6 +106,7 @@ BAD = {
     "tls_protocol_version": ["TLSv1.1", "SSLv3", "TLSv1.2,TLSv1.0", ","],
     "no_embedded_segment_store": ["perhaps"],
     "segment_store_port": ["65536", "-1"],
+    "segment_store_metrics_port": ["65536", "-1", "any"],
     "segment_store_tail_wait_s": ["0", "30", "45"],
     "segment_store_timeout_s": ["0"],
     "segment_store_heartbeat_s": ["0", "-1"],
@@ -140,9 +142,14 @@ BAD = {
 }
 
 
+def command_of(item: Setting) -> str:
+    """The command that reads `item` (a global one: serve, as any other)."""
+    return "segment-store" if item.scope == "segment-store" else "serve"
+
+
 def command_line(item: Setting, value: str, spelling: str | None = None) -> list[str]:
     flag = [spelling or item.flag] if item.is_switch else [spelling or item.flag, value]
-    return [*flag, "serve"] if item.scope == "global" else ["serve", *flag]
+    return [*flag, "serve"] if item.scope == "global" else [command_of(item), *flag]
 
 
 def resolved_settings(
@@ -222,7 +229,7 @@ def test_nothing_given_yields_the_defaults() -> None:
 def test_a_flag_and_its_environment_variable_give_the_same_value(item: Setting) -> None:
     sample = SAMPLES[item.name]
     from_flag, _ = resolved_settings(command_line(item, sample))
-    from_env, deprecations = resolved_settings(["serve"], {item.env: sample})
+    from_env, deprecations = resolved_settings([command_of(item)], {item.env: sample})
     assert getattr(from_flag, item.name) != getattr(Settings(), item.name)
     assert from_flag == from_env and deprecations == ()
 
@@ -326,7 +333,7 @@ def test_a_refused_value_is_one_line_naming_its_flag_or_variable(
         attempts.append(([], command_line(item, value), item.flag))
         attempts += [([], command_line(item, value, spelling=old), old) for old in item.old_flags]
     if value:
-        attempts.append(([(item.env, value)], ["serve"], item.env))
+        attempts.append(([(item.env, value)], [command_of(item)], item.env))
         attempts += [([(old, value)], ["serve"], old) for old in item.old_envs]
     assert attempts
     for environ, argv, named in attempts:
@@ -393,7 +400,11 @@ def test_help_lists_every_setting_with_its_variable_and_default(
 ) -> None:
     texts = {
         scope: " ".join(_help(argv, capsys, monkeypatch).partition("options:")[2].split())
-        for scope, argv in (("serve", ["serve", "--help"]), ("global", ["--help"]))
+        for scope, argv in (
+            ("serve", ["serve", "--help"]),
+            ("global", ["--help"]),
+            ("segment-store", ["segment-store", "--help"]),
+        )
     }
     for item in DECLARATIONS:
         options = texts[item.scope]
