@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from app.testing.controller import Services, running_controller, serving
 from app.testing.scale import scale_request
 from tests.api.test_grpc_streams import config
 from tests.metrics.test_scrape import Samples, Served, scrape, value
+from tests.support.dataplane import ClientProcess, to_proto_id
 
 P = "pravega_controller_"
 CREATED_SEGMENTS = f"{P}transactions_created_segments_latency_seconds_count"
@@ -31,6 +33,20 @@ LONG_MAX = 2**63 - 1
 @pytest.fixture
 async def served(services: Services) -> AsyncIterator[Served]:
     async with serving(services) as servers:
+        handle = Served(servers.rest_port, servers.grpc_port)
+        try:
+            yield handle
+        finally:
+            handle.channel.close()
+
+
+@pytest.fixture
+async def client_served(db_url: str) -> AsyncIterator[Served]:
+    """`serve` with Pravega's default lease bound: the client asks for 90 s leases."""
+    async with (
+        running_controller(db_url, txn_max_lease_ms=120_000) as services,
+        serving(services) as servers,
+    ):
         handle = Served(servers.rest_port, servers.grpc_port)
         try:
             yield handle
@@ -105,6 +121,23 @@ async def test_create_commit_and_abort_time_their_segment_store_work(served: Ser
     refused = await stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=aborted.txnId))
     assert refused.status == pb.TxnStatus.FAILURE
     assert deltas(after_abort, await scrape(served.base), COMMITTING) == [0]
+
+
+@pytest.mark.interop
+async def test_the_real_clients_transactions_are_timed(client_served: Served, tmp_path: Path) -> None:
+    """The pravega client opens two transactions, writes into both, commits one, aborts the other."""
+    served = client_served
+    info = await stream(served)
+    before = await scrape(served.base)
+    client = await ClientProcess.start(
+        "txn", tmp_path, uri=served.grpc_uri, scope=info.scope, stream="s", before=2, size=5, after=2
+    )
+    done = await client.result(120)
+    # commit() and abort() return once decided; the workers merge and drop after.
+    for key, state in (("committed", pb.TxnState.COMMITTED), ("aborted", pb.TxnState.ABORTED)):
+        await txn_reaches(served, info, to_proto_id(int(done[key])), state)
+    names = (CREATED_SEGMENTS, COMMITTING, COMMITTED_SEGMENTS, ABORTING, ABORTED_SEGMENTS)
+    assert deltas(before, await scrape(served.base), *names) == [2, 1, 1, 1, 1]
 
 
 async def test_a_rolling_commit_times_its_merge(served: Served) -> None:
