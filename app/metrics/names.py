@@ -53,6 +53,16 @@ def _txn(done: str, fail: str, what: str) -> list[MetricDef]:
     return _operation("transactions", done, fail, what)
 
 
+def _latency(what: str, help_: str) -> MetricDef:
+    """A latency Pravega keeps on its own (`<what>_latency_ms`), of successful runs only."""
+    return MetricDef(
+        f"{_P}{what}_latency_seconds",
+        Kind.HISTOGRAM,
+        f"{help_}: latency of the successful runs, seconds",
+        f"pravega.controller.{what.replace('_', '.', 1)}_latency_ms",
+    )
+
+
 DEFINITIONS: tuple[MetricDef, ...] = (
     *_operation("scope", "created", "create_failed", "createScope"),
     *_operation("scope", "deleted", "delete_failed", "deleteScope"),
@@ -79,9 +89,31 @@ DEFINITIONS: tuple[MetricDef, ...] = (
     ),
     *_operation("kvtable", "created", "create_failed", "createKeyValueTable"),
     *_operation("kvtable", "deleted", "delete_failed", "deleteKeyValueTable"),
+    MetricDef(
+        f"{_P}kvtable_segments_count",
+        Kind.GAUGE,
+        "segments of all active key-value tables (Pravega's is per table)",
+        "pravega.controller.kvtable.segments.count",
+    ),
     *_txn("created", "create_failed", "createTransaction"),
     *_txn("committed", "commit_failed", "commitTransaction"),
     *_txn("aborted", "abort_failed", "abortTransaction"),
+    # Pravega's finer transaction latencies: the segment store's part of each step, and the
+    # commit/abort calls themselves (the decision recorded, the work queued).
+    _latency(
+        "transactions_created_segments",
+        "createTransaction: creating the transaction's segments in the segment stores",
+    ),
+    _latency("transactions_committing", "commitTransaction: marking the transaction COMMITTING"),
+    _latency(
+        "transactions_committed_segments",
+        "commit worker: merging a batch's transaction segments into the stream's segments",
+    ),
+    _latency("transactions_aborting", "abortTransaction: marking the transaction ABORTING"),
+    _latency(
+        "transactions_aborted_segments",
+        "abort worker: dropping the transaction's segments in the segment stores",
+    ),
     MetricDef(
         f"{_P}transactions_opened",
         Kind.GAUGE,
@@ -137,6 +169,12 @@ DEFINITIONS: tuple[MetricDef, ...] = (
         Kind.COUNTER,
         "truncations made by the retention worker",
         "pravega.controller.retention.frequency",
+    ),
+    MetricDef(
+        f"{_P}retention_truncated_size",
+        Kind.GAUGE,
+        "bytes before the truncation point, summed over all streams (Pravega's is per stream)",
+        "pravega.controller.retention.truncated_size",
     ),
     # Ours: the API's own latency, by method and answer.
     MetricDef(

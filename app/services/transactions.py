@@ -32,12 +32,14 @@ from app.domain.txns import (
     txn_segments,
 )
 from app.domain.validation import check_ping_lease, check_writer_id, check_writer_timestamp
-from app.metrics.record import operation, outcome_is
+from app.metrics.record import Stopwatch, latency, operation, outcome_is
 from app.ports import Clock, SegmentStore, StreamStore, TxnLookup, TxnStore
 
 # Pravega retries a versioned txn update 3 times before the error reaches the caller.
 _WRITE_ATTEMPTS = 3
 LIST_COMPLETED_LIMIT = 500
+_P = "pravega_controller_transactions_"
+_CREATED_SEGMENTS = Stopwatch(f"{_P}created_segments_latency_seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +87,11 @@ class TransactionService:
         txn = created.txn
         names = [qualified_segment_name(scope, name, parent.id) for parent in parents]
         # If this fails the record stays OPEN and simply times out (Pravega does the same).
+        start = _CREATED_SEGMENTS.start()
         await self._segment_store.create_transaction_segments(
             names, txn.high, txn.low, created.rollover_size_bytes
         )
+        _CREATED_SEGMENTS.done(start)
         await self._drop_segments_of_a_finished_txn(scope, name, txn, names)
         return CreatedTransaction(txn, parents)
 
@@ -158,6 +162,7 @@ class TransactionService:
         raise WriteConflict(f"transaction {txn} kept changing while being pinged")
 
     @operation("transactions", "committed", "commit_failed", outcome_is(Outcome.SUCCESS))
+    @latency(f"{_P}committing_latency_seconds", outcome_is(Outcome.SUCCESS))
     async def commit(
         self, scope: str, name: str, txn: TxnId, writer_id: str = "", timestamp: int | None = None
     ) -> Outcome:
@@ -180,6 +185,7 @@ class TransactionService:
         )
 
     @operation("transactions", "aborted", "abort_failed", outcome_is(Outcome.SUCCESS))
+    @latency(f"{_P}aborting_latency_seconds", outcome_is(Outcome.SUCCESS))
     async def abort(self, scope: str, name: str, txn: TxnId) -> Outcome:
         return await self._seal(
             scope,

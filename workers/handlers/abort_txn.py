@@ -9,8 +9,11 @@ import asyncio
 from app.domain.ids import qualified_segment_name
 from app.domain.requests import Request
 from app.domain.txns import TxnId, TxnStatus, txn_segments
+from app.metrics.record import Stopwatch
 from workers.handlers.common import WorkflowDeps
 from workers.runner import MarkStarted
+
+_ABORTED_SEGMENTS = Stopwatch("pravega_controller_transactions_aborted_segments_latency_seconds")
 
 
 class AbortTxnHandler:
@@ -24,6 +27,7 @@ class AbortTxnHandler:
         if lookup.active is None or lookup.active.value.status is not TxnStatus.ABORTING:
             return  # completed already (a re-delivery)
         txn_epoch = await self._deps.streams.get_epoch(scope, name, lookup.active.value.epoch)
+        start = _ABORTED_SEGMENTS.start()
         await asyncio.gather(
             *(
                 self._deps.segment_store.abort_transaction_segment(
@@ -32,6 +36,7 @@ class AbortTxnHandler:
                 for parent in txn_segments(txn_epoch)
             )
         )
+        _ABORTED_SEGMENTS.done(start)
         await self._deps.txns.complete_abort(
             scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
         )

@@ -24,6 +24,7 @@ from app.domain.records import EpochRecord, StreamState, Versioned
 from app.domain.requests import Processor, Request
 from app.domain.states import check_transition
 from app.domain.txns import commits_in_place, txn_parent_id, txn_segments
+from app.metrics.record import Stopwatch
 from app.ports import CommitBatch, CommittingRecord, RequestQueue, TxnWriterMarks
 from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, move_state, retry_conflicts
@@ -33,6 +34,7 @@ from workers.runner import MarkStarted
 log = logging.getLogger("pgcontroller.requests")
 
 MAX_TRANSACTION_COMMIT_BATCH_SIZE = 100
+_COMMITTED_SEGMENTS = Stopwatch("pravega_controller_transactions_committed_segments_latency_seconds")
 
 
 class CommitTxnsHandler:
@@ -169,7 +171,10 @@ async def _merge_into(
             target, [(txn.high, txn.low) for txn in batch.txns], txn_parent=parent
         )
 
-    return dict(await asyncio.gather(*(merge_segment(s.id) for s in active.segments)))
+    start = _COMMITTED_SEGMENTS.start()
+    merged = dict(await asyncio.gather(*(merge_segment(s.id) for s in active.segments)))
+    _COMMITTED_SEGMENTS.done(start)
+    return merged
 
 
 async def _drop_batch_segments(deps: WorkflowDeps, scope: str, name: str, batch: CommitBatch) -> None:

@@ -16,9 +16,14 @@ from app.domain.errors import NotFound
 from app.domain.ids import qualified_segment_name
 from app.domain.records import EpochRecord, ScaleType, SegmentRecord
 from app.domain.txns import rolling_epochs, txn_parent_id
+from app.metrics.record import Stopwatch
 from app.ports import CommitBatch
 from workers.failpoints import failpoint
 from workers.handlers.common import WorkflowDeps, advance_pointer, record_sealed_sizes, seal_segments
+
+# The commit's merge of a batch, here into the copies of the transactions' epoch (the copies'
+# creation and seal included, as they happen segment by segment with the merges).
+_COMMITTED_SEGMENTS = Stopwatch("pravega_controller_transactions_committed_segments_latency_seconds")
 
 
 async def roll_transactions(
@@ -26,6 +31,7 @@ async def roll_transactions(
 ) -> None:
     plan = rolling_epochs(active, txn_epoch, deps.clock.now_ms())
     config = (await deps.streams.get_config(scope, name)).value
+    start = _COMMITTED_SEGMENTS.start()
     copy_sizes = dict(
         await asyncio.gather(
             *(
@@ -34,6 +40,7 @@ async def roll_transactions(
             )
         )
     )
+    _COMMITTED_SEGMENTS.done(start)
     for segment in plan.active_copy.segments:
         await deps.segment_store.create_segment(
             qualified_segment_name(scope, name, segment.id),
