@@ -32,7 +32,7 @@ from app.domain.txns import (
     txn_segments,
 )
 from app.domain.validation import check_ping_lease, check_writer_id, check_writer_timestamp
-from app.metrics.record import Stopwatch, latency, operation, outcome_is
+from app.metrics.record import Stopwatch, failures, latency, operation, outcome_is
 from app.ports import Clock, SegmentStore, StreamStore, TxnLookup, TxnStore
 
 # Pravega retries a versioned txn update 3 times before the error reaches the caller.
@@ -161,7 +161,9 @@ class TransactionService:
                 continue
         raise WriteConflict(f"transaction {txn} kept changing while being pinged")
 
-    @operation("transactions", "committed", "commit_failed", outcome_is(Outcome.SUCCESS))
+    # `committed` and its latency are the commit worker's (workers/handlers/commit_txns.py), as
+    # they are Pravega's CommitRequestHandler's; this call records the decision.
+    @failures(f"{_P}commit_failed", outcome_is(Outcome.SUCCESS))
     @latency(f"{_P}committing_latency_seconds", outcome_is(Outcome.SUCCESS))
     async def commit(
         self, scope: str, name: str, txn: TxnId, writer_id: str = "", timestamp: int | None = None
@@ -184,7 +186,8 @@ class TransactionService:
             timestamp if writer is not None and timestamp is not None and timestamp >= 0 else None,
         )
 
-    @operation("transactions", "aborted", "abort_failed", outcome_is(Outcome.SUCCESS))
+    # `aborted` and its latency are the abort worker's (workers/handlers/abort_txn.py).
+    @failures(f"{_P}abort_failed", outcome_is(Outcome.SUCCESS))
     @latency(f"{_P}aborting_latency_seconds", outcome_is(Outcome.SUCCESS))
     async def abort(self, scope: str, name: str, txn: TxnId) -> Outcome:
         return await self._seal(

@@ -27,6 +27,10 @@ COMMITTING = f"{P}transactions_committing_latency_seconds_count"
 COMMITTED_SEGMENTS = f"{P}transactions_committed_segments_latency_seconds_count"
 ABORTING = f"{P}transactions_aborting_latency_seconds_count"
 ABORTED_SEGMENTS = f"{P}transactions_aborted_segments_latency_seconds_count"
+COMMITTED = f"{P}transactions_committed_total"
+COMMITTED_LATENCY = f"{P}transactions_committed_latency_seconds_count"
+ABORTED = f"{P}transactions_aborted_total"
+ABORTED_LATENCY = f"{P}transactions_aborted_latency_seconds_count"
 LONG_MAX = 2**63 - 1
 
 
@@ -61,6 +65,17 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout_s:
         if loop.time() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout_s} s")
         await asyncio.sleep(0.02)
+
+
+async def counted(served: Served, since: Samples, name: str, expected: float) -> Samples:
+    """The first scrape whose `name` has grown by `expected` since `since` (a worker counts just
+    after the state it wrote is visible, so a scrape right after the state can come first)."""
+    for _ in range(600):
+        now = await scrape(served.base)
+        if value(now, name) - value(since, name) >= expected:
+            return now
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} did not grow by {expected} within 30 s")
 
 
 async def txn_reaches(served: Served, info: pb.StreamInfo, txn: pb.TxnId, state: int) -> None:
@@ -98,8 +113,15 @@ async def test_create_commit_and_abort_time_their_segment_store_work(served: Ser
     status = await stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=committed.txnId))
     assert status.status == pb.TxnStatus.SUCCESS
     await txn_reaches(served, info, committed.txnId, pb.TxnState.COMMITTED)
-    after_commit = await scrape(served.base)
+    # The worker counts just after the state it wrote becomes visible: wait for the count.
+    after_commit = await counted(served, created, COMMITTED, 1)
     assert deltas(created, after_commit, COMMITTING, COMMITTED_SEGMENTS, ABORTING, ABORTED_SEGMENTS) == [
+        1,
+        1,
+        0,
+        0,
+    ]
+    assert deltas(created, after_commit, COMMITTED, COMMITTED_LATENCY, ABORTED, ABORTED_LATENCY) == [
         1,
         1,
         0,
@@ -109,7 +131,8 @@ async def test_create_commit_and_abort_time_their_segment_store_work(served: Ser
     status = await stub.abortTransaction(pb.TxnRequest(streamInfo=info, txnId=aborted.txnId))
     assert status.status == pb.TxnStatus.SUCCESS
     await txn_reaches(served, info, aborted.txnId, pb.TxnState.ABORTED)
-    after_abort = await scrape(served.base)
+    after_abort = await counted(served, after_commit, ABORTED, 1)
+    assert deltas(after_commit, after_abort, COMMITTED, ABORTED, ABORTED_LATENCY) == [0, 1, 1]
     assert deltas(after_commit, after_abort, COMMITTING, COMMITTED_SEGMENTS, ABORTING, ABORTED_SEGMENTS) == [
         0,
         0,

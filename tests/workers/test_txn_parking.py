@@ -20,6 +20,7 @@ from app.domain.ids import qualified_segment_name, transaction_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.domain.requests import Processor, Request, RequestKind
 from app.domain.txns import Outcome, TxnId, TxnStatus
+from app.metrics.registry import REGISTRY
 from app.ports import SegmentStore
 from app.services.deletion import DeleteStreamOutcome
 from app.services.stream_updates import UpdateOutcome
@@ -156,16 +157,26 @@ async def assert_sealable_and_deletable(s: Services) -> None:
     assert deleted is DeleteStreamOutcome.SUCCESS
 
 
+def sample(name: str) -> float:
+    """A counter of this process's metrics registry (the workers above run in this process)."""
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
 async def test_defect_16_a_commit_whose_merge_is_refused_finally_is_parked_and_its_batch_aborted(
     idle: Services,
 ) -> None:
     s = idle
     txn = await txn_with_data(s)
+    failed_before = sample("pravega_controller_transactions_commit_failed_total")
+    committed_before = sample("pravega_controller_transactions_committed_total")
     assert await s.transactions.commit(SC, ST, txn) is Outcome.SUCCESS
     await run_queues(s, runners(s, frozenset({"merge"})))
 
     [row] = await parked(s)
     assert row.kind is RequestKind.COMMIT_TXNS
+    # The batch that failed for good counts as Pravega's commit_failed, and never as committed.
+    assert sample("pravega_controller_transactions_commit_failed_total") - failed_before == 1
+    assert sample("pravega_controller_transactions_committed_total") == committed_before
     assert "refuses to merge" in (row.last_error or "")
     assert await s.transactions.state(SC, ST, txn) is TxnStatus.ABORTED
     assert (await s.txn_store.get_committing(SC, ST)).batch is None
@@ -225,10 +236,14 @@ async def test_defect_16_an_abort_the_segment_store_refuses_is_parked_and_the_tr
 ) -> None:
     s = idle
     txn = await txn_with_data(s)
+    failed_before = sample("pravega_controller_transactions_abort_failed_total")
+    aborted_before = sample("pravega_controller_transactions_aborted_total")
     assert await s.transactions.abort(SC, ST, txn) is Outcome.SUCCESS
     await run_queues(s, runners(s, frozenset({"abort"})))
     [row] = await parked(s)
     assert row.kind is RequestKind.ABORT_TXN
+    assert sample("pravega_controller_transactions_abort_failed_total") - failed_before == 1
+    assert sample("pravega_controller_transactions_aborted_total") == aborted_before
     assert "refuses to drop" in (row.last_error or "")
     assert await s.transactions.state(SC, ST, txn) is TxnStatus.ABORTED
     assert await s.txn_store.list_active(SC, ST) == []

@@ -10,10 +10,15 @@ from app.domain.ids import qualified_segment_name
 from app.domain.requests import Request
 from app.domain.txns import TxnId, TxnStatus, txn_segments
 from app.metrics.record import Stopwatch
+from app.metrics.registry import counter
 from workers.handlers.common import WorkflowDeps
 from workers.runner import MarkStarted
 
 _ABORTED_SEGMENTS = Stopwatch("pravega_controller_transactions_aborted_segments_latency_seconds")
+# Pravega's AbortRequestHandler counts and times an abort once it is done.
+_ABORTED = counter("pravega_controller_transactions_aborted")
+_ABORTED_LATENCY = Stopwatch("pravega_controller_transactions_aborted_latency_seconds")
+_ABORT_FAILED = counter("pravega_controller_transactions_abort_failed")
 
 
 class AbortTxnHandler:
@@ -21,6 +26,7 @@ class AbortTxnHandler:
         self._deps = deps
 
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
+        started = _ABORTED_LATENCY.start()
         scope, name = request.scope, request.stream
         txn = TxnId(int(request.payload["txn_high"]), int(request.payload["txn_low"]))
         lookup = await self._deps.txns.get_txn(scope, name, txn)
@@ -40,6 +46,8 @@ class AbortTxnHandler:
         await self._deps.txns.complete_abort(
             scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
         )
+        _ABORTED.inc()
+        _ABORTED_LATENCY.done(started)
 
     async def rollback(self, request: Request) -> None:
         """An abort that failed finally (the segment store refuses to drop a segment): the
@@ -53,3 +61,4 @@ class AbortTxnHandler:
         await self._deps.txns.complete_abort(
             scope, name, txn, lookup.active.version, self._deps.clock.now_ms()
         )
+        _ABORT_FAILED.inc()
