@@ -34,6 +34,7 @@ from app.store.dsn import masked
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
 from app.store.probe import PgProbe
+from app.waiting import bounded
 from app.wiring import (
     BackgroundLoops,
     Controller,
@@ -135,7 +136,7 @@ async def _pool(settings: Settings, url: str, stack: contextlib.AsyncExitStack) 
 
     async def close() -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(pool.close(), timeout=settings.shutdown_timeout_s / 2)
+            await bounded(pool.close(), limit_s=settings.shutdown_timeout_s / 2)
 
     stack.push_async_callback(close)
     return pool

@@ -26,6 +26,7 @@ from app.store.cluster import PgClusterStore
 from app.store.db import Database
 from app.store.migrate import ensure_schema
 from app.store.pool import create_pool
+from app.waiting import bounded, wait_event
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
 from app.wiring.store_listener import MetricsListener, start_metrics_listener, store_health, watch_store
@@ -62,7 +63,7 @@ async def serve_segment_store(settings: Settings) -> int:
         return await _with_listener(settings, pool, url, watchdog)
     finally:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(pool.close(), timeout=settings.shutdown_timeout_s / 2)
+            await bounded(pool.close(), limit_s=settings.shutdown_timeout_s / 2)
         watchdog.disarm()
 
 
@@ -129,8 +130,7 @@ async def _until_stopped(store: RunningStore) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=_WATCH_S)
+            await wait_event(stop, _WATCH_S)
             failure = store.died()
             if failure is not None:
                 log.error("segment store loop died: %r", failure)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from app.domain.cluster import BucketCounts, BucketService, LeaderRecord, Member, balance
 from app.domain.errors import StoreUnavailable
 from app.ports import AdvisoryLocks, Clock, ClusterStore
+from app.waiting import wait_event
 from workers.buckets import BucketClaims
 
 log = logging.getLogger("pgcontroller.cluster")
@@ -117,8 +118,7 @@ class ClusterNode:
                     await self._locks.reset()
             self.first_round.set()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval_s)
+            await wait_event(self._wake, self._interval_s)
 
     async def _round(self) -> None:
         now = self._clock.now_ms()

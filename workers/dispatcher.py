@@ -9,13 +9,13 @@ for the new owner.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from app.domain.errors import StoreUnavailable
 from app.domain.requests import Processor, Request
 from app.ports import RequestQueue
+from app.waiting import wait_event
 from workers.failpoints import failpoint
 from workers.keyed import KeyedQueues
 from workers.runner import RequestRunner
@@ -95,8 +95,7 @@ class RequestDispatcher:
             fetched, submitted = await self._dispatch_once()
             if fetched >= self._batch and submitted:
                 continue  # more may be waiting beyond this batch
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
+            await wait_event(self._wake, self._poll_s)
 
     async def _dispatch_once(self) -> tuple[int, int]:
         """(rows read, requests newly put in memory)."""

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from app.waiting import bounded
+
 log = logging.getLogger("pgcontroller.workers")
 
 T = TypeVar("T")
@@ -69,7 +71,7 @@ class KeyedQueues(Generic[K, T]):
         try:
             while True:
                 try:
-                    item = await asyncio.wait_for(queue.get(), timeout=self._idle_s)
+                    item = await bounded(queue.get(), limit_s=self._idle_s)
                 except TimeoutError:
                     if queue.empty():
                         return

@@ -12,12 +12,12 @@ is left, since every batch is one transaction.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from app.domain.errors import StoreUnavailable, WriteConflict
 from app.services.state_views import AggregationSummary, ViewAggregation
+from app.waiting import wait_event
 
 log = logging.getLogger("pgcontroller.state-views")
 
@@ -59,8 +59,7 @@ class StateViewAggregator:
             except WriteConflict as exc:
                 # Two leaders overlapped for a moment; the next pass reads afresh.
                 log.info("aggregation batch conflicted, retrying: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
+            await wait_event(self._wake, self._poll_s)
 
     async def run_once(self) -> AggregationSummary:
         """One pass if this process leads, else nothing."""

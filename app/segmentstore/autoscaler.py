@@ -33,6 +33,7 @@ from app.domain.autoscale import (
 )
 from app.domain.records import ScaleType
 from app.ports import Clock, ScaleReportSink
+from app.waiting import wait_event
 
 log = logging.getLogger("pgcontroller.autoscaler")
 
@@ -272,8 +273,7 @@ class AutoScaleMonitor:
         """Sends reports as soon as traffic triggers them and looks for idle segments every
         clean-up interval, until cancelled; a failing pass is logged and the next one runs."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.cache_cleanup_ms / 1000)
+            await wait_event(self._wake, self.config.cache_cleanup_ms / 1000)
             self._wake.clear()
             try:
                 await self.run_once()

@@ -7,7 +7,6 @@ cluster issue replaces the static list with a leader-maintained map; this stays 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from app.domain.containers import container_for_segment
 from app.domain.errors import InvalidInput, StoreUnavailable
 from app.ports import ContainerMapStore
+from app.waiting import wait_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,5 +131,4 @@ class SharedContainerMap:
                 await self.refresh()
             except StoreUnavailable as exc:
                 _log.warning("cannot read the container map, answering from the last one: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._poll_s)
+            await wait_event(self._wake, self._poll_s)

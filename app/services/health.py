@@ -9,7 +9,6 @@ An outage of the metadata store turns readiness false within PROBE_INTERVAL_S + 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 
 from app.domain.errors import StoreUnavailable
 from app.ports import Clock
+from app.waiting import bounded, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ async def probe_metadata_store(
     while True:
         wake.clear()
         try:
-            await asyncio.wait_for(ping(), timeout=timeout_s)
+            await bounded(ping(), limit_s=timeout_s)
         except (StoreUnavailable, TimeoutError) as exc:
             if health.contributor("metadata-store").status != HealthStatus.DOWN:
                 cause = exc.__cause__ or exc
@@ -143,5 +143,4 @@ async def probe_metadata_store(
             health.set("metadata-store", HealthStatus.DOWN, error=STORE_DOWN)
         else:
             health.set("metadata-store", HealthStatus.UP, checked_at=str(clock.now_ms()))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=interval_s)
+        await wait_event(wake, interval_s)

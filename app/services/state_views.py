@@ -10,7 +10,6 @@ notification alone: it re-reads at least every `poll_s`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ from app.domain.state_views import (
     validate_state_name,
 )
 from app.ports import Clock, StateViewStore
+from app.waiting import wait_event
 
 DEFAULT_POLL_S = 0.5
 MAX_WAIT_MS = 60_000
@@ -183,8 +183,7 @@ class StateViewService:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return await self._store.get_view(state_name, resource)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(self._poll_s, remaining))
+                await wait_event(event, min(self._poll_s, remaining))
             finally:
                 events = self._waiters.get(key)
                 if events is not None:

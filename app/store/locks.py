@@ -6,13 +6,13 @@ releases every lock it held, so the owner must treat any error here as "all lock
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable
 
 from app.domain.errors import StoreUnavailable
 from app.store.db import PgSession, connect
 from app.store.pool import asyncpg_dsn
+from app.waiting import bounded
 
 
 class PgAdvisoryLocks:
@@ -67,4 +67,4 @@ class PgAdvisoryLocks:
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), timeout=1)
+                await bounded(conn.close(), limit_s=1)

@@ -17,6 +17,7 @@ import asyncpg
 from app.store.cache import RecordCache
 from app.store.dsn import open_connection
 from app.store.pool import asyncpg_dsn
+from app.waiting import bounded, wait_event
 
 log = logging.getLogger("pgcontroller.notifications")
 
@@ -94,7 +95,7 @@ class PgListener:
             backoff = min(backoff * 2, self._max_backoff_s)
 
     async def _listen_until_lost(self) -> None:
-        conn = await asyncio.wait_for(open_connection(self._dsn), timeout=10)
+        conn = await bounded(open_connection(self._dsn), limit_s=10)
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         try:
@@ -108,14 +109,13 @@ class PgListener:
             for callback in self._connected_callbacks:
                 callback()
             while not lost.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lost.wait(), timeout=self._heartbeat_s)
+                await wait_event(lost, self._heartbeat_s)
                 if not lost.is_set():
                     # A silent network can hide a dead server; a round trip proves it is alive.
-                    await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=self._heartbeat_s * 2)
+                    await bounded(conn.fetchval("SELECT 1"), limit_s=self._heartbeat_s * 2)
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), timeout=1)
+                await bounded(conn.close(), limit_s=1)
 
     def _stream_changed(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:

@@ -4,7 +4,6 @@ workers stop, and no call in flight is cut short while the drain window lasts)."
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -30,6 +29,7 @@ from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
 from app.services.health import HealthService, HealthStatus
 from app.store.accounts import PgAccountStore
 from app.store.metrics_gauges import gauge_refresher
+from app.waiting import bounded
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
 from app.wiring.resources import RestExtension
 
@@ -52,9 +52,9 @@ class Servers:
         """Stops intake; each server gets half of `timeout_s` to finish its calls in flight."""
         self.grpc_server.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.grpc_server.wait_closed(), timeout=timeout_s / 2)
+            await bounded(self.grpc_server.wait_closed(), limit_s=timeout_s / 2)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.rest_runner.cleanup(), timeout=timeout_s / 2)
+            await bounded(self.rest_runner.cleanup(), limit_s=timeout_s / 2)
 
 
 def _authenticator(settings: Settings, controller: Controller) -> Authenticator | None:

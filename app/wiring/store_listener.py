@@ -7,7 +7,6 @@ store's background tasks died."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from app.clock import SystemClock
 from app.config import Settings
 from app.security.tls import ALPN_REST, server_context
 from app.services.health import HealthService, HealthStatus
+from app.waiting import bounded
 from app.wiring.segment_store import RunningStore
 
 SEGMENT_STORE = "segment-store"
@@ -31,7 +31,7 @@ class MetricsListener:
     async def close(self, timeout_s: float) -> None:
         # A scrape in flight is a quick render: the bound only guards against a stuck peer.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.runner.cleanup(), timeout=timeout_s)
+            await bounded(self.runner.cleanup(), limit_s=timeout_s)
 
 
 def store_health() -> HealthService:

@@ -10,6 +10,8 @@ import asyncio
 import grpclib.server
 from grpclib.events import RecvRequest, listen
 
+from app.waiting import wait_event
+
 _UNCOUNTED_PREFIX = "/grpc.health.v1.Health/"
 
 
@@ -28,11 +30,7 @@ class InFlightCalls:
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """True once no call is in flight; False when `timeout_s` passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._idle, timeout_s)
 
     async def _on_request(self, event: RecvRequest) -> None:
         if event.method_name.startswith(_UNCOUNTED_PREFIX):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from app.domain.errors import NotFound, StoreUnavailable, WriteConflict
 from app.ports import Clock, ContainerMapStore, SegmentStoreHost
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.waiting import wait_event
 
 log = logging.getLogger("pgcontroller.segment-store.membership")
 
@@ -85,8 +86,7 @@ class StoreMembership:
                 except StoreUnavailable as exc:
                     log.warning("cannot read the container map, serving from the last one: %s", exc)
             timeout = max(0.0, min(self._poll_s, next_beat - loop.time()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            await wait_event(self._wake, timeout)
 
     async def leave(self) -> None:
         """Deregisters (a clean stop): the leader moves the containers without waiting out the

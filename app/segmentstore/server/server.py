@@ -21,6 +21,7 @@ from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.server.tokens import TokenGate
+from app.waiting import bounded
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class SegmentStoreServer:
             *(c.answer_parked_reads() for c in connections.values()), return_exceptions=True
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(answered, CLOSE_ANSWER_TIMEOUT_S)
+            await bounded(answered, CLOSE_ANSWER_TIMEOUT_S)
         for task in connections:
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
