@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,14 @@ async def test_the_wait_for_it_replaces_loses_that_cancellation() -> None:
     outlives its cancellation. (On 3.12, whose wait_for is fixed, this fails: wait_event can go.)"""
     assert sys.version_info[:2] == (3, 11)
     assert not await _ends_when_cancelled_as_it_wakes(lambda event: asyncio.wait_for(event.wait(), 60))
+
+
+def test_the_service_never_waits_with_wait_for() -> None:
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.joinpath("app").rglob("*.py"), *root.joinpath("workers").rglob("*.py")]
+    offenders = [
+        str(path.relative_to(root))
+        for path in sources
+        if "testing" not in path.parts and "wait_for(" in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == [], "use app.waiting's wait_event or bounded instead of asyncio.wait_for"
