@@ -33,6 +33,7 @@ from app.store.kvtables import PgKvtStore
 from app.store.pool import create_pool
 from app.testing.controller import TEST_SETTINGS, Services, running_controller
 from tests.api.conftest import served
+from tests.support.parked import parked_soon
 from workers.dispatcher import RequestDispatcher
 from workers.handlers.common import WorkflowDeps
 from workers.handlers.kvtables import kvt_handlers
@@ -470,7 +471,7 @@ async def test_defect_16_a_kvt_create_the_segment_store_refuses_is_failure_at_on
     started = time.monotonic()
     assert await create(api, config()) == pb.CreateKeyValueTableStatus.FAILURE
     assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
-    [row] = await api.services.requests.list_parked(0, 10)
+    [row] = await parked_soon(api.services.requests)
     assert row.kind is RequestKind.CREATE_KVT and "refuses" in (row.last_error or "")
     # The incarnation left CREATING for good: the name is free, and a new create succeeds.
     got = await api.stub.getKeyValueTableConfiguration(info())
@@ -487,7 +488,7 @@ async def test_defect_16_a_kvt_delete_the_segment_store_refuses_is_failure_and_t
     started = time.monotonic()
     assert (await api.stub.deleteKeyValueTable(info())).status == pb.DeleteKVTableStatus.FAILURE
     assert time.monotonic() - started < 10, "answered when its request was parked, not at the deadline"
-    [row] = await api.services.requests.list_parked(0, 10)
+    [row] = await parked_soon(api.services.requests)
     assert row.kind is RequestKind.DELETE_KVT
     assert (await api.kvts.get_kvt(SC, "t")).value.state is KvtState.ACTIVE
     monkeypatch.undo()

@@ -12,6 +12,7 @@ from app.domain.records import StreamState, TruncationRecord
 from app.domain.requests import RequestKind
 from app.testing.controller import Services
 from tests.api.test_grpc_streams import config, make_scope
+from tests.support.parked import parked_soon
 
 S = pb.StreamInfo(scope="sc", stream="s")
 
@@ -32,7 +33,7 @@ async def test_defect_2_truncation_past_a_segments_end_is_parked_and_the_stream_
     # The stream is ACTIVE again, its truncation as it was; the request is parked with its error.
     assert (await services.stream_store.get_state("sc", "s")).value == StreamState.ACTIVE
     assert (await services.stream_store.get_truncation("sc", "s")).value == TruncationRecord()
-    [parked] = await services.requests.list_parked(0, 10)
+    [parked] = await parked_soon(services.requests)
     assert parked.kind is RequestKind.TRUNCATE_STREAM
     assert parked.last_error is not None and "its length is 0" in parked.last_error
 

@@ -27,6 +27,7 @@ from app.domain.requests import RequestKind
 from app.store.retention import PgRetentionStore
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
+from tests.support.parked import parked_soon
 from tests.support.readergroups import ZERO_ID, Rig, rg_config, rig, run_pending, stream_cut
 
 SC = "rgs"
@@ -418,7 +419,7 @@ async def _refused(*_args: object, **_kwargs: object) -> None:
 
 
 async def _parked_kinds(api: Api) -> list[RequestKind]:
-    return [r.kind for r in await api.s.requests.list_parked(0, 10)]
+    return [r.kind for r in await parked_soon(api.s.requests)]
 
 
 async def test_defect_16_a_reader_group_create_that_fails_finally_is_failure_and_frees_the_name(
