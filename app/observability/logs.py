@@ -50,9 +50,7 @@ def _iso_utc(created: float) -> str:
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "time": _iso_utc(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
