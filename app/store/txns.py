@@ -8,7 +8,7 @@ its commit request. Completed records are insert-only and garbage-collected by a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.domain.errors import IllegalState, NotFound
 from app.domain.records import Versioned
@@ -16,6 +16,7 @@ from app.domain.requests import NewRequest
 from app.domain.txns import CompletedTxn, TxnId, TxnRecord, TxnStatus
 from app.ports import CommitBatch, CommittingRecord, CreatedTxn, ExpiredTxn, TxnLookup
 from app.store import queries
+from app.store.batching import Coalescer
 from app.store.db import Database, Row
 from app.store.errors import conflict_or_missing
 
@@ -45,9 +46,22 @@ def _halves(txns: Sequence[TxnId]) -> tuple[list[int], list[int]]:
     return [t.high for t in txns], [t.low for t in txns]
 
 
+class _Ping(NamedTuple):
+    scope: str
+    name: str
+    txn_high: int
+    txn_low: int
+    now_ms: int
+    lease_ms: int
+    max_lease_ms: int
+
+
 class PgTxnStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        # Writers ping their transactions all the time, many at once: the pings of one loop turn
+        # are one statement.
+        self._pings: Coalescer[_Ping, bool] = Coalescer(self._ping_one, self._ping_many)
 
     async def create_txn(
         self, scope: str, name: str, epoch: int | None, now_ms: int, lease_ms: int, max_exec_expiry: int
@@ -92,10 +106,16 @@ class PgTxnStore:
     async def extend_open_lease(
         self, scope: str, name: str, txn: TxnId, lease_ms: int, now_ms: int, max_lease_ms: int
     ) -> bool:
-        version = await self._db.fetchval(
-            _SQL["extend_open_lease"], scope, name, txn.high, txn.low, now_ms, lease_ms, max_lease_ms
-        )
+        return await self._pings(_Ping(scope, name, txn.high, txn.low, now_ms, lease_ms, max_lease_ms))
+
+    async def _ping_one(self, ping: _Ping) -> bool:
+        version = await self._db.fetchval(_SQL["extend_open_lease"], *ping)
         return version is not None
+
+    async def _ping_many(self, batch: Sequence[_Ping]) -> list[bool | Exception]:
+        columns = [list(column) for column in zip(*batch, strict=True)]
+        extended = {row["ord"] for row in await self._db.fetch(_SQL["extend_open_leases"], *columns)}
+        return [ordinal in extended for ordinal in range(1, len(batch) + 1)]
 
     async def move_txn(
         self,

@@ -1,0 +1,100 @@
+"""Pings asked for in one loop turn are one statement (PgTxnStore.extend_open_lease), and each
+ping still gets the answer it would have had alone: an open transaction within its bounds is
+extended, a lease over the maximum, a missing or a committing transaction is not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.domain.records import ScalingPolicy, StreamConfig
+from app.domain.txns import TxnId
+from app.store.txns import PgTxnStore
+from app.testing.controller import Services, running_controller
+from tests.store.test_segment_data_batched import Counting
+
+SC = "pings"
+MAX_LEASE_MS = 120_000
+BATCHED = "-- extend_open_lease for many pings"
+ALONE = "-- A ping's common case in one statement"
+
+
+@pytest.fixture
+async def services(db_url: str) -> AsyncIterator[Services]:
+    async with running_controller(db_url, workers=False) as services:
+        await services.scopes.create_scope(SC)
+        for name in ("a", "b"):
+            await services.streams.create_stream(SC, name, StreamConfig(ScalingPolicy.fixed(1)))
+        yield services
+
+
+async def _open(services: Services, stream: str) -> TxnId:
+    return (await services.transactions.create(SC, stream, 10_000)).txn
+
+
+async def _lease(services: Services, stream: str, txn: TxnId) -> tuple[int, int]:
+    active = (await services.txn_store.get_txn(SC, stream, txn)).active
+    assert active is not None
+    return active.value.lease_ms, active.value.lease_expiry
+
+
+async def test_pings_of_one_turn_are_one_statement_with_each_pings_own_answer(services: Services) -> None:
+    first, second, other = await _open(services, "a"), await _open(services, "a"), await _open(services, "b")
+    committing = await _open(services, "a")
+    assert (await services.transactions.commit(SC, "a", committing)).name == "SUCCESS"
+    counting = Counting(services.resources.pool)
+    store = PgTxnStore(counting)  # type: ignore[arg-type]
+    now = services.clock.now_ms()
+
+    answers = await asyncio.gather(
+        store.extend_open_lease(SC, "a", first, 20_000, now, MAX_LEASE_MS),
+        store.extend_open_lease(SC, "a", second, MAX_LEASE_MS + 1, now, MAX_LEASE_MS),  # over the maximum
+        store.extend_open_lease(SC, "b", other, 30_000, now, MAX_LEASE_MS),
+        store.extend_open_lease(SC, "a", TxnId(7, 7), 20_000, now, MAX_LEASE_MS),  # no such transaction
+        store.extend_open_lease(SC, "a", committing, 20_000, now, MAX_LEASE_MS),  # no longer OPEN
+        store.extend_open_lease("nowhere", "a", first, 20_000, now, MAX_LEASE_MS),  # no such stream
+    )
+
+    assert answers == [True, False, True, False, False, False]
+    assert len(counting.statements) == 1 and counting.statements[0].startswith(BATCHED)
+    assert await _lease(services, "a", first) == (20_000, now + 20_000)
+    assert await _lease(services, "b", other) == (30_000, now + 30_000)
+    assert (await _lease(services, "a", second))[0] == 10_000  # untouched
+
+
+async def test_the_same_transaction_pinged_twice_in_a_turn_is_extended(services: Services) -> None:
+    txn = await _open(services, "a")
+    store = PgTxnStore(services.resources.pool)
+    now = services.clock.now_ms()
+    answers = await asyncio.gather(
+        store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS),
+        store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS),
+    )
+    # One of the two updates the row; the other may find it updated already in this statement
+    # and answers False, after which the service reads the record and pings it alone.
+    assert True in answers
+    assert await _lease(services, "a", txn) == (20_000, now + 20_000)
+
+
+async def test_a_lone_ping_runs_alone(services: Services) -> None:
+    txn = await _open(services, "a")
+    counting = Counting(services.resources.pool)
+    store = PgTxnStore(counting)  # type: ignore[arg-type]
+    assert await store.extend_open_lease(SC, "a", txn, 20_000, services.clock.now_ms(), MAX_LEASE_MS)
+    assert len(counting.statements) == 1 and counting.statements[0].startswith(ALONE)
+
+
+async def test_a_service_ping_that_loses_inside_a_batch_still_answers_ok(services: Services) -> None:
+    """Through the service: its slow path answers the ping the batch did not extend."""
+    txn = await _open(services, "a")
+    sweeper = asyncio.create_task(services.txn_sweeper.run())  # pings need timeouts running
+    await asyncio.sleep(0)
+    try:
+        statuses = await asyncio.gather(*(services.transactions.ping(SC, "a", txn, 20_000) for _ in range(5)))
+    finally:
+        sweeper.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sweeper
+    assert {status.name for status in statuses} == {"OK"}
