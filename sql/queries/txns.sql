@@ -65,16 +65,20 @@ RETURNING t.version;
 -- extend_open_lease for many pings of one loop turn: one statement, the same conditions per
 -- ping. Answers the ordinal (1-based) of each ping that extended its lease; a ping whose
 -- transaction is pinged twice in the batch may lose to the other and reads the record alone.
-WITH asked AS (
-    SELECT *
+-- Each ping's whole key (stream id, id halves) comes from one materialized row, so every probe
+-- of transactions is a primary-key lookup, whatever the statistics of a freshly filled table say.
+WITH asked AS MATERIALIZED (
+    SELECT s.id AS stream_id, a.txn_high, a.txn_low, a.now_ms, a.lease_ms, a.max_lease_ms, a.ord
     FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
         WITH ORDINALITY AS a(scope, name, txn_high, txn_low, now_ms, lease_ms, max_lease_ms, ord)
+    JOIN streams s ON s.scope = a.scope AND s.name = a.name
+    WHERE a.lease_ms <= a.max_lease_ms
 )
 UPDATE transactions t
 SET lease_expiry = a.now_ms + a.lease_ms, lease_ms = a.lease_ms, version = t.version + 1
-FROM asked a JOIN streams s ON s.scope = a.scope AND s.name = a.name
-WHERE t.stream_id = s.id AND t.txn_high = a.txn_high AND t.txn_low = a.txn_low
-  AND t.status = 'OPEN' AND a.lease_ms <= a.max_lease_ms AND a.now_ms + a.lease_ms <= t.max_exec_expiry
+FROM asked a
+WHERE (t.stream_id, t.txn_high, t.txn_low) = (a.stream_id, a.txn_high, a.txn_low)
+  AND t.status = 'OPEN' AND a.now_ms + a.lease_ms <= t.max_exec_expiry
 RETURNING a.ord;
 
 -- name: move_txn

@@ -11,6 +11,7 @@ import pytest
 
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnId
+from app.store import queries
 from app.store.txns import PgTxnStore
 from app.testing.controller import Services, running_controller
 from tests.store.test_segment_data_batched import Counting
@@ -98,3 +99,24 @@ async def test_a_service_ping_that_loses_inside_a_batch_still_answers_ok(service
         with pytest.raises(asyncio.CancelledError):
             await sweeper
     assert {status.name for status in statuses} == {"OK"}
+
+
+async def test_the_batched_statement_probes_transactions_by_their_whole_key(services: Services) -> None:
+    """The plan a prepared statement falls back to (generic, as after five runs) on the statistics
+    of a freshly filled table: each ping is a primary-key lookup, not a walk over every
+    transaction of its stream (which halved the ping rate when it happened)."""
+    txns = [await _open(services, "a") for _ in range(20)]
+    now = services.clock.now_ms()
+    columns = [["pings"] * 3, ["a"] * 3, [t.high for t in txns[:3]], [t.low for t in txns[:3]]]
+    columns += [[now] * 3, [20_000] * 3, [MAX_LEASE_MS] * 3]
+    async with services.resources.pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            plan = "\n".join(
+                row[0]
+                for row in await conn.fetch("EXPLAIN " + queries.load("txns")["extend_open_leases"], *columns)
+            )
+        finally:
+            await conn.execute("RESET plan_cache_mode")
+    probe = [line for line in plan.splitlines() if "Index Cond" in line and "txn_low" in line]
+    assert probe and "stream_id" in probe[0] and "txn_high" in probe[0], plan
