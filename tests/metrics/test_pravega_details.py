@@ -15,10 +15,10 @@ import pytest
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.ids import qualified_segment_name
 from app.store.retention import PgRetentionStore
-from app.testing.controller import Services, running_controller, serving
+from app.testing.controller import running_controller, serving
 from app.testing.scale import scale_request
 from tests.api.test_grpc_streams import config
-from tests.metrics.test_scrape import Samples, Served, scrape, value
+from tests.metrics.scraping import Samples, Served, counted, scrape, value
 from tests.support.dataplane import ClientProcess, to_proto_id
 
 P = "pravega_controller_"
@@ -32,16 +32,6 @@ COMMITTED_LATENCY = f"{P}transactions_committed_latency_seconds_count"
 ABORTED = f"{P}transactions_aborted_total"
 ABORTED_LATENCY = f"{P}transactions_aborted_latency_seconds_count"
 LONG_MAX = 2**63 - 1
-
-
-@pytest.fixture
-async def served(services: Services) -> AsyncIterator[Served]:
-    async with serving(services) as servers:
-        handle = Served(servers.rest_port, servers.grpc_port)
-        try:
-            yield handle
-        finally:
-            handle.channel.close()
 
 
 @pytest.fixture
@@ -65,17 +55,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout_s:
         if loop.time() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout_s} s")
         await asyncio.sleep(0.02)
-
-
-async def counted(served: Served, since: Samples, name: str, expected: float) -> Samples:
-    """The first scrape whose `name` has grown by `expected` since `since` (a worker counts just
-    after the state it wrote is visible, so a scrape right after the state can come first)."""
-    for _ in range(600):
-        now = await scrape(served.base)
-        if value(now, name) - value(since, name) >= expected:
-            return now
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{name} did not grow by {expected} within 30 s")
 
 
 async def txn_reaches(served: Served, info: pb.StreamInfo, txn: pb.TxnId, state: int) -> None:

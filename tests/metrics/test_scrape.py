@@ -6,59 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.api.grpc.proto import controller_pb2 as pb
-from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.controller import Services, serving
 from app.testing.scale import scale_request
 from tests.api.test_grpc_streams import config
+from tests.metrics.scraping import P, Served, counted, scrape, value
 from tests.support.dataplane import ClientProcess
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-P = "pravega_controller_"
-
-
-async def scrape(base: str, path: str = "/prometheus") -> Samples:
-    async with aiohttp.ClientSession() as http, http.get(base + path) as resp:
-        assert resp.status == 200, await resp.text()
-        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = await resp.text()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-class Served:
-    def __init__(self, rest_port: int, grpc_port: int) -> None:
-        self.base = f"http://127.0.0.1:{rest_port}"
-        self.grpc_uri = f"tcp://127.0.0.1:{grpc_port}"
-        self.channel = Channel("127.0.0.1", grpc_port)
-        self.stub = ControllerServiceStub(self.channel)
-
-
-@pytest.fixture
-async def served(services: Services) -> AsyncIterator[Served]:
-    async with serving(services) as servers:
-        handle = Served(servers.rest_port, servers.grpc_port)
-        try:
-            yield handle
-        finally:
-            handle.channel.close()
 
 
 async def test_control_plane_calls_are_counted_under_pravega_names(served: Served) -> None:
@@ -89,13 +49,7 @@ async def test_control_plane_calls_are_counted_under_pravega_names(served: Serve
         assert resp.status == 200
 
     # The commit is counted when the commit worker has merged it, as Pravega's handler counts it.
-    for _ in range(600):
-        after = await scrape(served.base)
-        if value(after, f"{P}transactions_committed_total") > value(
-            before, f"{P}transactions_committed_total"
-        ):
-            break
-        await asyncio.sleep(0.05)
+    after = await counted(served, before, f"{P}transactions_committed_total", 1)
 
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
