@@ -25,12 +25,13 @@ from app.config import Settings
 from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
-from app.security.tls import ALPN_GRPC, ALPN_REST, server_context
+from app.security.tls import ALPN_GRPC, server_context
 from app.services.health import HealthService, HealthStatus
 from app.store.accounts import PgAccountStore
 from app.store.metrics_gauges import gauge_refresher
 from app.waiting import bounded
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
+from app.wiring.http_listener import listen_http
 from app.wiring.resources import RestExtension
 
 
@@ -85,34 +86,21 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
     authenticator = _authenticator(settings, controller)
     in_flight = InFlightCalls()
     grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator, health, in_flight)
+    app = create_app(
+        controller.scopes,
+        controller.streams,
+        health,
+        controller.lifecycle,
+        controller.transactions,
+        _rest_extensions(settings, controller),
+        auth=None if authenticator is None else auth_middleware(authenticator),
+    )
     try:
-        runner = web.AppRunner(
-            create_app(
-                controller.scopes,
-                controller.streams,
-                health,
-                controller.lifecycle,
-                controller.transactions,
-                _rest_extensions(settings, controller),
-                auth=None if authenticator is None else auth_middleware(authenticator),
-            ),
-            handle_signals=False,
-            access_log=None,
-        )
-        await runner.setup()
-        site = web.TCPSite(
-            runner,
-            settings.rest_host,
-            settings.rest_port,
-            reuse_address=True,
-            ssl_context=server_context(settings, ALPN_REST),
-        )
-        await site.start()
+        runner, rest_port = await listen_http(app, settings, settings.rest_host, settings.rest_port)
     except BaseException:
         grpc_server.close()
         await grpc_server.wait_closed()
         raise
-    rest_port = runner.addresses[0][1] if runner.addresses else settings.rest_port
     health.set("grpc-server", HealthStatus.UP, port=str(grpc_port))
     return Servers(grpc_server, runner, grpc_port, rest_port, in_flight)
 

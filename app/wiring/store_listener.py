@@ -15,9 +15,9 @@ from aiohttp import web
 from app.api.rest.store_app import store_app
 from app.clock import SystemClock
 from app.config import Settings
-from app.security.tls import ALPN_REST, server_context
 from app.services.health import HealthService, HealthStatus
 from app.waiting import bounded
+from app.wiring.http_listener import listen_http
 from app.wiring.segment_store import RunningStore
 
 SEGMENT_STORE = "segment-store"
@@ -57,19 +57,7 @@ async def start_metrics_listener(settings: Settings, health: HealthService) -> M
     """Listening, or None with --no-metrics. Raises OSError when the port cannot be bound."""
     if settings.no_metrics:
         return None
-    runner = web.AppRunner(store_app(health), handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(
-            runner,
-            settings.segment_store_host,
-            settings.segment_store_metrics_port,
-            reuse_address=True,
-            ssl_context=server_context(settings, ALPN_REST),
-        )
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    port = runner.addresses[0][1] if runner.addresses else settings.segment_store_metrics_port
-    return MetricsListener(runner, int(port))
+    runner, port = await listen_http(
+        store_app(health), settings, settings.segment_store_host, settings.segment_store_metrics_port
+    )
+    return MetricsListener(runner, port)
