@@ -27,17 +27,14 @@ _QUIET_BELOW_DEBUG = ("alembic",)
 
 
 _CONTEXT_VARS = (("request_id", context.request_id), ("scope", context.scope), ("stream", context.stream))
+_CONTEXT_FIELDS = tuple(name for name, _ in _CONTEXT_VARS)
 
 
 class ContextFilter(logging.Filter):
     """Copies the current request id, scope and stream onto each record it passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for name, var in (
-            ("request_id", context.request_id),
-            ("scope", context.scope),
-            ("stream", context.stream),
-        ):
+        for name, var in _CONTEXT_VARS:
             if getattr(record, name, None) is None:
                 setattr(record, name, var.get())
         return True
@@ -55,7 +52,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for name in ("request_id", "scope", "stream"):
+        for name in _CONTEXT_FIELDS:
             value = getattr(record, name, None)
             if value:
                 line[name] = value
