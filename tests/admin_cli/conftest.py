@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.testing.controller import Services, serving
+from tests.support.processes import output_within
 
 ROOT = Path(__file__).resolve().parents[2]
 # Credentials and addresses an operator's shell may carry must not leak into the tests' commands.
@@ -49,12 +50,7 @@ async def pgcontroller(*argv: str, env: dict[str, str] | None = None, timeout_s:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout=timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"pgcontroller {' '.join(argv)} did not finish within {timeout_s}s") from None
+    out, err = await output_within(process, timeout_s, f"pgcontroller {' '.join(argv)}")
     assert process.returncode is not None
     return Result(process.returncode, out.decode(), err.decode())
 

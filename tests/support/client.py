@@ -13,6 +13,8 @@ import sys
 import textwrap
 from typing import Any
 
+from tests.support.processes import output_within
+
 PRELUDE = textwrap.dedent(
     """
     import json, sys
@@ -40,12 +42,7 @@ async def run_client(controller_uri: str, body: str, timeout_s: float = 90.0) ->
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout=timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"pravega client did not finish within {timeout_s}s") from None
+    out, err = await output_within(process, timeout_s, "pravega client")
     lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
     if process.returncode != 0 or not lines:
         raise AssertionError(f"client script failed ({process.returncode}):\n{err.decode()[-3000:]}")
