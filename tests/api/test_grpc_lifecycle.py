@@ -16,6 +16,7 @@ from app.domain.records import StreamState
 from app.testing.controller import Services
 from app.testing.scale import scale_request as build_scale_request
 from tests.api.test_grpc_streams import config, make_scope
+from workers import failpoints
 
 S = pb.StreamInfo(scope="sc", stream="s")
 
@@ -168,15 +169,20 @@ async def test_same_scale_twice_is_idempotent_and_a_different_one_fails(
 
 
 async def test_two_concurrent_scales_one_started_one_failure(
-    stub: ControllerServiceStub, services: Services
+    stub: ControllerServiceStub, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await stream_with(stub, 2)
+    # The winner's workflow must not finish before the other call is read: on a busy machine it
+    # could, and the other (disjoint) scale would then rightly start. Its attempts fail after the
+    # new epoch until the point is lifted, so the transition stays pending while both are answered.
+    monkeypatch.setitem(failpoints._ENABLED, "scale.after_new_epoch", "raise")
     results = await asyncio.gather(
         stub.scale(scale_request([seg(0)], [(0.0, 0.25), (0.25, 0.5)])),
         stub.scale(scale_request([seg(1)], [(0.5, 0.75), (0.75, 1.0)])),
     )
     statuses = sorted(r.status for r in results)
     assert statuses == [pb.ScaleResponse.STARTED, pb.ScaleResponse.FAILURE]
+    monkeypatch.delitem(failpoints._ENABLED, "scale.after_new_epoch")
     winner = next(r for r in results if r.status == pb.ScaleResponse.STARTED)
     await wait_scaled(stub, 0)
     epochs = await services.pool.fetch(

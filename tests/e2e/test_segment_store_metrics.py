@@ -24,11 +24,12 @@ from app.services.containers import ContainerMapService
 from app.store.cluster import PgClusterStore
 from app.store.containers import PgContainerMapStore
 from tests.segmentstore.server_harness import Client, event, wid
-from tests.support.stores import StoreProcess, start_store
+from tests.support.stores import StoreProcess, eventually, serves, start_store
 
 pytestmark = pytest.mark.timeout(120)
 
 NOBODY = (SegmentStoreHost("127.0.0.1", 1),)  # the static host: no store is it
+SEGMENT = "sc/st/0.#epoch.0"
 
 
 def counter(body: str, name: str, store: str) -> float | None:
@@ -51,6 +52,7 @@ async def give_it_every_container(pool: Any, store: StoreProcess) -> None:
     await service.rebalance()
     owners = {row.value for row in (await PgContainerMapStore(pool).read_container_map()).values()}
     assert owners == {SegmentStoreHost(*store.address)}
+    await eventually(lambda: serves(store, SEGMENT), 10, "the store follows the map it was given")
 
 
 def refused(port: int) -> bool:
@@ -86,7 +88,7 @@ async def test_a_store_process_publishes_its_traffic_and_probes_and_closes_them_
         await give_it_every_container(pool, store)
         client = await Client.connect(store.address)
         try:
-            segment = "sc/st/0.#epoch.0"
+            segment = SEGMENT
             await client.create(segment)
             writer = wid()
             await client.setup(segment, writer)

@@ -6,10 +6,7 @@ leader, its containers move, and it registers again when it comes back."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +21,12 @@ from app.store.cluster import PgClusterStore
 from app.store.containers import PgContainerMapStore
 from app.testing.served import start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
-from tests.support.stores import StoreProcess, start_store
+from tests.support.stores import StoreProcess, eventually, serves, start_store
 
 pytestmark = pytest.mark.timeout(120)
 
 FAST = ("--segment-store-heartbeat-s", "0.3", "--segment-store-expiry-s", "2")
 NOBODY = (SegmentStoreHost("127.0.0.1", 1),)  # the static host: no store is it
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> float:
-    """Seconds until `check` holds; fails after `timeout_s`."""
-    started = time.monotonic()
-    while not await check():
-        assert time.monotonic() - started < timeout_s, f"not within {timeout_s}s: {what}"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
 
 
 async def container_count(pool: Any) -> int:
@@ -59,15 +47,6 @@ async def owners(pool: Any) -> dict[int, SegmentStoreHost]:
 
 def host(store: StoreProcess) -> SegmentStoreHost:
     return SegmentStoreHost(*store.address)
-
-
-async def serves(store: StoreProcess, segment: str) -> bool:
-    client = await Client.connect(store.address)
-    try:
-        reply = await client.call(wc.GetStreamSegmentInfo(rid(), segment, ""))
-    finally:
-        await client.close()
-    return not isinstance(reply, wc.WrongHost)
 
 
 async def test_a_store_serves_only_its_containers_and_disowns_a_moved_ones_reads(

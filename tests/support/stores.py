@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.segmentstore.wire import commands as wc
 from app.testing.served import ChildProcess, start_ready
+from tests.segmentstore.server_harness import Client, rid
 
 
 @dataclass
@@ -39,3 +43,23 @@ async def start_store(work_dir: Path, name: str, db_url: str, *args: str) -> Sto
     )  # fmt: skip
     process, info = await start_ready("segment-store", args, ready, log_path)
     return StoreProcess(process, info["segment_store_port"], log_path, info.get("metrics_port"))
+
+
+async def serves(store: StoreProcess, segment: str) -> bool:
+    """Whether `store` owns the container of `segment` now (a store follows the container map on
+    its own, by LISTEN or its poll, so a map just written is not yet its view)."""
+    client = await Client.connect(store.address)
+    try:
+        reply = await client.call(wc.GetStreamSegmentInfo(rid(), segment, ""))
+    finally:
+        await client.close()
+    return not isinstance(reply, wc.WrongHost)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> float:
+    """Seconds until `check` holds; fails after `timeout_s`."""
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < timeout_s, f"not within {timeout_s}s: {what}"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
