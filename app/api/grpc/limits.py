@@ -18,6 +18,7 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.exceptions import GRPCError
 
 from app.api.grpc.coalescing import CoalescingServer
+from app.api.grpc.preencoded import encode_reply
 from app.domain.limits import MAX_GRPC_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,16 @@ class RateLimitedLog:
 
 class CheckedProtoCodec(ProtoCodec):
     """grpclib's protobuf codec, except that a request that does not parse is the client's error:
-    INVALID_ARGUMENT, one short log line (rate-limited), no traceback."""
+    INVALID_ARGUMENT, one short log line (rate-limited), no traceback; and a pre-encoded reply
+    is sent without serializing it again."""
 
     def __init__(self, refusals: RateLimitedLog | None = None) -> None:
         self._refusals = refusals if refusals is not None else RateLimitedLog()
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        # A reply served from cached bytes (app/api/grpc/reply_cache.py) leaves as it is.
+        data = encode_reply(message, message_type)
+        return super().encode(message, message_type) if data is None else data
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         try:

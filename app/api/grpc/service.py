@@ -28,13 +28,14 @@ from app.api.grpc.convert import (
     ping_status_to_proto,
     segment_range,
     stream_config_from_proto,
-    stream_config_to_proto,
     txn_id_from_proto,
     txn_id_to_proto,
     txn_state_to_proto,
 )
 from app.api.grpc.errors import grpc_error_for
+from app.api.grpc.preencoded import PreEncoded
 from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.reply_cache import ReplyCache, with_token
 from app.api.grpc.validation import check_strings
 from app.domain.errors import DomainError, InvalidInput, NotFound
 from app.domain.names import (
@@ -117,7 +118,7 @@ _CHECK_SCALE = {
     CheckScaleOutcome.INTERNAL_ERROR: pb.ScaleStatusResponse.INTERNAL_ERROR,
 }
 
-Handler = Callable[[Any], Awaitable[Message]]
+Handler = Callable[[Any], Awaitable[Message | PreEncoded]]
 
 
 class ControllerService:
@@ -149,6 +150,8 @@ class ControllerService:
         self._transactions = transactions
         # Signs the `delegationToken` of answers when authentication is on ("" while off).
         self._tokens = tokens or DelegationTokens(None)
+        # The hot reads' reply bytes, reused while what they were built from is unchanged.
+        self._replies = ReplyCache()
 
     # --- grpclib plumbing -----------------------------------------------------------------
 
@@ -208,11 +211,11 @@ class ControllerService:
         outcome = await self._streams.create_stream(info.scope, info.stream, config)
         return pb.CreateStreamStatus(status=_CREATE_STREAM[outcome])
 
-    async def rpc_getStreamConfiguration(self, request: pb.StreamInfo) -> pb.StreamConfig:
+    async def rpc_getStreamConfiguration(self, request: pb.StreamInfo) -> PreEncoded:
         if not _well_formed(request):
             raise NotFound(f"stream {request.scope}/{request.stream} not found")
         config = await self._streams.get_config(request.scope, request.stream)
-        return stream_config_to_proto(request.scope, request.stream, config)
+        return PreEncoded(self._replies.stream_config(request.scope, request.stream, config), pb.StreamConfig)
 
     async def rpc_checkStreamExists(self, request: pb.StreamInfo) -> pb.ExistsResponse:
         if not _well_formed(request):
@@ -332,11 +335,10 @@ class ControllerService:
 
     # --- segments -------------------------------------------------------------------------
 
-    async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> pb.SegmentRanges:
+    async def rpc_getCurrentSegments(self, request: pb.StreamInfo) -> PreEncoded:
         segments = await self._segments.current_segments(request.scope, request.stream)
-        response = pb.SegmentRanges(delegationToken=self._segments_token(request))
-        await add_segment_ranges(response.segmentRanges, request.scope, request.stream, segments)
-        return response
+        body = await self._replies.segment_ranges(request.scope, request.stream, segments)
+        return with_token(body, pb.SegmentRanges, self._segments_token(request))
 
     async def rpc_getEpochSegments(self, request: pb.GetEpochSegmentsRequest) -> pb.SegmentRanges:
         info = request.streamInfo
@@ -346,40 +348,34 @@ class ControllerService:
         await add_segment_ranges(response.segmentRanges, info.scope, info.stream, segments)
         return response
 
-    async def rpc_getSegments(self, request: pb.GetSegmentsRequest) -> pb.SegmentsAtTime:
+    async def rpc_getSegments(self, request: pb.GetSegmentsRequest) -> PreEncoded:
         info = request.streamInfo
         head = await self._segments.head(info.scope, info.stream)
-        stream_info = pb.StreamInfo(scope=info.scope, stream=info.stream)
-        return pb.SegmentsAtTime(
-            segments=[
-                pb.SegmentsAtTime.SegmentLocation(
-                    segmentId=pb.SegmentId(streamInfo=stream_info, segmentId=segment), offset=offset
-                )
-                for segment, offset in sorted(head.items())
-            ],
-            delegationToken=self._segments_token(info),
-        )
+        body = self._replies.segments_at_head(info.scope, info.stream, head)
+        return with_token(body, pb.SegmentsAtTime, self._segments_token(info))
 
     async def rpc_isSegmentValid(self, request: pb.SegmentId) -> pb.SegmentValidityResponse:
         info = request.streamInfo
         valid = await self._segments.is_segment_valid(info.scope, info.stream, request.segmentId)
         return pb.SegmentValidityResponse(response=valid)
 
-    async def rpc_getURI(self, request: pb.SegmentId) -> pb.NodeUri:
+    async def rpc_getURI(self, request: pb.SegmentId) -> PreEncoded:
         info = request.streamInfo
         host, port = self._segments.uri(info.scope, info.stream, request.segmentId)
-        return pb.NodeUri(endpoint=host, port=port)
+        return PreEncoded(self._replies.node_uri(host, port), pb.NodeUri)
 
     # --- transactions ---------------------------------------------------------------------
 
-    async def rpc_createTransaction(self, request: pb.CreateTxnRequest) -> pb.CreateTxnResponse:
+    async def rpc_createTransaction(self, request: pb.CreateTxnRequest) -> PreEncoded:
         # scaleGracePeriod is deprecated and ignored, as in Pravega.
         scope, stream = _stream_names(request.streamInfo)
         created = await self._transactions.create(scope, stream, request.lease)
         token = self._tokens.for_stream(scope, stream, Permission.READ_UPDATE)
-        response = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn), delegationToken=token)
-        await add_segment_ranges(response.activeSegments, scope, stream, created.segments)
-        return response
+        # Fields of one message concatenate: this caller's txnId, the epoch's (cached) segments,
+        # this caller's token.
+        txn_id = pb.CreateTxnResponse(txnId=txn_id_to_proto(created.txn)).SerializeToString()
+        segments = await self._replies.active_segments(scope, stream, created.segments)
+        return with_token(txn_id + segments, pb.CreateTxnResponse, token)
 
     async def rpc_pingTransaction(self, request: pb.PingTxnRequest) -> pb.PingTxnStatus:
         scope, stream = _stream_names(request.streamInfo)
