@@ -7,8 +7,8 @@ its commit request. Completed records are insert-only and garbage-collected by a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from app.domain.errors import IllegalState, NotFound
 from app.domain.records import Versioned
@@ -22,6 +22,8 @@ from app.store.errors import conflict_or_missing
 
 _SQL = queries.load("txns")
 NO_EPOCH = -1
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _record(row: Row) -> Versioned[TxnRecord]:
@@ -56,38 +58,91 @@ class _Ping(NamedTuple):
     max_lease_ms: int
 
 
+class _Create(NamedTuple):
+    scope: str
+    name: str
+    epoch: int | None
+    now_ms: int
+    lease_ms: int
+    max_exec_expiry: int
+
+
+class _Get(NamedTuple):
+    scope: str
+    name: str
+    txn_high: int
+    txn_low: int
+
+
+def _created(ask: _Create, row: Row | None) -> CreatedTxn:
+    """One caller's outcome from its row (None or no stream id: the stream does not exist)."""
+    if row is None or row["stream_id"] is None:
+        raise NotFound(f"stream {ask.scope}/{ask.name} not found")
+    if row["txn_low"] is None:
+        raise IllegalState(f"stream {ask.scope}/{ask.name} is {row['state']}: no new transactions")
+    return CreatedTxn(
+        TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"], row["epoch"], row["stream_id"]
+    )
+
+
+def _lookup(ask: _Get, row: Row | None) -> TxnLookup:
+    if row is None:
+        raise NotFound(f"stream {ask.scope}/{ask.name} not found")
+    txn = TxnId(ask.txn_high, ask.txn_low)
+    active = None if row["status"] is None else _record(row)
+    completed = (
+        None
+        if row["completed_status"] is None
+        else CompletedTxn(txn, TxnStatus(row["completed_status"]), row["completion_time"])
+    )
+    return TxnLookup(active, completed)
+
+
+def _by_ordinal(
+    rows: Sequence[Row], asks: Sequence[T], outcome: Callable[[T, Row | None], R]
+) -> list[R | Exception]:
+    """Each ask's own outcome (or its own error) from the batch's rows keyed by ordinal."""
+    found = {row["ord"]: row for row in rows}
+    results: list[R | Exception] = []
+    for ordinal, ask in enumerate(asks, start=1):
+        try:
+            results.append(outcome(ask, found.get(ordinal)))
+        except (NotFound, IllegalState) as exc:
+            results.append(exc)
+    return results
+
+
 class PgTxnStore:
     def __init__(self, db: Database) -> None:
         self._db = db
         # Writers ping their transactions all the time, many at once: the pings of one loop turn
-        # are one statement.
+        # are one statement; so are the creations of one turn, and the reads of one turn (each
+        # creation reads its row back once its segments exist).
         self._pings: Coalescer[_Ping, bool] = Coalescer(self._ping_one, self._ping_many)
+        self._creates: Coalescer[_Create, CreatedTxn] = Coalescer(self._create_one, self._create_many)
+        self._gets: Coalescer[_Get, TxnLookup] = Coalescer(self._get_one, self._get_many)
 
     async def create_txn(
         self, scope: str, name: str, epoch: int | None, now_ms: int, lease_ms: int, max_exec_expiry: int
     ) -> CreatedTxn:
-        row = await self._db.fetchrow(
-            _SQL["create_txn"], scope, name, epoch, now_ms, lease_ms, max_exec_expiry
-        )
-        if row is None:
-            raise NotFound(f"stream {scope}/{name} not found")
-        if row["txn_low"] is None:
-            raise IllegalState(f"stream {scope}/{name} is {row['state']}: no new transactions")
-        return CreatedTxn(
-            TxnId(row["txn_high"], row["txn_low"]), row["rollover_size_bytes"], row["epoch"], row["stream_id"]
-        )
+        return await self._creates(_Create(scope, name, epoch, now_ms, lease_ms, max_exec_expiry))
+
+    async def _create_one(self, ask: _Create) -> CreatedTxn:
+        return _created(ask, await self._db.fetchrow(_SQL["create_txn"], *ask))
+
+    async def _create_many(self, asks: Sequence[_Create]) -> list[CreatedTxn | Exception]:
+        columns = [list(column) for column in zip(*asks, strict=True)]
+        return _by_ordinal(await self._db.fetch(_SQL["create_txns"], *columns), asks, _created)
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
-        row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
-        if row is None:
-            raise NotFound(f"stream {scope}/{name} not found")
-        active = None if row["status"] is None else _record(row)
-        completed = (
-            None
-            if row["completed_status"] is None
-            else CompletedTxn(txn, TxnStatus(row["completed_status"]), row["completion_time"])
-        )
-        return TxnLookup(active, completed)
+        return await self._gets(_Get(scope, name, txn.high, txn.low))
+
+    async def _get_one(self, ask: _Get) -> TxnLookup:
+        return _lookup(ask, await self._db.fetchrow(_SQL["get_txn"], *ask))
+
+    async def _get_many(self, asks: Sequence[_Get]) -> list[TxnLookup | Exception]:
+        columns = [list(column) for column in zip(*asks, strict=True)]
+        return _by_ordinal(await self._db.fetch(_SQL["get_txns"], *columns), asks, _lookup)
 
     async def _exists(self, scope: str, name: str, txn: TxnId) -> bool:
         row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)

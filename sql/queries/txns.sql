@@ -32,6 +32,59 @@ WITH target AS (
 SELECT t.id AS stream_id, t.epoch, t.state, t.rollover_size_bytes, c.txn_high, c.txn_low
 FROM target t LEFT JOIN created c ON true;
 
+-- name: create_txns
+-- create_txn for many callers of one loop turn: one statement, each caller's row answered under
+-- its ordinal (1-based) with the same columns, so each gets its own outcome: no stream_id (no
+-- such stream), or no txn_low (SEALING/SEALED). The streams' state rows are share-locked in id
+-- order (two batches never wait on each other in a cycle), with the same effect as create_txn's
+-- lock on a concurrent seal. Ids are drawn in a materialized row set before the insert, so the
+-- answer can name each caller's id without relying on the insert's RETURNING order.
+WITH asked AS MATERIALIZED (
+    SELECT a.scope, a.name, a.epoch, a.now_ms, a.lease_ms, a.max_exec_expiry, a.ord
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[])
+        WITH ORDINALITY AS a(scope, name, epoch, now_ms, lease_ms, max_exec_expiry, ord)
+), target AS MATERIALIZED (
+    SELECT s.id, s.scope, s.name, s.name_hash, st.state, c.rollover_size_bytes,
+           (SELECT e.reference_epoch FROM stream_current_epochs ce
+            JOIN epochs e ON e.stream_id = ce.stream_id AND e.epoch = ce.epoch
+            WHERE ce.stream_id = s.id) AS reference_epoch
+    FROM streams s
+    JOIN stream_states st ON st.stream_id = s.id
+    JOIN stream_configs c ON c.stream_id = s.id
+    WHERE (s.scope, s.name) IN (SELECT scope, name FROM asked)
+    ORDER BY s.id
+    FOR SHARE OF st
+), drawn AS MATERIALIZED (
+    SELECT a.ord, t.id AS stream_id, COALESCE(a.epoch, t.reference_epoch) AS epoch,
+           nextval('txn_counter') AS txn_low,
+           (t.name_hash & 2147483647) % (SELECT request_buckets FROM cluster_settings WHERE id = 1) AS bucket,
+           a.now_ms, a.lease_ms, a.max_exec_expiry
+    FROM asked a JOIN target t ON t.scope = a.scope AND t.name = a.name
+    WHERE t.state NOT IN ('SEALING', 'SEALED')
+    ORDER BY a.ord
+), created AS (
+    INSERT INTO transactions (stream_id, txn_high, txn_low, epoch, bucket, status, creation_time,
+                              lease_ms, lease_expiry, max_exec_expiry)
+    SELECT stream_id, epoch::bigint << 32, txn_low, epoch, bucket,
+           'OPEN', now_ms, lease_ms, now_ms + lease_ms, max_exec_expiry
+    FROM drawn
+)
+SELECT a.ord, t.id AS stream_id, COALESCE(a.epoch, t.reference_epoch) AS epoch, t.state,
+       t.rollover_size_bytes, d.epoch::bigint << 32 AS txn_high, d.txn_low
+FROM asked a
+LEFT JOIN target t ON t.scope = a.scope AND t.name = a.name
+LEFT JOIN drawn d ON d.ord = a.ord;
+
+-- name: get_txns
+-- get_txn for many callers of one loop turn: one row per ordinal (1-based) whose stream exists.
+SELECT a.ord, s.id AS stream_id, t.txn_high, t.txn_low, t.epoch, t.status, t.creation_time, t.lease_ms,
+       t.lease_expiry, t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.version,
+       c.status AS completed_status, c.completion_time
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS a(scope, name, txn_high, txn_low, ord)
+JOIN streams s ON s.scope = a.scope AND s.name = a.name
+LEFT JOIN transactions t ON t.stream_id = s.id AND t.txn_high = a.txn_high AND t.txn_low = a.txn_low
+LEFT JOIN completed_txns c ON c.stream_id = s.id AND c.txn_high = a.txn_high AND c.txn_low = a.txn_low;
+
 -- name: get_txn
 -- One row while the stream exists: the active record (if any) and the completed one (if any).
 SELECT s.id AS stream_id, t.txn_high, t.txn_low, t.epoch, t.status, t.creation_time, t.lease_ms,

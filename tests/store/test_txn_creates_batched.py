@@ -1,0 +1,117 @@
+"""Transactions created in one loop turn are one statement (PgTxnStore.create_txn), and so are the
+reads each creation makes after its segments exist (get_txn); each caller still gets its own id,
+its own lease, and its own error when its own stream is missing or sealed, never another's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.domain.errors import IllegalState, NotFound
+from app.domain.records import ScalingPolicy, StreamConfig, StreamState
+from app.domain.txns import TxnId, TxnStatus
+from app.ports import CreatedTxn
+from app.services.transactions import CreatedTransaction
+from app.store.txns import PgTxnStore
+from app.testing.controller import Services, running_controller
+from tests.store.test_segment_data_batched import Counting
+
+SC = "creates"
+BATCHED = "-- create_txn for many callers"
+ALONE = "-- The id's low half comes from the global counter"
+READS = "-- get_txn for many callers"
+MAX_EXEC = 10**15
+
+
+def created(answer: CreatedTxn | BaseException) -> CreatedTxn:
+    assert isinstance(answer, CreatedTxn), answer
+    return answer
+
+
+@pytest.fixture
+async def services(db_url: str) -> AsyncIterator[Services]:
+    async with running_controller(db_url, workers=False) as services:
+        await services.scopes.create_scope(SC)
+        for name in ("a", "b", "sealed"):
+            await services.streams.create_stream(SC, name, StreamConfig(ScalingPolicy.fixed(2)))
+        state = await services.stream_store.get_state(SC, "sealed")
+        await services.stream_store.set_state(SC, "sealed", StreamState.SEALED, state.version)
+        yield services
+
+
+async def test_creates_of_one_turn_are_one_statement_with_each_callers_own_outcome(
+    services: Services,
+) -> None:
+    counting = Counting(services.resources.pool)
+    store = PgTxnStore(counting)  # type: ignore[arg-type]
+    now = services.clock.now_ms()
+
+    answers = await asyncio.gather(
+        store.create_txn(SC, "a", None, now, 10_000, MAX_EXEC),
+        store.create_txn(SC, "nowhere", None, now, 10_000, MAX_EXEC),  # no such stream
+        store.create_txn(SC, "a", None, now, 20_000, MAX_EXEC),
+        store.create_txn(SC, "sealed", None, now, 10_000, MAX_EXEC),  # refuses new transactions
+        store.create_txn(SC, "b", None, now, 30_000, MAX_EXEC),
+        return_exceptions=True,
+    )
+
+    assert len(counting.statements) == 1 and counting.statements[0].startswith(BATCHED)
+    assert isinstance(answers[1], NotFound) and "creates/nowhere" in str(answers[1])
+    assert isinstance(answers[3], IllegalState) and "SEALED" in str(answers[3])
+    made = [created(answers[0]), created(answers[2]), created(answers[4])]
+    assert len({answer.txn for answer in made}) == 3
+    stream_ids = await services.pool.fetch("SELECT name, id FROM streams WHERE scope = $1", SC)
+    ids = {row["name"]: row["id"] for row in stream_ids}
+    assert [answer.stream_id for answer in made] == [ids["a"], ids["a"], ids["b"]]
+    for stream, answer, lease in zip(("a", "a", "b"), made, (10_000, 20_000, 30_000), strict=True):
+        assert answer.epoch == 0 and answer.txn.high == 0
+        active = (await services.txn_store.get_txn(SC, stream, answer.txn)).active
+        assert active is not None
+        value = active.value
+        assert (value.status, value.lease_ms, value.lease_expiry) == (TxnStatus.OPEN, lease, now + lease)
+    assert await services.pool.fetchval("SELECT count(*) FROM transactions") == 3
+
+
+async def test_a_lone_create_runs_alone(services: Services) -> None:
+    counting = Counting(services.resources.pool)
+    store = PgTxnStore(counting)  # type: ignore[arg-type]
+    created = await store.create_txn(SC, "a", None, services.clock.now_ms(), 10_000, MAX_EXEC)
+    assert created.txn.low > 0
+    assert len(counting.statements) == 1 and counting.statements[0].startswith(ALONE)
+
+
+async def test_reads_of_one_turn_are_one_statement_with_each_callers_own_outcome(services: Services) -> None:
+    now = services.clock.now_ms()
+    txn = (await services.txn_store.create_txn(SC, "a", None, now, 10_000, MAX_EXEC)).txn
+    counting = Counting(services.resources.pool)
+    store = PgTxnStore(counting)  # type: ignore[arg-type]
+    found, unknown, missing = await asyncio.gather(
+        store.get_txn(SC, "a", txn),
+        store.get_txn(SC, "b", TxnId(0, 999_999)),
+        store.get_txn(SC, "nowhere", txn),
+        return_exceptions=True,
+    )
+    assert len(counting.statements) == 1 and counting.statements[0].startswith(READS)
+    assert not isinstance(found, BaseException) and found.status == TxnStatus.OPEN
+    assert not isinstance(unknown, BaseException) and unknown.active is None and unknown.completed is None
+    assert isinstance(missing, NotFound)
+
+
+async def test_concurrent_service_creates_with_a_bad_caller(services: Services) -> None:
+    """Through the service, segments and all: the bad callers fail alone, the rest are created
+    with their segments on the store."""
+    outcomes = await asyncio.gather(
+        *(services.transactions.create(SC, "a", 10_000) for _ in range(4)),
+        services.transactions.create(SC, "sealed", 10_000),
+        services.transactions.create(SC, "nowhere", 10_000),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[4], IllegalState)
+    assert isinstance(outcomes[5], NotFound)
+    good = [outcome for outcome in outcomes[:4] if isinstance(outcome, CreatedTransaction)]
+    assert len({outcome.txn for outcome in good}) == 4
+    for outcome in good:
+        assert [segment.id for segment in outcome.segments] == [0, 1]
+        assert await services.transactions.state(SC, "a", outcome.txn) == TxnStatus.OPEN
