@@ -18,7 +18,9 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import SEALED_SIZE_SHARD_EPOCHS
 from app.store import queries
 from app.store.db import PgSession, connect
+from app.store.errors import translated
 from app.store.history_gen import SeedSpec, stream_slots
+from app.store.migrate import ensure_schema
 from app.store.pool import asyncpg_dsn
 from app.store.seed import SeedProgress, SeedSummary, seed_history
 
@@ -201,7 +203,9 @@ async def seed_long_stream(
             f"{epochs:,} epochs at least one ms apart do not fit in the span; give a longer one"
         )
     slot = next(stream_slots(base))
-    began = time.perf_counter()
+    with translated():  # migrations run on their own connections, outside the wrapper
+        await ensure_schema(url)
+    began = time.perf_counter()  # the rate is the seeding's own, migrations aside
     base_summary = await seed_history(url, base, resume=True, analyze=False)
     if base_summary.skipped and not resume:
         raise AlreadyExists(
