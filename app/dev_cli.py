@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.domain.errors import DomainError
+from app.domain.errors import DomainError, InvalidInput
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres
 from app.settings import add_setting
@@ -60,7 +60,17 @@ def add_dev_parser(
     )
     add_setting(seed, "db_url")
     add_setting(seed, "data_dir")
-    seed.add_argument("--streams", type=int, required=True, help="user streams to write")
+    what = seed.add_mutually_exclusive_group(required=True)
+    what.add_argument("--streams", type=int, help="user streams to write")
+    what.add_argument(
+        "--one-stream-epochs",
+        type=int,
+        metavar="N",
+        help="instead: one stream with N epoch records (epoch 0 included), grown inside PostgreSQL "
+        "at millions of epochs a minute; each epoch replaces one of its two segments by one of the "
+        "same range, evenly spaced over the span (no transactions or retention); committed every "
+        "--chunk-epochs, and --resume grows an interrupted one on",
+    )
     count = seed.add_mutually_exclusive_group()
     count.add_argument(
         "--epochs-per-stream", type=int, help="epoch records a stream, epoch 0 included (default 100)"
@@ -119,6 +129,12 @@ def add_dev_parser(
         default=50_000,
         help="epochs per COPY batch and per transaction; bounds memory (default 50000)",
     )
+    seed.add_argument(
+        "--chunk-epochs",
+        type=int,
+        default=1_000_000,
+        help="with --one-stream-epochs: epochs per transaction (default 1000000)",
+    )
     seed.add_argument("--no-analyze", action="store_true", help="no ANALYZE at the end")
     seed.add_argument("--quiet", action="store_true", help="no progress lines")
     certs = dev_commands.add_parser(
@@ -142,10 +158,14 @@ def add_dev_parser(
 def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
     span_ms = int(args.span_hours * 3_600_000)
     epochs_per_stream = args.epochs_per_stream
+    if args.one_stream_epochs is not None:
+        if epochs_per_stream is not None or args.total_epochs is not None:
+            raise InvalidInput("--one-stream-epochs gives the one stream's epochs: no other epoch count")
+        epochs_per_stream = 1  # the base the stream grows from (app/store/long_history.py)
     if epochs_per_stream is None and args.total_epochs is None:
         epochs_per_stream = 100
     return SeedSpec(
-        streams=args.streams,
+        streams=1 if args.streams is None else args.streams,
         epochs_per_stream=epochs_per_stream,
         total_epochs=args.total_epochs,
         scopes=args.scopes,
@@ -211,14 +231,27 @@ def _run_seed(args: argparse.Namespace) -> int:
         )
 
     async def run(url: str) -> int:
-        summary = await seed_history(
-            url,
-            spec,
-            resume=args.resume,
-            batch_epochs=args.batch_epochs,
-            analyze=not args.no_analyze,
-            progress=progress,
-        )
+        if args.one_stream_epochs is not None:
+            from app.store.long_history import seed_long_stream
+
+            summary = await seed_long_stream(
+                url,
+                spec,
+                args.one_stream_epochs,
+                resume=args.resume,
+                chunk_epochs=args.chunk_epochs,
+                analyze=not args.no_analyze,
+                progress=progress,
+            )
+        else:
+            summary = await seed_history(
+                url,
+                spec,
+                resume=args.resume,
+                batch_epochs=args.batch_epochs,
+                analyze=not args.no_analyze,
+                progress=progress,
+            )
         print(
             json.dumps(
                 {

@@ -102,6 +102,7 @@ class SeedSpec:
     txns_per_stream: int = 20
     txn_mix: TxnMix = TxnMix()
     max_segments: int = 8
+    min_segments: int | None = None  # every stream's; None: drawn per stream (1-4)
     retention_fraction: float = 0.25
     retention_frequency_ms: int = DEFAULT_RETENTION_FREQUENCY_MS
     tag_pool: int = 10
@@ -125,6 +126,8 @@ class SeedSpec:
             raise InvalidInput(
                 "max segments must lie in 2..10000 (2: a stream must be able to split and merge)"
             )
+        if self.min_segments is not None and not 1 <= self.min_segments < self.max_segments:
+            raise InvalidInput("min segments must lie in 1..max segments - 1")
         if self.txns_per_stream < 0 or self.tag_pool < 0 or self.request_buckets <= 0:
             raise InvalidInput("transactions and tags must not be negative, request buckets positive")
         if not 0.0 <= self.retention_fraction <= 1.0:
@@ -318,7 +321,8 @@ class StreamHistory:
         # Streams appear during the first tenth of the span, then live to its end.
         self.creation_time = ct = start + rng.randrange(max(1, spec.span_ms // 10))
         self.end_time = end
-        self.min_segments = rng.randint(1, min(4, spec.max_segments - 1))
+        drawn = rng.randint(1, min(4, spec.max_segments - 1))  # drawn always: the rest stays the same
+        self.min_segments = drawn if spec.min_segments is None else spec.min_segments
         self.scale_type = rng.choice(
             (ScaleType.BY_RATE_IN_KBYTES_PER_SEC, ScaleType.BY_RATE_IN_EVENTS_PER_SEC)
         )

@@ -262,13 +262,23 @@ ORDER BY e.epoch;
 
 -- name: get_successors
 -- The segment's sealed-in epoch E with the records of E and E-1, in one round trip.
+-- BETWEEN, not IN: only a range on the second key column lets the (stream_id, epoch) key serve it.
+-- LIMIT 2 bounds the planner's estimate: a range whose ends come from another row is guessed at
+-- a ninth of the stream's epochs, and on a history of tens of millions that guess priced the
+-- query past jit_above_cost, so every call spent seconds compiling what reads two rows.
 SELECT s.id AS stream_id, g.sealed_epoch, e.epoch, e.reference_epoch, e.creation_time, e.splits,
        e.merges, e.segment_ids, e.key_starts, e.key_ends, e.segment_creation_times
 FROM streams s
 LEFT JOIN segments g ON g.stream_id = s.id AND g.segment_id = $3
--- BETWEEN, not IN: only a range on the second key column lets the (stream_id, epoch) key serve it.
-LEFT JOIN epochs e ON e.stream_id = s.id AND g.sealed_epoch IS NOT NULL
-    AND e.epoch BETWEEN g.sealed_epoch - 1 AND g.sealed_epoch
+LEFT JOIN LATERAL (
+    SELECT x.epoch, x.reference_epoch, x.creation_time, x.splits, x.merges, x.segment_ids, x.key_starts,
+           x.key_ends, x.segment_creation_times
+    FROM epochs x
+    WHERE x.stream_id = s.id AND g.sealed_epoch IS NOT NULL
+      AND x.epoch BETWEEN g.sealed_epoch - 1 AND g.sealed_epoch
+    ORDER BY x.epoch
+    LIMIT 2
+) e ON true
 WHERE s.scope = $1 AND s.name = $2
 ORDER BY e.epoch;
 
