@@ -42,5 +42,8 @@ async def create_pool(
         command_timeout=command_timeout,
         init=_setup_connection,
         reset=_keep_session,
-        server_settings={"application_name": "pgcontroller"},
+        # JIT off: the controller's statements read a handful of rows, but on a long history
+        # (31M epochs) the planner's row guesses price some of them past jit_above_cost, and
+        # compiling then costs seconds per call. A URL's own options still win.
+        server_settings={"application_name": "pgcontroller", "jit": "off"},
     )

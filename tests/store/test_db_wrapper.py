@@ -39,6 +39,11 @@ async def db(db_url: str) -> AsyncIterator[PgDatabase]:
         await pool.close()
 
 
+async def test_the_pool_runs_without_jit(db: PgDatabase) -> None:
+    # A statement the planner misprices on a long history would otherwise compile for seconds.
+    assert await db.fetchval("SHOW jit") == "off"
+
+
 async def test_rows_read_by_name_by_position_and_with_get(db: PgDatabase) -> None:
     row = await db.fetchrow("SELECT 7 AS seven, 'x' AS ex")
     assert row is not None
