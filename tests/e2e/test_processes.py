@@ -270,5 +270,11 @@ async def test_a_child_that_cannot_join_stops_the_run_with_its_exit_code(db_url:
         channel.close()
     assert await first.stop() == 0, first.log()
     # A stream fixes the cluster's 4 containers: a run asking for 8 is refused by child 0 (exit 2).
-    with pytest.raises(RuntimeError, match="serve exited with 2"):
-        await start_two(db_url, tmp_path, "--container-count", "8")
+    try:
+        unexpected = await start_two(db_url, tmp_path, "--container-count", "8")
+    except RuntimeError as refused:
+        assert "serve exited with 2" in str(refused), refused
+        assert "controller process 0 exited with 2 before it was ready" in str(refused)
+    else:
+        await unexpected.stop()
+        raise AssertionError(f"the run started:\n{unexpected.log()}")
