@@ -147,6 +147,19 @@ async def test_both_processes_answer_and_see_each_others_changes(
 
         await until(both_live, 10, "both children live members")
 
+        # Each child claims request buckets under its own lock session; no bucket has two owners,
+        # and one child leads.
+        async def buckets_shared() -> bool:
+            async with http.get(f"{served.rest_base}/v1/cluster/buckets?service=requests") as response:
+                rows = (await response.json())["buckets"]
+            owners = [row["owner"] for row in rows]
+            assert len({row["bucket"] for row in rows}) == len(rows), rows
+            return None not in owners and set(owners) == MEMBERS
+
+        await until(buckets_shared, 30, "both children owning request buckets")
+        async with http.get(f"{served.rest_base}/v1/cluster/leader") as response:
+            assert (await response.json())["controllerId"] in MEMBERS
+
     # A stream made through child 0 is read and changed through child 1; each sees the other's change.
     scope, stream = "procs", "s"
     body = {"streamName": stream, "scalingPolicy": {"type": "FIXED_NUM_SEGMENTS", "minSegments": 2}}
