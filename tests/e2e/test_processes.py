@@ -9,6 +9,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -291,3 +293,43 @@ async def test_a_child_that_cannot_join_stops_the_run_with_its_exit_code(db_url:
     else:
         await unexpected.stop()
         raise AssertionError(f"the run started:\n{unexpected.log()}")
+
+
+async def test_the_supervisor_starts_the_embedded_database_once_and_stops_it_after_its_children(
+    tmp_path: Path,
+) -> None:
+    os.chmod(tmp_path, 0o755)
+    data_dir = tmp_path / "data"
+    served = await start_served(
+        tmp_path, "--data-dir", str(data_dir), "--processes", "2", "--instance-id", INSTANCE
+    )
+    try:
+        scope = {"scopeName": "embedded"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{served.rest_base}/v1/scopes", json=scope) as response,
+        ):
+            assert response.status == 201, await response.text()
+        assert await ids_over_fresh_connections(served, MEMBERS) == MEMBERS
+        # The URL reached the children in their environment, not on their command lines.
+        for pid in ready_info(tmp_path)["processes"]:
+            argv = command_line(pid)
+            assert not any(arg.startswith(b"postgresql://") for arg in argv), argv
+    finally:
+        assert await served.stop() == 0, served.log()
+    # Stopped with the run: a later `db url` finds nothing running.
+    gone = await asyncio.to_thread(cli_db_url, data_dir)
+    assert gone.returncode == 1 and "no embedded PostgreSQL is running" in gone.stderr, gone.stderr
+
+
+def command_line(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+def cli_db_url(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "url", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
