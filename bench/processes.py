@@ -68,6 +68,13 @@ def cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def host_ticks() -> tuple[int, int]:
+    """(idle, total) CPU ticks of the whole host so far (/proc/stat), to tell how many cores sat
+    idle during a run: none idle means the run was bounded by the host, not by the server."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -86,6 +93,7 @@ async def main() -> None:
 
     rates: dict[str, list[float]] = {}
     cores: dict[str, list[float]] = {}
+    idle: dict[str, list[float]] = {}
     load = Path("/proc/loadavg").read_text().split()[:3]
     tails: dict[str, tuple[float, float, int]] = {}
     echo, echo_port = await start_echo()
@@ -117,12 +125,15 @@ async def main() -> None:
                     for _ in range(args.rounds):
                         for side, port in sides.items():
                             target = f"http://127.0.0.1:{port}/{SERVICE_NAME}/getCurrentSegments"
-                            used = cpu_s(pids[side])
+                            used, ticks = cpu_s(pids[side]), host_ticks()
                             run = await run_h2load(
                                 target, body, args.requests, args.in_flight, MIN_ANSWER_BYTES,
                                 connections=args.connections,
                             )  # fmt: skip
                             used = cpu_s(pids[side]) - used
+                            idle_after, total_after = host_ticks()
+                            share = (idle_after - ticks[0]) / max(1, total_after - ticks[1])
+                            idle.setdefault(side, []).append(share * (os.cpu_count() or 1))
                             rates.setdefault(side, []).append(run.rate)
                             # CPU the server used per wall second of the run: the cores it got.
                             cores.setdefault(side, []).append(used / (run.requests / run.rate))
@@ -135,7 +146,7 @@ async def main() -> None:
     finally:
         echo.terminate()
         await echo.wait()
-    report(args, rates, cores, tails)
+    report(args, rates, cores, idle, tails)
     print(f"load average before the run: {' '.join(load)} (other work on this host shares its cores)")
 
 
@@ -159,6 +170,7 @@ def report(
     args: argparse.Namespace,
     rates: dict[str, list[float]],
     cores: dict[str, list[float]],
+    idle: dict[str, list[float]],
     tails: dict[str, tuple[float, float, int]],
 ) -> None:
     print(
@@ -172,7 +184,8 @@ def report(
         used = statistics.median(cores[side])
         print(
             f"  {side:<12} {median[side]:>8.0f} calls/s  ({of_echo:5.1%} of echo; rounds: {shown}); "
-            f"server CPU {used:.2f} cores, {median[side] / used:.0f} calls per CPU-second"
+            f"server CPU {used:.2f} cores, {median[side] / used:.0f} calls per CPU-second, "
+            f"host idle {statistics.median(idle[side]):.2f} cores"
         )
     print(
         f"  processes 2 / processes 1: {median['processes 2'] / median['processes 1']:.2f}x (target >= 1.6x)"
