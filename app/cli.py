@@ -194,9 +194,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from app.segment_store_main import serve_segment_store
 
             return asyncio.run(serve_segment_store(_with_key(settings, generate=False)))
-        from app.main import serve
+        from app.main import serve, supervise
 
-        return asyncio.run(serve(_with_key(settings, generate=True)))
+        settings = _with_key(settings, generate=True)
+        if settings.processes > 1:
+            # The children re-run this command line, with the flags that make each one of the run.
+            return asyncio.run(supervise(settings, sys.argv[1:] if argv is None else list(argv)))
+        return asyncio.run(serve(settings))
     except SettingError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -49,8 +49,10 @@ from app.wiring import (
     with_embedded_store,
 )
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
+from app.wiring.supervisor import supervise
 
-__all__ = ["grpc_extensions", "rest_extensions", "serve"]
+# `supervise` runs `serve --processes N` (N > 1): N of these processes under one supervisor.
+__all__ = ["grpc_extensions", "rest_extensions", "serve", "supervise"]
 
 log = logging.getLogger("pgcontroller")
 

@@ -31,15 +31,24 @@ async def run_h2load(
     in_flight: int,
     min_answer_bytes: int,
     metadata: Mapping[str, str] | None = None,
+    *,
+    connections: int = 1,
+    rps: float | None = None,
+    log_file: Path | None = None,
 ) -> H2Run:
     """`requests` calls of `url` with the gRPC message in `body`; every answer must carry at
-    least `min_answer_bytes` of DATA, or the run is an error."""
+    least `min_answer_bytes` of DATA, or the run is an error. `connections` each carry
+    `in_flight` calls at once (several reach several processes sharing a port); `rps` paces each
+    connection; `log_file` gets one line per call (read back by `latencies_ms`)."""
     headers = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
     for key, value in (metadata or {}).items():
         headers += ["-H", f"{key}: {value}"]
+    extra = [] if rps is None else ["--rps", f"{rps:.3f}"]
+    if log_file is not None:
+        extra += ["--log-file", str(log_file)]
     process = await asyncio.create_subprocess_exec(
-        "h2load", "-n", str(requests), "-c", "1", "-t", "1", "-m", str(in_flight),
-        "-d", str(body), *headers, url,
+        "h2load", "-n", str(requests), "-c", str(connections), "-t", "1", "-m", str(in_flight),
+        *extra, "-d", str(body), *headers, url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out = (await process.communicate())[0].decode()
@@ -52,6 +61,12 @@ async def run_h2load(
     if int(done.group(2)) != requests or int(data.group(1)) < requests * min_answer_bytes:
         raise RuntimeError(f"h2load: not every request was answered with a message:\n{out}")
     return H2Run(requests, float(rate.group(1)), _ms(mean.group(1)), int(data.group(1)))
+
+
+def latencies_ms(log_file: Path) -> list[float]:
+    """Each call's duration from an h2load --log-file (start us, status, duration us per line)."""
+    lines = log_file.read_text().splitlines()
+    return [int(line.split("\t")[2]) / 1000 for line in lines if line.strip()]
 
 
 def _ms(text: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -14,6 +15,10 @@ from app.store.pool import create_pool
 from app.testing.clock import ManualClock
 from app.testing.controller import Services, running_controller
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
+
+# Every `serve` a test starts is one process unless the test asks for more (`--processes N`): the
+# default, one per core, would put a supervisor between the test and the pid it signals or reads.
+os.environ.setdefault("PGCONTROLLER_PROCESSES", "1")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -9,6 +9,7 @@ localhost:12345) except that we bind to loopback unless told otherwise.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -41,6 +42,14 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 def default_instance_id() -> str:
     return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+def default_processes() -> int:
+    """One controller process per core this process may run on (its affinity mask)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _log_level(value: str) -> str | None:
@@ -101,6 +110,19 @@ class Settings:
         check=not_empty,
         shown_default="`<hostname>-<8 hex>`",
         help="this process's member id in the cluster; must be unique among running controllers",
+    )
+    processes: int = setting(
+        factory=default_processes,
+        check=positive,
+        shown_default="one per core (the CPU affinity mask)",
+        help="controller processes sharing the gRPC, REST and segment-store ports (SO_REUSEPORT), each "
+        "a cluster member of its own (`<instance-id>-<i>`), under one supervisor that restarts a child "
+        "that dies; 1: a single process, no supervisor; the embedded segment store runs in child 0",
+    )
+    reuse_port: bool = setting(
+        False,
+        help="bind the gRPC, REST and embedded segment-store ports with SO_REUSEPORT, so several "
+        "processes on this host share them (the supervisor of --processes sets it for its children)",
     )
     ready_file: Path | None = setting(  # noqa: RUF009
         None, parse=Path, metavar="PATH", help="written (JSON: ports, pid) once both servers listen"

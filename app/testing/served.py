@@ -107,7 +107,11 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
     ready = work_dir / "ready.json"
     log_path = work_dir / "serve.log"
     # Later flags win in argparse: `extra_args` may name fixed ports (a restart keeps its ports).
-    args = ("--grpc-port", "0", "--rest-port", "0", "--segment-store-port", "0", "--ready-file", str(ready))
+    # One process unless `extra_args` ask for more: a test signals and reads the pid it started.
+    args = (
+        *("--grpc-port", "0", "--rest-port", "0", "--segment-store-port", "0"),
+        *("--processes", "1", "--ready-file", str(ready)),
+    )
     process, info = await start_ready("serve", (*args, *extra_args), ready, log_path, env)
     return ServedProcess(
         process, info["grpc_port"], info["rest_port"], log_path, info.get("segment_store_port")

@@ -18,7 +18,13 @@ async def listen_http(
     await runner.setup()
     try:
         site = web.TCPSite(
-            runner, host, port, reuse_address=True, ssl_context=server_context(settings, ALPN_REST)
+            runner,
+            host,
+            port,
+            reuse_address=True,
+            # None, not False: aiohttp then leaves the option alone, as it always did.
+            reuse_port=settings.reuse_port or None,
+            ssl_context=server_context(settings, ALPN_REST),
         )
         await site.start()
     except BaseException:

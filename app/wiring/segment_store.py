@@ -120,6 +120,7 @@ async def _start_measured_server(settings: Settings, pool: Database, clock: Cloc
             on_close=storage.close,
             tokens=_token_gate(settings),
             tls=tls,
+            reuse_port=settings.reuse_port,
         )
     except BaseException:
         await storage.close()

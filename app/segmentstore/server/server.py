@@ -69,15 +69,17 @@ class SegmentStoreServer:
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
         tls: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
         storage's own background work, e.g. its auto-scale reports, stops with the store). With
         `ownership`, only the containers it gives this store are served (WrongHost for the others).
         With `tokens`, delegation tokens are checked (authentication on). With `tls`, every
-        connection must complete a TLS handshake before its first command."""
+        connection must complete a TLS handshake before its first command. `reuse_port`: bind with
+        SO_REUSEPORT (the port is reserved by the supervisor of `serve --processes N`)."""
         self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls)
-        self._server = await asyncio.start_server(self._accept, host, port)
+        self._server = await asyncio.start_server(self._accept, host, port, reuse_port=reuse_port or None)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
         log.info("segment store listening on %s:%d%s", *self._address, " (TLS)" if tls else "")
