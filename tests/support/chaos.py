@@ -428,6 +428,7 @@ class ChaosRun:
         self.txn_prefix: dict[str, tuple[str, str]] = {}
         self.ack_log: list[tuple[float, str]] = []
         self.started = 0.0
+        self.readers: dict[str, ClientProcess] = {}
 
     def ack(self, kind: str, count: int = 1, at: float | None = None) -> None:
         self.report.acked[kind] += count
@@ -462,6 +463,7 @@ class ChaosRun:
             watcher = asyncio.create_task(self.cluster.watch(stop_watch))
             await self._create_streams(admin)
             pumps = await self._start_clients()
+            await self._start_readers()
             self.started = time.monotonic()
             end = self.started + o.seconds
             sampler_stop = asyncio.Event()
@@ -482,6 +484,8 @@ class ChaosRun:
                 watcher.cancel()
             for role in (*self.writers, *self.txn_roles):
                 await role.kill()
+            for reader in self.readers.values():
+                await reader.kill()
             for pump in pumps:
                 pump.cancel()
             if admin is not None:
@@ -528,6 +532,16 @@ class ChaosRun:
             self.txn_prefix[name] = (stream, prefix)
             pumps.append(asyncio.create_task(role.pump(self.on_txn)))
         return pumps
+
+    async def _start_readers(self) -> None:
+        """One reader group per stream (two readers, the real client), reading from the start
+        while the faults happen, until its sealed stream is read to its end."""
+        for stream in self.streams:
+            self.readers[stream] = await ClientProcess.start(
+                "read", self.o.work, uri=self.cluster.served(self.cluster.controllers[0]).grpc_uri,
+                scope=SCOPE, stream=stream, group=f"readers-{stream}", readers=2,
+                deadline_s=self.o.seconds + 4 * self.o.settle_s, out=str(self.o.work / f"read-{stream}.json"),
+            )  # fmt: skip
 
     async def _faults(self, end: float) -> None:
         """Faults in a fixed order (controller, store, PostgreSQL, ...) and fixed victims (the
@@ -772,7 +786,8 @@ class ChaosRun:
             (report.stuck if none else report.owned_twice).append(problem)
 
     async def _read_back(self, admin: Admin) -> None:
-        """Seals every stream (its open transactions are aborted first) and reads it to its end."""
+        """Seals every stream (its open transactions are aborted first); its readers, reading since
+        the start, then reach its end."""
         names: Counter[str] = Counter()
         read: set[str] = set()
         for stream in self.streams:
@@ -783,13 +798,14 @@ class ChaosRun:
                 self.report.stuck.append(f"stream {stream} could not be sealed (its events unchecked)")
                 continue
             out = self.o.work / f"read-{stream}.json"
-            reader = await ClientProcess.start(
-                "read", self.o.work, uri=self.cluster.served(self.cluster.controllers[0]).grpc_uri,
-                scope=SCOPE, stream=stream, group=f"final-{stream}", readers=2,
-                deadline_s=self.o.settle_s, out=str(out),
-            )  # fmt: skip
+            reader = self.readers[stream]
             try:
                 result = await reader.result(self.o.settle_s + 30)
+            except AssertionError as exc:  # no result: it exited, or its deadline passed
+                self.report.stuck.append(
+                    f"the readers of {stream} (their events unchecked): {str(exc)[:600]}"
+                )
+                continue
             finally:
                 await reader.kill()
             if not result.get("ended"):
