@@ -9,8 +9,8 @@ The cluster is its own: an embedded PostgreSQL with its durability on (never a s
 `pgcontroller segment-store` processes. The workload: the real `pravega` Python client (0.3.8)
 writing events with unique ids (`--writers`, `--rate` events/s each, flushed every 20) and running
 transactions (`--txn-workers`: five events each, every third aborted), and a reader group of two
-readers per stream reading throughout, each client bound to one controller; and through gRPC, in a fixed rotation over the streams, manual scales (split or merge,
-waited to the end), configuration updates, truncations at the stream's head, reader groups created
+readers per stream reading throughout, each client bound to one controller; and through gRPC,
+in a fixed rotation over the streams, manual scales (split or merge, waited to the end), configuration updates, truncations at the stream's head, reader groups created
 and deleted. Faults, in a fixed order (SIGKILL a controller, SIGKILL a segment store, crash
 PostgreSQL by immediate shutdown), victims alternating, at seeded random times `--fault-gap-s`
 apart, each victim restarted on its own ports after `--down-s`; none in the last 15 s.
