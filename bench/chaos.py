@@ -10,10 +10,11 @@ The cluster is its own: an embedded PostgreSQL with its durability on (never a s
 writing events with unique ids (`--writers`, `--rate` events/s each, flushed every 20) and running
 transactions (`--txn-workers`: five events each, every third aborted), and a reader group of two
 readers per stream reading throughout, each client bound to one controller; and through gRPC,
-in a fixed rotation over the streams, manual scales (split or merge, waited to the end), configuration updates, truncations at the stream's head, reader groups created
-and deleted. Faults, in a fixed order (SIGKILL a controller, SIGKILL a segment store, crash
-PostgreSQL by immediate shutdown), victims alternating, at seeded random times `--fault-gap-s`
-apart, each victim restarted on its own ports after `--down-s`; none in the last 15 s.
+in a fixed rotation over the streams, manual scales (split or merge, waited to the end),
+configuration updates, truncations at the stream's head, reader groups created and deleted.
+Faults, in a fixed order (SIGKILL a controller, SIGKILL a segment store, crash PostgreSQL by
+immediate shutdown), victims alternating, at seeded random times `--fault-gap-s` apart, each
+victim restarted on its own ports after `--down-s`; none in the last 15 s.
 
 Checks, after the workload and bounded settle waits: every acknowledged event read exactly once
 (a writer's events up to its last returned flush), none read twice; every acknowledged transaction
