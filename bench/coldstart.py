@@ -53,6 +53,9 @@ def main() -> None:
                 [
                     *cli,
                     "serve",
+                    # One process, as measured before `--processes` (its default is one per core).
+                    "--processes",
+                    "1",
                     "--data-dir",
                     str(data_dir),
                     "--grpc-port",
