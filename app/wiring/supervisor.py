@@ -30,6 +30,7 @@ from pathlib import Path
 from app.config import Settings
 from app.embedded_pg import EmbeddedPostgres
 from app.security.signing_key import KEY_ENV
+from app.waiting import bounded, wait_event
 from app.wiring.shutdown_watchdog import EXIT_SHUTDOWN_OVERRAN, shutdown_budget_s
 
 log = logging.getLogger("pgcontroller.supervisor")
@@ -274,8 +275,7 @@ class Supervisor:
                 "controller process %d (pid %d) exited with %s after %.1f s; restarting it in %.1f s",
                 child.index, child.process.pid, code, up_s, delay,
             )  # fmt: skip
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+            await wait_event(self._stop, delay)
             if self._stop.is_set():
                 return
             if await self._start(child):
@@ -301,7 +301,7 @@ class Supervisor:
         process.send_signal(signal.SIGTERM)
         try:
             # The child's own watchdog ends it at the budget; the margin lets it log why first.
-            code = await asyncio.wait_for(process.wait(), timeout=self._budget_s + 2.0)
+            code = await bounded(process.wait(), self._budget_s + 2.0)
         except TimeoutError:
             log.error("controller process %d (pid %d) did not stop; killing it", child.index, process.pid)
             process.kill()
