@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -27,9 +25,9 @@ from app.testing.controller import running_controller
 from app.testing.history_seed import seed_replacement_history
 from app.testing.scale import scale_request
 from tests.api.conftest import served
+from tests.store.test_seed import run_cli
 from tests.support.db import clone_database, drop_database, with_database
 
-ROOT = Path(__file__).resolve().parents[2]
 END = 1_800_000_000_000  # fixed, so every run seeds the same history
 SPEC = SeedSpec(streams=1, epochs_per_stream=1, start_ms=END - 86_400_000, span_ms=86_400_000)
 
@@ -229,25 +227,6 @@ def check_pattern(rows: dict[str, Any], epochs: int, step: int) -> None:
         assert all((int(k) >> 32) // SEALED_SIZE_SHARD_EPOCHS == shard for k in keys)
         assert version == len(keys) - 1
     assert rows["pointers"] == (epochs - 1, epochs - 1, "ACTIVE", 1 + 2 * (epochs - 1), -1, 2 * (epochs - 1))
-
-
-async def run_cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.cli",
-        "--log-level",
-        "WARNING",
-        "dev",
-        "seed",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_the_command_grows_one_stream(db_url: str) -> None:

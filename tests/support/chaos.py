@@ -308,7 +308,7 @@ class Cluster:
                 if await check():
                     return
             except (OSError, asyncpg.PostgresError, TimeoutError):
-                pass
+                pass  # a victim still down: ask again until the bound
             if time.monotonic() > deadline:
                 raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
             await asyncio.sleep(0.2)
@@ -403,7 +403,7 @@ class Admin:
                 if exc.status not in RETRYABLE:
                     return None
             except CONNECTION_ERRORS:
-                pass
+                pass  # the peer was killed mid-call: retried below like a retryable status
             self.turn += 1
             await asyncio.sleep(0.25)
         return None
@@ -672,7 +672,7 @@ class ChaosRun:
                             at = time.monotonic() - self.started
                             self.report.owned_twice.append(f"t+{at:.1f}s {service} buckets {sorted(both)}")
             except (OSError, aiohttp.ClientError, TimeoutError):
-                pass
+                pass  # a controller being killed or restarted has no view to sample this round
             await asyncio.sleep(1.0)
 
     async def _finish_clients(self, pumps: list[asyncio.Task[None]]) -> None:
