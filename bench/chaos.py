@@ -3,6 +3,7 @@ killed and restarted at random; then the checks. Prints figures and exits non-ze
 
     .venv/bin/python bench/chaos.py [--minutes 10] [--seed N] [--writers 2] [--txn-workers 1]
         [--streams 2] [--rate 100] [--fault-gap-s 15,30] [--down-s 0.5,3] [--work DIR]
+        [--faults controller,segment-store,postgres|all] [--pause-s 2,14]
 
 The cluster is its own: an embedded PostgreSQL with its durability on (never a shared one), two
 `serve --no-embedded-segment-store` processes on one database (different ports) and two
@@ -14,7 +15,11 @@ in a fixed rotation over the streams, manual scales (split or merge, waited to t
 configuration updates, truncations at the stream's head, reader groups created and deleted.
 Faults, in a fixed order (SIGKILL a controller, SIGKILL a segment store, crash PostgreSQL by
 immediate shutdown), victims alternating, at seeded random times `--fault-gap-s` apart, each
-victim restarted on its own ports after `--down-s`; none in the last 15 s.
+victim restarted on its own ports after `--down-s`; none in the last 15 s. `--faults` names the
+kinds and their order; beyond the three above (the default), `pause-controller` and `pause-store`
+freeze a process with SIGSTOP for `--pause-s` (past the 5 s member TTL and the 10 s store expiry,
+so the cluster moves its buckets or containers while the frozen process still holds its sockets and
+sessions) and then thaw it, and `controller+store` kills one of each at once; `all` is all six.
 
 Checks, after the workload and bounded settle waits: every acknowledged event read exactly once
 (a writer's events up to its last returned flush), none read twice; every acknowledged transaction
@@ -38,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.chaos import ChaosOptions, run_chaos
+from tests.support.chaos import ALL_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 
 
 def pair(text: str) -> tuple[float, float]:
@@ -47,6 +52,18 @@ def pair(text: str) -> tuple[float, float]:
     if not 0 <= values[0] <= values[1]:
         raise argparse.ArgumentTypeError(f"want LOW,HIGH with 0 <= LOW <= HIGH, got {text!r}")
     return values
+
+
+def kinds(text: str) -> tuple[str, ...]:
+    if text == "all":
+        return ALL_FAULT_KINDS
+    chosen = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in chosen if k not in ALL_FAULT_KINDS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault kinds {unknown}; known: {', '.join(ALL_FAULT_KINDS)}"
+        )
+    return chosen
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -60,6 +77,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fault-gap-s", type=pair, default=(15.0, 30.0))
     parser.add_argument("--down-s", type=pair, default=(0.5, 3.0))
     parser.add_argument("--settle-s", type=float, default=180.0)
+    parser.add_argument(
+        "--faults",
+        type=kinds,
+        default=FAULT_KINDS,
+        help=f"comma-separated, of {', '.join(ALL_FAULT_KINDS)}; or all",
+    )
+    parser.add_argument("--pause-s", type=pair, default=(2.0, 14.0), help="how long a pause fault freezes")
     parser.add_argument(
         "--work",
         type=Path,
@@ -80,7 +104,7 @@ async def main(argv: list[str]) -> int:
     options = ChaosOptions(
         seconds=args.minutes * 60, seed=seed, work=work, streams=args.streams, writers=args.writers,
         txn_workers=args.txn_workers, writer_rate=args.rate, fault_gap_s=args.fault_gap_s,
-        down_s=args.down_s, settle_s=args.settle_s,
+        down_s=args.down_s, settle_s=args.settle_s, fault_kinds=args.faults, pause_s=args.pause_s,
     )  # fmt: skip
     try:
         report = await run_chaos(options)

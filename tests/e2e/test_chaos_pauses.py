@@ -1,0 +1,28 @@
+"""The chaos run with the fault kinds beyond the issue's three: a segment store and a controller
+frozen (SIGSTOP) and thawed, and a controller killed together with a store; then every check of
+bench/chaos.py. Its own PostgreSQL and processes on free ports, its files under tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.chaos import MORE_FAULT_KINDS, assert_clean, run_logged
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(1200)]
+
+
+async def test_chaos_survives_frozen_processes_and_a_controller_and_store_killed_together(
+    tmp_path: Path,
+) -> None:
+    """A store and a controller each frozen (SIGSTOP) past the store expiry (10 s) and the member
+    TTL (5 s), so their containers and buckets move while they still hold their sockets and
+    sessions, then thawed; and a controller killed together with a store."""
+    # The three faults fit the window whatever the seed: warm-up 5 s, gaps of at most 5 + 8 + 8 s,
+    # pauses of at most 13 s each, the double kill down at most 2 s, the last 10 s quiet.
+    report, summary = await run_logged(
+        tmp_path, fault_gap_s=(5.0, 8.0), down_s=(0.5, 2.0), pause_s=(11.0, 13.0),
+        fault_kinds=("pause-store", "controller+store", "pause-controller"),
+    )  # fmt: skip
+    assert_clean(report, MORE_FAULT_KINDS, summary)
