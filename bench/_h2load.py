@@ -1,11 +1,17 @@
 """h2load as the gRPC load generator of the benches: one connection, a fixed number of requests
 in flight, and a run counted only when every answer carried a message (h2load counts any HTTP
-200 as success, and a gRPC error is an HTTP 200 with trailers only)."""
+200 as success, and a gRPC error is an HTTP 200 with trailers only).
+
+Pacing: one h2load paces its connections with one timer phase, so `-c 32 --rps r` sends 32 calls
+in the same millisecond every 1/r s, a burst, not a rate. `run_h2load_spread` runs one h2load per
+connection, started one after another, so the connections' phases spread as independent clients'
+do."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +67,45 @@ async def run_h2load(
     if int(done.group(2)) != requests or int(data.group(1)) < requests * min_answer_bytes:
         raise RuntimeError(f"h2load: not every request was answered with a message:\n{out}")
     return H2Run(requests, float(rate.group(1)), _ms(mean.group(1)), int(data.group(1)))
+
+
+async def run_h2load_spread(
+    url: str,
+    body: Path,
+    rate: float,
+    seconds: float,
+    connections: int,
+    min_answer_bytes: int,
+    log_dir: Path,
+    metadata: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """`rate` calls/s for `seconds` over `connections` connections with one call in flight each, as
+    `connections` h2load processes of one connection each. Their starts are 1/`rate` apart, so
+    their timers (period `connections`/`rate`) do not fire together. Returns the per-call logs."""
+    per_connection = int(rate * seconds / connections)
+    logs = [log_dir / f"spread-{i}.log" for i in range(connections)]
+    runs = []
+    started = time.monotonic()
+    for i, log in enumerate(logs):
+        log.unlink(missing_ok=True)
+        runs.append(
+            asyncio.create_task(
+                run_h2load(
+                    url,
+                    body,
+                    per_connection,
+                    1,
+                    min_answer_bytes,
+                    metadata,
+                    rps=rate / connections,
+                    log_file=log,
+                )
+            )
+        )
+        # Spawning takes about as long as the stagger, so the phases end up spread, not exact.
+        await asyncio.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
+    await asyncio.gather(*runs)
+    return logs
 
 
 def latencies_ms(log_file: Path) -> list[float]:

@@ -1,13 +1,19 @@
 """getCurrentSegments against `serve --processes 1` and `serve --processes 2` in the same run (both on
 one database, measured in alternating rounds so drift of the machine hits both alike), next to the
-bare grpclib echo of the same contract: calls/s each, the two-process ratio, and the p99 of each at
-the rate one process sustains (a paced run).
+bare grpclib echo of the same contract: calls/s each, the two-process ratio, and p50/p99/p99.9 of
+each (the echo too: the floor of this machine) at the rate one process sustains (paced runs).
 
     .venv/bin/python bench/processes.py [--rounds 3] [--requests 30000] [--connections 8]
-                                        [--in-flight 4] [--paced-seconds 10]
+                                        [--in-flight 4] [--paced-seconds 10] [--probe]
 
 Load comes from h2load (bench/_h2load.py) over `--connections` connections with `--in-flight`
 calls each: SO_REUSEPORT spreads connections, not calls, so one connection would reach one process.
+The paced runs come two ways: "spread", one h2load per connection so the connections' timers fire
+at independent phases as separate clients' would, and "burst", one h2load for every connection,
+whose connections share one timer and send together (a burst of `--connections` calls each
+period). `--probe` loads bench/_tail_probe into the servers and prints, per paced run, the
+collector's pauses, the event loop's busy stretches and slow callbacks, and PostgreSQL
+transactions per call.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -24,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import asyncpg
 from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
@@ -31,20 +39,23 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.service import SERVICE_NAME
 from app.testing.served import ServedProcess, start_served
 from bench._common import create_fixed_stream, free_port, throwaway_database
-from bench._h2load import grpc_body, latencies_ms, run_h2load
+from bench._h2load import grpc_body, latencies_ms, run_h2load, run_h2load_spread
 
 SEGMENTS = 10
 INFO = pb.StreamInfo(scope="bench", stream="s")
 # Ten segment ranges: every answer carries some 300 bytes or more.
 MIN_ANSWER_BYTES = 300
 ROOT = Path(__file__).resolve().parents[1]
+PACINGS = ("spread", "burst")
+Tail = tuple[float, float, float, int]  # p50, p99, p99.9 in ms, calls
 
 
-async def start_echo() -> tuple[asyncio.subprocess.Process, int]:
+async def start_echo(env: dict[str, str] | None = None) -> tuple[asyncio.subprocess.Process, int]:
     port = free_port()
     echo = await asyncio.create_subprocess_exec(
         sys.executable, str(ROOT / "bench" / "_echo_server.py"), str(port),
-        stdout=asyncio.subprocess.PIPE, cwd=str(ROOT), env={"PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT), **(env or {})},
     )  # fmt: skip
     assert echo.stdout is not None
     await echo.stdout.readline()
@@ -75,9 +86,12 @@ def host_ticks() -> tuple[int, int]:
     return fields[3] + fields[4], sum(fields)
 
 
+def quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
 def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return quantile(sorted(values), 0.99)
 
 
 async def main() -> None:
@@ -87,6 +101,7 @@ async def main() -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--probe", action="store_true", help="load bench/_tail_probe into the servers")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is not installed (apt-get install nghttp2-client)")
@@ -95,15 +110,19 @@ async def main() -> None:
     cores: dict[str, list[float]] = {}
     idle: dict[str, list[float]] = {}
     load = Path("/proc/loadavg").read_text().split()[:3]
-    tails: dict[str, tuple[float, float, int]] = {}
-    echo, echo_port = await start_echo()
-    try:
-        async with throwaway_database() as url:
-            with tempfile.TemporaryDirectory() as work:
+    tails: dict[tuple[str, str], Tail] = {}
+    probes: dict[tuple[str, str], list[str]] = {}
+    with tempfile.TemporaryDirectory() as work:
+        probe_dir = Path(work) / "probe"
+        probe_dir.mkdir()
+        env = _probe_env(probe_dir) if args.probe else None
+        echo, echo_port = await start_echo(env)
+        try:
+            async with throwaway_database() as url:
                 (Path(work) / "one").mkdir()
                 (Path(work) / "two").mkdir()
-                one = await start_served(Path(work) / "one", "--db-url", url, "--processes", "1")
-                two = await start_served(Path(work) / "two", "--db-url", url, "--processes", "2")
+                one = await start_served(Path(work) / "one", "--db-url", url, "--processes", "1", env=env)
+                two = await start_served(Path(work) / "two", "--db-url", url, "--processes", "2", env=env)
                 try:
                     channel = Channel("127.0.0.1", one.grpc_port)
                     stub = ControllerServiceStub(channel)
@@ -138,32 +157,114 @@ async def main() -> None:
                             # CPU the server used per wall second of the run: the cores it got.
                             cores.setdefault(side, []).append(used / (run.requests / run.rate))
                     sustained = statistics.median(rates["processes 1"])
-                    for side, served in (("processes 1", one), ("processes 2", two)):
-                        tails[side] = await paced(served, body, Path(work), sustained, args)
+                    for pacing in PACINGS:
+                        for side, port in sides.items():
+                            await _probe(pids[side], probe_dir, None) if args.probe else None
+                            commits = await _commits(url)
+                            tails[(pacing, side)] = await paced(
+                                port, body, Path(work), sustained, args, pacing
+                            )
+                            if args.probe:
+                                probes[(pacing, side)] = await _probe(pids[side], probe_dir, sustained)
+                                calls = tails[(pacing, side)][3]
+                                spent = await _commits(url) - commits
+                                probes[(pacing, side)].append(
+                                    f"PostgreSQL: {spent} transactions committed during the run "
+                                    f"({spent / calls:.3f} per call, background loops included)"
+                                )
                 finally:
                     await two.stop()
                     await one.stop()
+        finally:
+            echo.terminate()
+            await echo.wait()
+    report(args, rates, cores, idle, tails, sustained, probes)
+    print(f"load average before the run: {' '.join(load)}, after: {' '.join(_loadavg())}")
+
+
+def _loadavg() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
+def _probe_env(directory: Path) -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT / "bench" / "_tail_probe"), str(ROOT)])
+    return {"PYTHONPATH": path, "PGCONTROLLER_TAIL_PROBE": str(directory)}
+
+
+async def _commits(url: str) -> int:
+    """Transactions committed in the bench's database so far (all backends; the statistics of
+    other backends are flushed about once a second, hence the pause)."""
+    await asyncio.sleep(1.2)
+    connection = await asyncpg.connect(url)
+    try:
+        value = await connection.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(value) - 1  # this query's own transaction is not the servers'
     finally:
-        echo.terminate()
-        await echo.wait()
-    report(args, rates, cores, idle, tails)
-    print(f"load average before the run: {' '.join(load)} (other work on this host shares its cores)")
+        await connection.close()
+
+
+async def _probe(pids: list[int], directory: Path, rate: float | None) -> list[str]:
+    """Asks each probed server for what it saw since the last ask (SIGUSR2); with `rate` None,
+    only starts a new period. Lines to print, one per process."""
+    for pid in pids:
+        (directory / f"{pid}.json").unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR2)
+    lines = []
+    for pid in pids:
+        report = directory / f"{pid}.json"
+        for _ in range(200):
+            if report.exists():
+                break
+            await asyncio.sleep(0.01)
+        seen = json.loads(report.read_text())
+        if rate is None:
+            continue
+        gc_text = ", ".join(
+            f"gen{g} {v['count']}x {v['total_ms']:.0f} ms (CPU {v['cpu_total_ms']:.0f}), "
+            f"max {v['max_ms']:.1f} (CPU {v['cpu_max_ms']:.1f}), {v['collected']} freed"
+            for g, v in seen["gc"].items()
+        )
+        slow = "; ".join(
+            f"{c['name']} {c['count']}x CPU max {c['cpu_max_ms']:.1f} ms" for c in seen["slow_callbacks"][:6]
+        )
+        busy, cpu = seen["busy_ms"], seen["busy_cpu_ms"]
+        lines += [
+            f"pid {pid} collector: {gc_text}; {seen['gen2_objects']} objects in gen2, "
+            f"{seen['frozen_objects']} frozen; widest: {', '.join(seen['gen2_widest'])}",
+            f"pid {pid} loop: {seen['iterations']} iterations, busy stretch wall p50/p99/p99.9/max "
+            f"{busy['0.5']:.2f}/{busy['0.99']:.2f}/{busy['0.999']:.2f}/{seen['busy_max_ms']:.1f} ms "
+            f"({seen['busy_over_2ms']} >= 2 ms), CPU {cpu['0.5']:.2f}/{cpu['0.99']:.2f}/{cpu['0.999']:.2f}/"
+            f"{seen['busy_cpu_max_ms']:.1f} ms ({seen['busy_cpu_over_2ms']} >= 2 ms)",
+            f"pid {pid} callbacks >= 2 ms wall: {slow or 'none'}",
+            f"pid {pid} cyclic garbage waiting at the end: {', '.join(seen['garbage']) or 'none'}",
+        ]
+    return lines
 
 
 async def paced(
-    served: ServedProcess, body: Path, work: Path, rate: float, args: argparse.Namespace
-) -> tuple[float, float, int]:
-    """(p50, p99 in ms, calls) of a run paced at `rate` calls/s over every connection."""
-    log = work / f"paced-{served.grpc_port}.log"
-    log.unlink(missing_ok=True)
-    target = f"http://127.0.0.1:{served.grpc_port}/{SERVICE_NAME}/getCurrentSegments"
-    calls = int(rate * args.paced_seconds)
-    await run_h2load(
-        target, body, calls, args.in_flight, MIN_ANSWER_BYTES,
-        connections=args.connections, rps=rate / args.connections, log_file=log,
-    )  # fmt: skip
-    durations = latencies_ms(log)
-    return statistics.median(durations), p99(durations), len(durations)
+    port: int, body: Path, work: Path, rate: float, args: argparse.Namespace, pacing: str
+) -> Tail:
+    """(p50, p99, p99.9 in ms, calls) of a run paced at `rate` calls/s over `args.connections`
+    connections with one call in flight each, spread or in bursts (see the module's text)."""
+    target = f"http://127.0.0.1:{port}/{SERVICE_NAME}/getCurrentSegments"
+    if pacing == "spread":
+        spread_dir = work / f"spread-{port}"
+        spread_dir.mkdir(exist_ok=True)
+        logs = await run_h2load_spread(
+            target, body, rate, args.paced_seconds, args.connections, MIN_ANSWER_BYTES, spread_dir
+        )
+    else:
+        log = work / f"paced-{port}.log"
+        log.unlink(missing_ok=True)
+        await run_h2load(
+            target, body, int(rate * args.paced_seconds), 1, MIN_ANSWER_BYTES,
+            connections=args.connections, rps=rate / args.connections, log_file=log,
+        )  # fmt: skip
+        logs = [log]
+    durations = sorted(d for log in logs for d in latencies_ms(log))
+    return quantile(durations, 0.5), quantile(durations, 0.99), quantile(durations, 0.999), len(durations)
 
 
 def report(
@@ -171,7 +272,9 @@ def report(
     rates: dict[str, list[float]],
     cores: dict[str, list[float]],
     idle: dict[str, list[float]],
-    tails: dict[str, tuple[float, float, int]],
+    tails: dict[tuple[str, str], Tail],
+    rate: float,
+    probes: dict[tuple[str, str], list[str]],
 ) -> None:
     print(
         f"getCurrentSegments, h2load {args.connections} connections x {args.in_flight} in flight, "
@@ -190,10 +293,20 @@ def report(
     print(
         f"  processes 2 / processes 1: {median['processes 2'] / median['processes 1']:.2f}x (target >= 1.6x)"
     )
-    rate = median["processes 1"]
-    print(f"paced at {rate:.0f} calls/s (what one process sustains) for {args.paced_seconds:.0f} s:")
-    for side, (p50, p99_ms, calls) in tails.items():
-        print(f"  {side:<12} p50 {p50:6.2f} ms  p99 {p99_ms:6.2f} ms  ({calls} calls; target p99 < 5 ms)")
+    for pacing in PACINGS:
+        print(
+            f"paced ({pacing}) at {rate:.0f} calls/s (what one process sustains) over {args.connections} "
+            f"connections x 1 in flight for {args.paced_seconds:.0f} s; echo is the floor:"
+        )
+        for (shown, side), (p50, p99_ms, p999, calls) in tails.items():
+            if shown != pacing:
+                continue
+            print(
+                f"  {side:<12} p50 {p50:6.2f} ms  p99 {p99_ms:6.2f} ms  p99.9 {p999:6.2f} ms  "
+                f"({calls} calls; target p99 < 5 ms)"
+            )
+            for line in probes.get((pacing, side), []):
+                print(f"      {line}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -116,7 +117,11 @@ def _limit_reads(
     # reset once the error status is sent. `_stream` (the HTTP/2 stream) is grpclib's own
     # attribute: the one place this module leans on its internals.
     h2_stream = stream._stream
-    read = h2_stream.recv_data
+    # The stream holds this wrapper, so the wrapper must not hold the stream (nor its bound
+    # method): that cycle outlived every call until a full collection, whose pauses were the
+    # p99 of the hot reads. The caller holds the stream while it reads, so the weak one is live.
+    target = weakref.ref(h2_stream)
+    read = type(h2_stream).recv_data
 
     async def recv_data(size: int) -> bytes:
         if size > max_bytes:
@@ -124,7 +129,10 @@ def _limit_reads(
             raise GRPCError(
                 Status.RESOURCE_EXHAUSTED, f"gRPC message exceeds maximum size {max_bytes}: {size}"
             )
-        return await read(size)
+        live = target()
+        if live is None:
+            raise GRPCError(Status.CANCELLED, "the call's stream is gone")
+        return await read(live, size)
 
     h2_stream.recv_data = recv_data  # type: ignore[method-assign]
 
@@ -146,11 +154,16 @@ def _checked_framing(stream: grpclib.server.Stream[Any, Any], path: str, refusal
     # short (struct.error), a length past the data (AssertionError), the compressed flag
     # (NotImplementedError; we offer no encoding), or no message at all (None, which every
     # handler here would take for a request). Each is the client's error: INVALID_ARGUMENT.
-    receive = stream.recv_message
+    # Held weakly for the reason `_limit_reads` gives: the stream holds this wrapper.
+    target = weakref.ref(stream)
+    receive = type(stream).recv_message
 
     async def recv_message() -> Any:
+        live = target()
+        if live is None:
+            raise GRPCError(Status.CANCELLED, "the call's stream is gone")
         try:
-            message = await receive()
+            message = await receive(live)
         except (struct.error, AssertionError, NotImplementedError) as exc:
             refusals.warning(f"refused a malformed gRPC frame to {path}: {type(exc).__name__}")
             raise GRPCError(Status.INVALID_ARGUMENT, "malformed gRPC message framing") from None
