@@ -281,6 +281,7 @@ async def queue_drained(conn: asyncpg.Connection, began: float, poll_s: float, f
 class Statement:
     text: str
     calls: int
+    mean_ms: float
 
 
 @dataclass
@@ -324,12 +325,14 @@ async def read_statements(admin_url: str | None) -> Statements | None:
     conn = await asyncpg.connect(admin_url)
     try:
         rows = await conn.fetch(
-            f"{WATCHER} SELECT query, calls FROM pg_stat_statements"
+            f"{WATCHER} SELECT query, calls, mean_exec_time FROM pg_stat_statements"
             " WHERE query NOT LIKE '%bench-watcher%' ORDER BY calls DESC, query"
         )
     finally:
         await conn.close()
-    return Statements([Statement(" ".join(r["query"].split()), r["calls"]) for r in rows])
+    return Statements(
+        [Statement(" ".join(r["query"].split()), r["calls"], r["mean_exec_time"]) for r in rows]
+    )
 
 
 @dataclass
@@ -584,10 +587,11 @@ def print_statements(stats: Statements, txns: int) -> None:
         f"{stats.calls / txns:.2f} per transaction, {stats.calls / batches:.1f} per batch "
         f"({stats.batches} batches, {txns / batches:.1f} transactions each)"
     )
-    print(f"    {'calls':>7} {'/txn':>6} {'/batch':>7}  statement")
+    print(f"    {'calls':>7} {'/txn':>6} {'/batch':>7} {'mean ms':>8}  statement")
     for row in stats.rows:
         text = re.sub(r"^(--[^$]*?)(?=WITH|SELECT|INSERT|UPDATE|DELETE)", "", row.text)
-        print(f"    {row.calls:>7} {row.calls / txns:>6.2f} {row.calls / batches:>7.2f}  {text[:110]}")
+        shares = f"{row.calls:>7} {row.calls / txns:>6.2f} {row.calls / batches:>7.2f} {row.mean_ms:>8.2f}"
+        print(f"    {shares}  {text[:100]}")
 
 
 async def run(
