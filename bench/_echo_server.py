@@ -40,6 +40,20 @@ class Echo(ControllerServiceBase):
         await stream.recv_message()
         await stream.send_message(self.uri)
 
+    # Canned transaction answers of the real shapes, for bench/txns.py's `echo` part.
+    created = pb.CreateTxnResponse(
+        txnId=pb.TxnId(highBits=1, lowBits=2), activeSegments=_canned_segments().segmentRanges[:4]
+    )
+    pinged = pb.PingTxnStatus(status=pb.PingTxnStatus.OK)
+
+    async def createTransaction(self, stream):  # type: ignore[no-untyped-def, override]
+        await stream.recv_message()
+        await stream.send_message(self.created)
+
+    async def pingTransaction(self, stream):  # type: ignore[no-untyped-def, override]
+        await stream.recv_message()
+        await stream.send_message(self.pinged)
+
 
 def _fill_abstract() -> None:
     async def unimplemented(self, stream):  # type: ignore[no-untyped-def]

@@ -4,10 +4,13 @@ measured in the same run, on the same database, at the same concurrency.
 
     .venv/bin/python bench/txns.py [--seconds 10] [--in-flight 32] [--commit-txns 5000]
         [--commit-in-flight 64] [--streams 8] [--paced-rate 200] [--paced-seconds 10]
-        [--poll-ms 10] [--skip baseline,create,ping,commit,commit-multi,paced]
+        [--poll-ms 10] [--skip baseline,echo,create,ping,commit,commit-multi,paced] [--statements]
 
 baseline      --in-flight asyncpg connections, each inserting one row (autocommit) into a
               scratch table back to back for --seconds: rate, p50, p99.
+echo          a bare grpclib server answering from a constant (bench/_echo_server.py), called
+              with --in-flight in flight for --seconds over one channel, as create and ping
+              are: the gRPC transport's own ceiling on this machine, next to the PostgreSQL one.
 create        createTransaction (lease 60 s) on a 4-segment stream, --in-flight in flight,
               closed loop for --seconds.
 ping          pingTransaction (lease 60 s) round-robin over the transactions `create` opened
@@ -24,6 +27,11 @@ paced         --paced-rate x --paced-seconds transactions opened beforehand, the
               the earlier ones are doing); latency from sending commitTransaction until the
               watcher sees the transaction COMMITTED, and until its completion_time.
 
+--statements  the cluster runs pg_stat_statements; each commit part then lists every SQL
+              statement the server ran (the segment store's included) from the first
+              commitTransaction until its queue was empty, per transaction and per batch (the
+              watcher's own polls left out).
+
 The parts run in the order baseline, commit, commit-multi, paced, create, ping so that the
 transactions `create` leaves open (thousands; 60 s leases) expire after the run, not during
 the commit measurements. Targets (from the issue): create >= 1,000/s and ping >= 2,000/s at
@@ -34,25 +42,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
+from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from bench._common import LoadResult, closed_loop, create_fixed_stream, percentile, served_controller
+from app.testing.served import start_served
+from bench._common import (
+    LoadResult,
+    closed_loop,
+    create_fixed_stream,
+    free_port,
+    percentile,
+    throwaway_cluster,
+)
 
 SCOPE = "bench"
 SEGMENTS = 4
 LEASE_MS = 60_000
 PING_POOL_MIN = 1_000
 COMMIT_TIMEOUT_S = 300.0
+# Marks the bench's own SQL, which the statement count leaves out.
+WATCHER = "/* bench-watcher */"
 SUCCESS = pb.TxnStatus.SUCCESS
 PING_OK = pb.PingTxnStatus.OK
 
@@ -134,6 +157,48 @@ async def baseline(url: str, in_flight: int, seconds: float) -> LoadResult:
         await pool.close()
 
 
+# --- echo: the gRPC transport's own ceiling -----------------------------------------------------
+
+
+async def echo_load(in_flight: int, seconds: float) -> list[LoadResult]:
+    """createTransaction and pingTransaction against the bare grpclib echo, one channel each,
+    the way create and ping call the controller."""
+    root = Path(__file__).resolve().parents[1]
+    port = free_port()
+    echo = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(root / "bench" / "_echo_server.py"),
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=str(root),
+        env={"PYTHONPATH": str(root)},
+    )
+    assert echo.stdout is not None
+    await echo.stdout.readline()
+    channel = Channel("127.0.0.1", port)
+    try:
+        stub = ControllerServiceStub(channel)
+        create_ask = pb.CreateTxnRequest(streamInfo=info_of("create"), lease=LEASE_MS)
+        ping_ask = pb.PingTxnRequest(
+            streamInfo=info_of("create"), txnId=pb.TxnId(highBits=1, lowBits=2), lease=LEASE_MS
+        )
+
+        async def create() -> None:
+            await stub.createTransaction(create_ask)
+
+        async def ping() -> None:
+            await stub.pingTransaction(ping_ask)
+
+        return [
+            await closed_loop("echo createTransaction (bare grpclib)", create, in_flight, seconds),
+            await closed_loop("echo pingTransaction (bare grpclib)", ping, in_flight, seconds),
+        ]
+    finally:
+        channel.close()
+        echo.terminate()
+        await echo.wait()
+
+
 # --- create and ping --------------------------------------------------------------------------
 
 
@@ -183,7 +248,7 @@ async def ping_load(
 
 async def stream_ids(conn: asyncpg.Connection, streams: Sequence[str]) -> list[int]:
     rows = await conn.fetch(
-        "SELECT id FROM streams WHERE scope = $1 AND name = ANY($2::text[])", SCOPE, streams
+        f"{WATCHER} SELECT id FROM streams WHERE scope = $1 AND name = ANY($2::text[])", SCOPE, streams
     )
     assert len(rows) == len(streams)
     return [r["id"] for r in rows]
@@ -191,7 +256,7 @@ async def stream_ids(conn: asyncpg.Connection, streams: Sequence[str]) -> list[i
 
 async def completed_counts(conn: asyncpg.Connection, ids: list[int]) -> tuple[int, int]:
     row = await conn.fetchrow(
-        "SELECT count(*) FILTER (WHERE status = 'COMMITTED') AS committed,"
+        f"{WATCHER} SELECT count(*) FILTER (WHERE status = 'COMMITTED') AS committed,"
         " count(*) FILTER (WHERE status = 'ABORTED') AS aborted"
         " FROM completed_txns WHERE stream_id = ANY($1::bigint[])",
         ids,
@@ -202,7 +267,7 @@ async def completed_counts(conn: asyncpg.Connection, ids: list[int]) -> tuple[in
 async def queue_drained(conn: asyncpg.Connection, began: float, poll_s: float, failures: Failures) -> float:
     """Seconds after `began` (perf_counter) at which no commit request is queued any more."""
     while True:
-        left = await conn.fetchval("SELECT count(*) FROM requests WHERE processor = 'commits'")
+        left = await conn.fetchval(f"{WATCHER} SELECT count(*) FROM requests WHERE processor = 'commits'")
         now = time.perf_counter() - began
         if left == 0:
             return now
@@ -210,6 +275,64 @@ async def queue_drained(conn: asyncpg.Connection, began: float, poll_s: float, f
             failures.add(f"{left} commit requests still queued after {COMMIT_TIMEOUT_S:.0f} s")
             return float("nan")
         await asyncio.sleep(poll_s)
+
+
+@dataclass
+class Statement:
+    text: str
+    calls: int
+    mean_ms: float
+
+
+@dataclass
+class Statements:
+    """What pg_stat_statements recorded over one part: every statement the server ran."""
+
+    rows: list[Statement]
+
+    @property
+    def batches(self) -> int:
+        # end_commit_batch runs once per batch (its CTE `emptied` names it).
+        return sum(r.calls for r in self.rows if "emptied AS" in r.text)
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.rows)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU seconds of process `pid` so far (NaN without one): a figure other
+    load on the machine hardly moves, unlike a rate."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def reset_statements(admin_url: str | None) -> None:
+    if admin_url is None:
+        return
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f"{WATCHER} SELECT pg_stat_statements_reset()")
+    finally:
+        await conn.close()
+
+
+async def read_statements(admin_url: str | None) -> Statements | None:
+    if admin_url is None:
+        return None
+    conn = await asyncpg.connect(admin_url)
+    try:
+        rows = await conn.fetch(
+            f"{WATCHER} SELECT query, calls, mean_exec_time FROM pg_stat_statements"
+            " WHERE query NOT LIKE '%bench-watcher%' ORDER BY calls DESC, query"
+        )
+    finally:
+        await conn.close()
+    return Statements(
+        [Statement(" ".join(r["query"].split()), r["calls"], r["mean_exec_time"]) for r in rows]
+    )
 
 
 @dataclass
@@ -224,6 +347,8 @@ class PipelineResult:
     ack_ms: list[float]
     first_committed_s: float  # first commitTransaction sent .. the first one COMMITTED
     drained_s: float  # first commitTransaction sent .. no commit request left in the queue
+    statements: Statements | None = None
+    cpu_s: float = float("nan")  # the serve process's CPU seconds over the same span
 
     @property
     def rate(self) -> float:
@@ -239,6 +364,8 @@ async def pipeline(
     in_flight: int,
     poll_s: float,
     failures: Failures,
+    admin_url: str | None = None,
+    serve_pid: int | None = None,
 ) -> PipelineResult:
     streams = [f"{prefix}-{i}" for i in range(n_streams)]
     for stream in streams:
@@ -261,6 +388,8 @@ async def pipeline(
         async def send_all() -> None:
             await asyncio.gather(*(commit(s, t) for s, t in txns))
 
+        await reset_statements(admin_url)
+        cpu_began = cpu_seconds(serve_pid)
         began = time.perf_counter()
         sending = asyncio.create_task(send_all())
         requests_s = float("nan")
@@ -289,10 +418,23 @@ async def pipeline(
         # Every commitTransaction queued a request; those left once all are COMMITTED find
         # nothing to do, but the next part must not run while the server still works them off.
         drained_s = await queue_drained(conn, began, poll_s, failures)
+        cpu_s = cpu_seconds(serve_pid) - cpu_began
+        statements = await read_statements(admin_url)
     finally:
         await conn.close()
     return PipelineResult(
-        n_streams, count, open_s, requests_s, committed_s, committed, aborted, acks, first, drained_s
+        n_streams,
+        count,
+        open_s,
+        requests_s,
+        committed_s,
+        committed,
+        aborted,
+        acks,
+        first,
+        drained_s,
+        statements,
+        cpu_s,
     )
 
 
@@ -425,17 +567,45 @@ def print_pipeline(label: str, result: PipelineResult, base: LoadResult | None, 
         f"{result.rate:.0f} committed/s"
     )
     print(f"    commit request queue empty after {result.drained_s:.2f} s (one request per commit)")
+    print(
+        f"    serve process CPU until then: {result.cpu_s:.2f} s, "
+        f"{result.cpu_s / result.txns * 1e6:.0f} us per committed transaction"
+    )
     print("    " + summary("commitTransaction RPC", result.ack_ms))
     line = ratio_line("committed/s", result.rate, base)
     if line:
         print(line)
     print("    " + verdict(result.rate >= 500 and result.committed == result.txns, ">= 500 committed/s"))
+    if result.statements is not None:
+        print_statements(result.statements, result.txns)
 
 
-async def run(stub: ControllerServiceStub, url: str, args: argparse.Namespace, failures: Failures) -> None:
+def print_statements(stats: Statements, txns: int) -> None:
+    batches = max(stats.batches, 1)
+    print(
+        f"    SQL statements (pg_stat_statements, server and segment store): {stats.calls} in all, "
+        f"{stats.calls / txns:.2f} per transaction, {stats.calls / batches:.1f} per batch "
+        f"({stats.batches} batches, {txns / batches:.1f} transactions each)"
+    )
+    print(f"    {'calls':>7} {'/txn':>6} {'/batch':>7} {'mean ms':>8}  statement")
+    for row in stats.rows:
+        text = re.sub(r"^(--[^$]*?)(?=WITH|SELECT|INSERT|UPDATE|DELETE)", "", row.text)
+        shares = f"{row.calls:>7} {row.calls / txns:>6.2f} {row.calls / batches:>7.2f} {row.mean_ms:>8.2f}"
+        print(f"    {shares}  {text[:100]}")
+
+
+async def run(
+    stub: ControllerServiceStub,
+    url: str,
+    admin_url: str | None,
+    pid: int,
+    args: argparse.Namespace,
+    failures: Failures,
+) -> None:
     skip = set(filter(None, args.skip.split(",")))
     poll_s = args.poll_ms / 1000
     base = create = ping = None
+    echo: list[LoadResult] = []
     single = multi = paced_result = None
     timings: dict[str, float] = {}
 
@@ -446,16 +616,29 @@ async def run(stub: ControllerServiceStub, url: str, args: argparse.Namespace, f
     if "baseline" not in skip:
         base = await baseline(url, args.in_flight, args.seconds)
         timed("baseline", began)
+    if "echo" not in skip:
+        began = time.perf_counter()
+        echo = await echo_load(args.in_flight, args.seconds)
+        timed("echo", began)
     if "commit" not in skip:
         began = time.perf_counter()
         single = await pipeline(
-            stub, url, "commit", 1, args.commit_txns, args.commit_in_flight, poll_s, failures
+            stub, url, "commit", 1, args.commit_txns, args.commit_in_flight, poll_s, failures, admin_url, pid
         )
         timed("commit", began)
     if "commit-multi" not in skip:
         began = time.perf_counter()
         multi = await pipeline(
-            stub, url, "multi", args.streams, args.commit_txns, args.commit_in_flight, poll_s, failures
+            stub,
+            url,
+            "multi",
+            args.streams,
+            args.commit_txns,
+            args.commit_in_flight,
+            poll_s,
+            failures,
+            admin_url,
+            pid,
         )
         timed("commit-multi", began)
     if "paced" not in skip:
@@ -480,13 +663,20 @@ async def run(stub: ControllerServiceStub, url: str, args: argparse.Namespace, f
     )
     if base is not None:
         print(base.line())
+    for bare_result in echo:
+        print(bare_result.line())
+    echo_of = {r.name.split()[1]: r for r in echo}
     for result in (create, ping):
         if result is None:
             continue
         print(result.line())
-        line = ratio_line(result.name.split()[1], result.throughput, base)
+        what = result.name.split()[1]
+        line = ratio_line(what, result.throughput, base)
         if line:
             print(line)
+        bare = echo_of.get(what)
+        if bare is not None:
+            print(f"    ratio {what:<34} {result.throughput / bare.throughput:6.1%} of the bare echo's rate")
     if create is not None:
         ok = create.throughput >= 1000 and create.percentile(0.99) < 20
         print("    " + verdict(ok, "createTransaction >= 1,000/s at p99 < 20 ms"))
@@ -515,6 +705,40 @@ async def run(stub: ControllerServiceStub, url: str, args: argparse.Namespace, f
     print("wall time per part: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
 
 
+@asynccontextmanager
+async def controller(
+    statements: bool,
+) -> AsyncIterator[tuple[str, str | None, ControllerServiceStub, int]]:
+    """A throwaway cluster (with pg_stat_statements preloaded when `statements`), a `pgcontroller
+    serve` subprocess on it with default settings, and a stub with the bench scope created:
+    (database URL, superuser URL when counting, stub, serve's pid)."""
+    async with throwaway_cluster() as cluster:
+        admin_url = cluster.admin_url()
+        if statements:
+            conn = await asyncpg.connect(admin_url)
+            try:
+                await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            finally:
+                await conn.close()
+            await asyncio.to_thread(cluster.stop)
+            await asyncio.to_thread(cluster.start)
+            conn = await asyncpg.connect(admin_url)
+            try:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            finally:
+                await conn.close()
+        with tempfile.TemporaryDirectory() as work:
+            served = await start_served(Path(work), "--db-url", admin_url)
+            channel = Channel("127.0.0.1", served.grpc_port)
+            try:
+                stub = ControllerServiceStub(channel)
+                await stub.createScope(pb.ScopeInfo(scope=SCOPE))
+                yield admin_url, admin_url if statements else None, stub, served.process.pid
+            finally:
+                channel.close()
+                await served.stop()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -528,11 +752,14 @@ async def main() -> None:
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="paced: seconds of commits")
     parser.add_argument("--poll-ms", type=float, default=10.0, help="watcher: pause between SQL polls")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip (see the docstring)")
+    parser.add_argument(
+        "--statements", action="store_true", help="commit parts: count SQL statements (pg_stat_statements)"
+    )
     args = parser.parse_args()
     failures = Failures()
 
-    async with served_controller(SCOPE) as (url, stub):
-        await run(stub, url, args, failures)
+    async with controller(args.statements) as (url, admin_url, stub, pid):
+        await run(stub, url, admin_url, pid, args, failures)
     print(f"unexpected answers: {len(failures.lines)}")
     for line in failures.lines[:10]:
         print(f"    {line}")

@@ -74,6 +74,24 @@ class _Get(NamedTuple):
     txn_low: int
 
 
+class _Move(NamedTuple):
+    scope: str
+    name: str
+    txn_high: int
+    txn_low: int
+    status: str
+    writer_id: str | None
+    commit_time: int | None
+    processor: str
+    kind: str
+    requested_at: int
+
+
+def _check_move(target: TxnStatus) -> None:
+    if target not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
+        raise ValueError(f"an open transaction moves to COMMITTING or ABORTING, not {target.value}")
+
+
 def _created(ask: _Create, row: Row | None) -> CreatedTxn:
     """One caller's outcome from its row (None or no stream id: the stream does not exist)."""
     if row is None or row["stream_id"] is None:
@@ -121,6 +139,9 @@ class PgTxnStore:
         self._pings: Coalescer[_Ping, bool] = Coalescer(self._ping_one, self._ping_many)
         self._creates: Coalescer[_Create, CreatedTxn] = Coalescer(self._create_one, self._create_many)
         self._gets: Coalescer[_Get, TxnLookup] = Coalescer(self._get_one, self._get_many)
+        # Commits (and aborts) of OPEN transactions arrive many at once too: one statement per
+        # loop turn, so one commit (one WAL flush) carries them all.
+        self._moves: Coalescer[_Move, int | None] = Coalescer(self._move_one, self._move_many)
 
     async def create_txn(
         self, scope: str, name: str, epoch: int | None, now_ms: int, lease_ms: int, max_exec_expiry: int
@@ -202,7 +223,45 @@ class PgTxnStore:
         writer_id: str | None = None,
         commit_time: int | None = None,
     ) -> int | None:
-        return await self._move(scope, name, txn, target, None, request, writer_id, commit_time)
+        _check_move(target)
+        return await self._moves(
+            _Move(
+                scope,
+                name,
+                txn.high,
+                txn.low,
+                target.value,
+                writer_id,
+                commit_time,
+                request.processor.value,
+                request.kind.value,
+                request.created_at,
+            )
+        )
+
+    async def _move_one(self, ask: _Move) -> int | None:
+        version = await self._db.fetchval(
+            _SQL["move_txn"],
+            ask.scope,
+            ask.name,
+            ask.txn_high,
+            ask.txn_low,
+            ask.status,
+            None,
+            ask.writer_id,
+            ask.commit_time,
+            ask.processor,
+            ask.kind,
+            ask.requested_at,
+        )
+        return None if version is None else int(version)
+
+    async def _move_many(self, asks: Sequence[_Move]) -> list[int | Exception | None]:
+        columns = [list(column) for column in zip(*asks, strict=True)]
+        moved = {
+            row["ord"]: int(row["version"]) for row in await self._db.fetch(_SQL["move_open_txns"], *columns)
+        }
+        return [moved.get(ordinal) for ordinal in range(1, len(asks) + 1)]
 
     async def _move(
         self,
@@ -215,8 +274,7 @@ class PgTxnStore:
         writer_id: str | None,
         commit_time: int | None,
     ) -> int | None:
-        if target not in (TxnStatus.COMMITTING, TxnStatus.ABORTING):
-            raise ValueError(f"an open transaction moves to COMMITTING or ABORTING, not {target.value}")
+        _check_move(target)
         version = await self._db.fetchval(
             _SQL["move_txn"],
             scope,

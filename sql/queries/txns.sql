@@ -158,6 +158,60 @@ moved AS (
 )
 SELECT version FROM moved;
 
+-- name: move_open_txns
+-- move_txn of OPEN transactions ($6 NULL) for many commitTransaction/abortTransaction calls of
+-- one loop turn: one statement and one commit for all of them, each moved row with its own
+-- request, as move_txn does. Answers the ordinal (1-based) and new version of each moved call;
+-- a call whose transaction is not OPEN (or named twice in the batch: the first ordinal wins)
+-- has no row, and its caller reads the record and decides, as after move_txn. The rows are
+-- locked in key order (two batches never wait on each other in a cycle) and updated by the
+-- locked version's row id, so each update is a direct fetch whatever the statistics say; commit-order
+-- positions are drawn in ordinal order: the order the calls arrived in.
+WITH asked AS MATERIALIZED (
+    SELECT s.id AS stream_id, a.scope, a.name, a.txn_high, a.txn_low, a.status, a.writer_id,
+           a.commit_time, a.processor, a.kind, a.requested_at, a.ord
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[],
+                $8::text[], $9::text[], $10::bigint[])
+        WITH ORDINALITY AS a(scope, name, txn_high, txn_low, status, writer_id, commit_time, processor,
+                             kind, requested_at, ord)
+    JOIN streams s ON s.scope = a.scope AND s.name = a.name
+), locked AS MATERIALIZED (
+    -- By key alone (the status is checked on the locked version below): a status condition
+    -- here would let a generic plan scan the stream's open transactions instead.
+    SELECT t.ctid AS row_id, t.stream_id, t.txn_high, t.txn_low, t.status
+    FROM transactions t
+    JOIN asked a ON (t.stream_id, t.txn_high, t.txn_low) = (a.stream_id, a.txn_high, a.txn_low)
+    ORDER BY t.stream_id, t.txn_high, t.txn_low
+    FOR UPDATE OF t
+), winners AS MATERIALIZED (
+    SELECT DISTINCT ON (a.stream_id, a.txn_high, a.txn_low) a.*, l.row_id
+    FROM asked a JOIN locked l USING (stream_id, txn_high, txn_low)
+    WHERE l.status = 'OPEN'
+    ORDER BY a.stream_id, a.txn_high, a.txn_low, a.ord
+), drawn AS MATERIALIZED (
+    SELECT w.*, CASE WHEN w.status = 'COMMITTING' THEN nextval('txn_commit_order') END AS commit_order
+    FROM winners w
+    ORDER BY w.ord
+), moved AS (
+    UPDATE transactions t
+    SET status = d.status, version = t.version + 1,
+        writer_id = COALESCE(d.writer_id, t.writer_id),
+        commit_time = COALESCE(d.commit_time, t.commit_time),
+        commit_order = COALESCE(d.commit_order, t.commit_order),
+        requested_at = d.requested_at
+    FROM drawn d
+    WHERE t.ctid = d.row_id
+      AND (t.stream_id, t.txn_high, t.txn_low) = (d.stream_id, d.txn_high, d.txn_low) AND t.status = 'OPEN'
+    RETURNING d.ord, t.version, d.scope, d.name, d.txn_high, d.txn_low, d.processor, d.kind, d.requested_at
+), queued AS (
+    INSERT INTO requests (processor, kind, scope, stream, bucket, payload, created_at)
+    SELECT processor, kind, scope, name, pgc_request_bucket(scope, name),
+           jsonb_build_object('txn_high', txn_high, 'txn_low', txn_low), requested_at
+    FROM moved
+    ORDER BY ord
+)
+SELECT ord, version FROM moved;
+
 -- name: complete_abort
 WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
 gone AS (

@@ -81,8 +81,12 @@ class CommitTxnsHandler:
         queued = await self._queue.pending_ids_for_key(Processor.COMMITS, scope, name)
         covered = [request_id for request_id in queued if request_id != request.id]
         started = False
+        # After a batch the record is known (emptied, at the version its completion wrote): no
+        # re-read. A stale version only costs a WriteConflict below, and then a fresh read.
+        known: CommittingRecord | None = None
         while True:
-            record = await txns.get_committing(scope, name)
+            record = known if known is not None else await txns.get_committing(scope, name)
+            known = None
             if record.batch is None:
                 batch = await txns.next_commit_batch(scope, name, self._batch_size)
                 if batch is None:
@@ -104,7 +108,7 @@ class CommitTxnsHandler:
                 if not started:
                     await mark_started()
                     started = True
-            await self._commit(scope, name, record, state)
+            known = CommittingRecord(None, await self._commit(scope, name, record, state))
 
     async def rollback(self, request: Request) -> None:
         """A commit that failed finally. Pravega retries commits for ever; a refusal no retry can
@@ -125,7 +129,8 @@ class CommitTxnsHandler:
 
     async def _commit(
         self, scope: str, name: str, record: CommittingRecord, state: Versioned[StreamState]
-    ) -> None:
+    ) -> int:
+        """Commits the record's batch; answers the emptied record's version."""
         batch = record.batch
         version = record.version
         assert batch is not None and version is not None
@@ -155,7 +160,7 @@ class CommitTxnsHandler:
         if marks and position is not None and self._writer_marks is not None:
             await self._writer_marks.note_txn_marks(scope, name, marks, position)
         await failpoint("commit.before_complete")
-        await self._deps.txns.complete_commit_batch(
+        emptied = await self._deps.txns.complete_commit_batch(
             scope,
             name,
             batch.txns,
@@ -165,6 +170,7 @@ class CommitTxnsHandler:
         )
         _COMMITTED.inc(len(batch.txns))
         _COMMITTED_LATENCY.done(started)
+        return emptied
 
 
 async def _merge_into(
