@@ -3,8 +3,11 @@
 embedded PostgreSQL), each figure next to a bare baseline measured in the same run.
 
     .venv/bin/python bench/dataplane.py [--events 200000] [--event-size 1024] [--batch 100]
-        [--rate 1000] [--latency-seconds 10] [--txn-seconds 10] [--txn-clients 4] [--scales 50]
-        [--skip one,four,latency,txn,scale]
+        [--rate 1000] [--latency-seconds 10] [--txn-seconds 10] [--txn-clients 4[,8,16]]
+        [--processes 1] [--scales 50] [--skip one,four,latency,txn,scale]
+
+serve runs with --processes N (default 1); the CPU of serve is then the supervisor's and all its
+children's (the first child holds the embedded segment store, the others reach it over TCP).
 
 one       one writer, one 1-segment stream, --events events of --event-size bytes, acknowledged
           (flushed) at the end: events/s and MB/s; serve's RSS (peak, sampled every 100 ms) and
@@ -21,7 +24,11 @@ txn       --txn-clients client processes, each beginning, writing 10 events into
           transactions back to back for --txn-seconds (one client does one at a time: its rate
           is bound by round trips): committed/s until `completed_txns` holds every one as
           COMMITTED. Baseline: as many connections, each committing transactions of 10 inserts
-          of the same bytes, as many as its client committed.
+          of the same bytes, as many as its client committed. A comma-separated --txn-clients
+          (1,4,8,16) runs the part once per count on a fresh stream, to show where the rate
+          saturates; each run also prints serve's own time per createTransaction,
+          commitTransaction and getURI (its gRPC latency histogram), which splits the client's
+          begin and commit into what serve takes and what the client waits on besides.
 scale     --scales manual scales of a 10-segment stream one after another (bench/scale.py's
           part (a)): until the new segments are current, p50/p99; the stores are now reached
           over TCP. Baseline: the issue's figure without TCP (16 ms).
@@ -70,6 +77,57 @@ def verdict(ok: bool, target: str) -> str:
 
 
 # -- processes and /proc ----------------------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (direct children only)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def tree_pids(pid: int) -> list[int]:
+    """`pid` and all its descendants (serve's supervisor and its children)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        todo.extend(children(current))
+    return pids
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    return {p: cpu_seconds(p) for p in tree_pids(pid)}
+
+
+def used_since(before: dict[int, float], now: dict[int, float]) -> float:
+    """CPU used by the processes of `now` since `before` (a process that exited meanwhile is
+    not counted; one that started meanwhile counts whole)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
+
+
+async def rpc_seconds(rest_port: int) -> dict[str, tuple[float, float]]:
+    """(sum of seconds, count) of serve's gRPC latency histogram per method (status OK), from
+    its metrics route; with several processes, the one the connection reaches."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", rest_port)
+    try:
+        writer.write(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        body = (await reader.read()).decode()
+    finally:
+        writer.close()
+    found: dict[str, list[float]] = {}
+    for line in body.splitlines():
+        if line.startswith("pgcontroller_grpc_request_duration_seconds_") and 'status="OK"' in line:
+            name, value = line.rsplit(" ", 1)
+            method = name.split('method="', 1)[1].split('"', 1)[0]
+            slot = 0 if name.split("{", 1)[0].endswith("_sum") else 1
+            if name.split("{", 1)[0].endswith(("_sum", "_count")):
+                found.setdefault(method, [0.0, 0.0])[slot] = float(value)
+    return {method: (pair[0], pair[1]) for method, pair in found.items()}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -163,13 +221,13 @@ class Setup:
 
 
 @asynccontextmanager
-async def setup() -> AsyncIterator[Setup]:
+async def setup(processes: int = 1) -> AsyncIterator[Setup]:
     """A throwaway embedded PostgreSQL with its durability on (acknowledged means durable), a
     `serve` with its embedded segment store on it, and a stub with the bench scope created."""
     async with throwaway_cluster() as cluster:
         url = cluster.url()
         with tempfile.TemporaryDirectory() as work:
-            served = await start_served(Path(work), "--db-url", url)
+            served = await start_served(Path(work), "--db-url", url, "--processes", str(processes))
             if not served.segment_store_port:
                 raise RuntimeError(f"serve reported no segment-store port:\n{served.log()}")
             channel = Channel("127.0.0.1", served.grpc_port)
@@ -243,14 +301,14 @@ async def echo_round_trips(rate: float, seconds: float, size: int) -> list[float
 
 async def one_writer(s: Setup, args: argparse.Namespace) -> None:
     await stream(s.stub, "one")
-    serve_cpu, pg_cpu = cpu_seconds(s.served.process.pid), postgres_cpu(s.cluster)
+    serve_cpu, pg_cpu = tree_cpu(s.served.process.pid), postgres_cpu(s.cluster)
     idle_rss = rss_mb(s.served.process.pid)
     with RssSampler(s.served.process.pid) as rss:
         result = await client(
             "write", uri=s.served.grpc_uri, scope=SCOPE, stream="one", count=args.events, keys=1,
             size=args.event_size, inflight=1000, progress_every=args.events,
         )  # fmt: skip
-    serve_used = cpu_seconds(s.served.process.pid) - serve_cpu
+    serve_used = used_since(serve_cpu, tree_cpu(s.served.process.pid))
     pg_used = sum(now - pg_cpu.get(pid, 0.0) for pid, now in postgres_cpu(s.cluster).items())
     rate = args.events / result["seconds"]
     mbps = rate * args.event_size / MB
@@ -341,11 +399,12 @@ async def write_read_latency(s: Setup, args: argparse.Namespace) -> None:
 
 async def transactions(s: Setup, args: argparse.Namespace) -> None:
     # A stream per run of this part, so both segment counts can be measured in one serve.
-    name = f"txns{args.txn_segments}"
+    name = f"txns{args.txn_segments}x{args.txn_clients}"
     await stream(s.stub, name, args.txn_segments)
     conn = await asyncpg.connect(s.url)
     load_before = os.getloadavg()[0]
-    serve_cpu, pg_cpu = cpu_seconds(s.served.process.pid), postgres_cpu(s.cluster)
+    rpcs_before = await rpc_seconds(s.served.rest_port)
+    serve_cpu, pg_cpu = tree_cpu(s.served.process.pid), postgres_cpu(s.cluster)
     try:
         stream_id = await conn.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = $2", SCOPE, name)
         results = await asyncio.gather(
@@ -373,7 +432,8 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
                 raise RuntimeError(f"only {done} of {committed} transactions completed")
             await asyncio.sleep(0.01)
         all_done = time.monotonic()
-        serve_used = cpu_seconds(s.served.process.pid) - serve_cpu
+        serve_used = used_since(serve_cpu, tree_cpu(s.served.process.pid))
+        rpcs = await rpc_seconds(s.served.rest_port)
         pg_used = sum(now - pg_cpu.get(pid, 0.0) for pid, now in postgres_cpu(s.cluster).items())
     finally:
         await conn.close()
@@ -389,8 +449,8 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
     base_rate = committed / (time.monotonic() - began)
     print(
         f"transactions of 10 x {args.event_size} B events, {args.txn_segments}-segment stream, "
-        f"{args.txn_clients} clients back to back, {args.txn_seconds:g} s (load average before: "
-        f"{load_before:.2f})"
+        f"{args.txn_clients} clients back to back, {args.txn_seconds:g} s, serve --processes "
+        f"{args.processes} (load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f})"
     )
     print(f"    {rate:7.0f} committed/s (until completed_txns holds all {committed})")
     print(f"    baseline ({args.txn_clients} connections, 10 inserts per commit): {base_rate:7.0f} commits/s")
@@ -403,6 +463,15 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         f"    CPU per committed transaction: serve {1000 * serve_used / committed:.2f} ms, PostgreSQL "
         f"{1000 * pg_used / committed:.2f} ms, clients {1000 * clients_used / committed:.2f} ms"
     )
+    served_ms = []
+    for method in ("createTransaction", "commitTransaction", "getURI", "pingTransaction"):
+        total, calls = rpcs.get(method, (0.0, 0.0))
+        was_total, was_calls = rpcs_before.get(method, (0.0, 0.0))
+        if calls > was_calls:
+            served_ms.append(f"{method} {1000 * (total - was_total) / (calls - was_calls):.1f} ms "
+                             f"x {calls - was_calls:.0f}")  # fmt: skip
+    view = "" if args.processes == 1 else " (one process's view)"
+    print(f"    serve's time per call{view}: " + (", ".join(served_ms) or "no calls seen"))
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
 
 
@@ -433,15 +502,28 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="latency: events/s")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--txn-seconds", type=float, default=10.0)
-    parser.add_argument("--txn-clients", type=int, default=4, help="txn: client processes at once")
+    parser.add_argument(
+        "--txn-clients",
+        default="4",
+        help="txn: client processes at once; a list (1,4,16) runs once per count",
+    )
+    parser.add_argument("--processes", type=int, default=1, help="serve --processes N")
     parser.add_argument("--txn-segments", type=int, default=4, help="txn: segments of the stream")
     parser.add_argument("--scales", type=int, default=50)
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: " + ",".join(PARTS))
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    async with setup() as s:
+    counts = [int(n) for n in str(args.txn_clients).split(",") if n]
+    if not counts or min(counts) < 1 or max(counts) > 64:
+        parser.error("--txn-clients takes counts from 1 to 64, comma-separated")
+    async with setup(args.processes) as s:
         for name, part in PARTS.items():
-            if name not in skip:
+            if name in skip:
+                continue
+            if name == "txn":
+                for count in counts:
+                    await transactions(s, argparse.Namespace(**{**vars(args), "txn_clients": count}))
+            else:
                 await part(s, args)
 
 

@@ -1,8 +1,10 @@
-"""TCP connections to segment stores, pooled per host, one request in flight on each.
+"""TCP connections to segment stores, pooled per host, one request (or one pipelined batch) in
+flight on each.
 
 Invariants: a connection says Hello before anything else and is used only after the server's
 Hello accepts our version; a connection goes back to the pool only after a whole exchange ended
-with the reply to the request it carried (same request id), so a connection that timed out, lost
+with the reply to every request it carried (same request ids, in any order, as Pravega's store
+answers in completion order), so a connection that timed out, lost
 its peer, was cancelled mid-request or read anything unexpected is closed, never reused. Request
 ids come from one process-wide counter, so no two requests of this process share one.
 """
@@ -13,8 +15,8 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import AsyncIterator
-from typing import Final, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
 from app.segmentstore.wire import commands as wc
@@ -151,6 +153,62 @@ class Connection:
             )
         return reply
 
+    async def request_many(self, commands: Sequence[wc.Command], timeout_s: float) -> list[wc.Command]:
+        """Sends `commands` pipelined (one write) and returns their replies in the order of
+        `commands`, matched by request id. Any failure closes the connection before raising."""
+        where = _show(self.endpoint)
+        name = type(commands[0]).__name__ if commands else "nothing"
+        order: dict[Any, int] = {}
+        for index, command in enumerate(commands):
+            order[getattr(command, "request_id", None)] = index
+        if len(order) != len(commands) or None in order:
+            raise ValueError("pipelined commands need distinct request ids")
+        try:
+            frame = b"".join(encode(command) for command in commands)
+        except Exception:
+            self.close()
+            raise
+        replies: list[wc.Command | None] = [None] * len(commands)
+        try:
+            async with asyncio.timeout(timeout_s):
+                self._writer.write(frame)
+                await self._writer.drain()
+                for _ in commands:
+                    reply = await read_command(self._reader)
+                    index = order.pop(getattr(reply, "request_id", None), -1)
+                    if index < 0:
+                        self.close()
+                        raise _at(
+                            StoreUnavailable(
+                                f"segment store: a reply to pipelined {name}s was {type(reply).__name__} "
+                                f"for request {getattr(reply, 'request_id', None)}"
+                            ),
+                            where,
+                        )
+                    replies[index] = reply
+        except TimeoutError:
+            self.close()
+            raise _at(
+                StoreUnavailable(
+                    f"segment store: no replies to {len(commands)} {name}s within {timeout_s} s"
+                ),
+                where,
+            ) from None
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            self.close()
+            raise _at(
+                ConnectionLost(f"segment store: connection lost during {name}s: {type(exc).__name__}"),
+                where,
+                exc,
+            ) from exc
+        except MalformedCommand as exc:
+            self.close()
+            raise _at(StoreUnavailable(f"segment store: malformed reply to {name}: {exc}"), where) from exc
+        except BaseException:
+            self.close()
+            raise
+        return [reply for reply in replies if reply is not None]
+
     def close(self) -> None:
         self.broken = True
         _close(self._writer)
@@ -205,6 +263,26 @@ class ConnectionPool:
             reply = await connection.request(command, self.timeout_s)
             self._release(connection)
             return reply
+
+    async def request_many(self, endpoint: Endpoint, commands: Sequence[wc.Command]) -> list[wc.Command]:
+        """`commands` pipelined on one pooled connection: their replies, in their order. Costs
+        one send each way instead of one per command, and a store that runs them at once groups
+        their storage writes. Retried once on a new connection like `request`."""
+        async with self._slot(endpoint):
+            idle = self._idle.get(endpoint)
+            if idle:
+                connection = idle.pop()
+                try:
+                    replies = await connection.request_many(commands, self.timeout_s)
+                except ConnectionLost:
+                    self._drop_idle(endpoint)
+                else:
+                    self._release(connection)
+                    return replies
+            connection = await self._open(endpoint)
+            replies = await connection.request_many(commands, self.timeout_s)
+            self._release(connection)
+            return replies
 
     @contextlib.asynccontextmanager
     async def dedicated(self, endpoint: Endpoint) -> AsyncIterator[Connection]:

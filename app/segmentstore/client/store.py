@@ -35,6 +35,8 @@ _WRONG_HOST_ATTEMPTS: Final = 4
 _WRONG_HOST_BACKOFF_S: Final = 0.05
 # Segments of one batch (a stream's first epoch, a transaction's segments) in flight at once.
 _BATCH_CONCURRENCY: Final = 4
+# CreateSegments pipelined on one connection (one send each way; a store runs them together).
+_PIPELINED_CREATES: Final = 64
 # One ReadSegment of a bounded read asks for at most this much (Pravega's readers ask 1 MiB).
 _READ_CHUNK_BYTES: Final = 1024 * 1024
 
@@ -84,6 +86,8 @@ class WireSegmentStore:
         self, names: Sequence[str], scale_type: ScaleType, target_rate: int, rollover_size_bytes: int
     ) -> None:
         wire_type, rate = _wire_policy(scale_type, target_rate)
+        # Not pipelined: a stream's first epoch is created once, off the hot path, and a failure
+        # here stops the creates not started yet.
         await _for_each(names, lambda name: self._create(name, wire_type, rate, rollover_size_bytes))
 
     async def seal_segment(self, name: str) -> int:
@@ -148,7 +152,7 @@ class WireSegmentStore:
         self, segment_names: Sequence[str], txn_high: int, txn_low: int, rollover_size_bytes: int
     ) -> None:
         names = [transaction_segment_name(parent, txn_high, txn_low) for parent in segment_names]
-        await _for_each(names, lambda name: self._create(name, 0, 0, rollover_size_bytes))
+        await self._create_many(names, 0, 0, rollover_size_bytes)
 
     async def merge_transaction_segment(
         self, segment_name: str, txn_high: int, txn_low: int, *, txn_parent: str | None = None
@@ -295,6 +299,55 @@ class WireSegmentStore:
             ),
             (wc.SegmentCreated, wc.SegmentAlreadyExists),
         )
+
+    async def _create_many(
+        self, names: Sequence[str], scale_type: int, target_rate: int, rollover_size_bytes: int
+    ) -> None:
+        """Creates `names`, pipelined per owning store in chunks of _PIPELINED_CREATES (Pravega's
+        wire protocol has no batch create: these are plain CreateSegments, answered one by one).
+        A name whose store answers WrongHost is created alone, asking the locator again; the
+        first other failure is raised once every chunk ended."""
+
+        def alone(name: str) -> Awaitable[None]:
+            return self._create(name, scale_type, target_rate, rollover_size_bytes)
+
+        if len(names) <= 1:
+            await _for_each(names, alone)
+            return
+        by_owner: dict[Endpoint, list[str]] = {}
+        for name in names:
+            by_owner.setdefault(self._locator.endpoint_for_segment(name), []).append(name)
+        chunks = [
+            (endpoint, owned[start : start + _PIPELINED_CREATES])
+            for endpoint, owned in by_owner.items()
+            for start in range(0, len(owned), _PIPELINED_CREATES)
+        ]
+        disowned: list[str] = []
+
+        async def pipelined(endpoint: Endpoint, chunk: list[str]) -> None:
+            commands = [
+                wc.CreateSegment(
+                    next_request_id(), name, target_rate, scale_type, self._token(), rollover_size_bytes
+                )
+                for name in chunk
+            ]
+            replies = await self._pool.request_many(endpoint, commands)
+            failed: Exception | None = None
+            for command, reply in zip(commands, replies, strict=True):
+                try:
+                    expect(command, reply, (wc.SegmentCreated, wc.SegmentAlreadyExists))
+                except WrongHostReply:
+                    disowned.append(command.segment)
+                except Exception as exc:
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
+
+        outcomes = await asyncio.gather(*(pipelined(e, c) for e, c in chunks), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        await _for_each(disowned, alone)
 
     async def _call(
         self,

@@ -2,7 +2,9 @@
 
 Invariant: requests are processed one at a time in arrival order (so a writer's appends are
 stored and acknowledged in order), except a read parked at a segment's tail, which waits in its
-own task and answers later; every reply echoes its request's id; nothing is sent unasked; a
+own task and answers later, and a CreateSegment, which runs in its own task (up to
+MAX_CONCURRENT_CREATES at once) and answers when done, as Pravega's store answers requests in the
+order they complete; every reply echoes its request's id; nothing is sent unasked; a
 malformed frame, a protocol violation or an unexpected failure closes this connection only.
 What waits for a slow peer is bounded: one request's reply, one woken read's reply, and at most
 MAX_PARKED_READS parked reads.
@@ -39,6 +41,10 @@ UNSUPPORTED: Final[frozenset[type[wc.Command]]] = frozenset(
 # Reads parked at once on one connection (a Java client parks one per segment it reads). Beyond
 # it a tail read answers at once, empty, as an expired wait would: the client simply asks again.
 MAX_PARKED_READS: Final = 1024
+# CreateSegments of one connection in their own tasks at once (the controller pipelines a
+# transaction's segments on one connection; run together, the store groups their rows into one
+# statement and their replies leave in one send). Beyond it a create waits its turn inline.
+MAX_CONCURRENT_CREATES: Final = 64
 
 
 def refusal_context(cmd: wc.Command) -> RefusalContext:
@@ -85,6 +91,9 @@ class Connection:
         self._reads = Reads(storage, tails, tail_wait_s)
         self._transients = Transients()
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
+        self._creates: set[asyncio.Task[None]] = set()
+        # Replies of concurrent creates finished in one loop turn, sent together at its end.
+        self._outbox: list[bytes] = []
         self._reply_turn = asyncio.Lock()
         self._peer = writer.get_extra_info("peername")
 
@@ -164,6 +173,17 @@ class Connection:
                 return True
         if isinstance(cmd, wc.ReadSegment):
             await self._read(cmd)
+            return True
+        if (
+            isinstance(cmd, wc.CreateSegment)
+            and len(self._creates) < MAX_CONCURRENT_CREATES
+            # A peer that does not read its replies gets the inline path, which waits for them to
+            # drain: what its pipelined creates queue here stays bounded.
+            and not self._writer.transport.get_write_buffer_size()
+        ):
+            task = asyncio.create_task(self._create_concurrently(cmd))
+            self._creates.add(task)
+            task.add_done_callback(self._creates.discard)
             return True
         reply = await self._reply(cmd)
         await self._send(reply)
@@ -257,6 +277,24 @@ class Connection:
         # A reply type, or a nested frame (Event, PartialEvent, Padding) at the top level.
         raise ProtocolViolation(f"{type(cmd).__name__} is not a request")
 
+    async def _create_concurrently(self, cmd: wc.CreateSegment) -> None:
+        try:
+            reply = await self._reply(cmd)
+        except Exception:
+            log.exception("segment store connection from %s: a CreateSegment failed", self._peer)
+            self._writer.close()
+            return
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
+        self._outbox.append(encode(reply))
+
+    def _flush_outbox(self) -> None:
+        # One send for every create answered in this turn; each frame is whole, so frames never
+        # interleave with the ones _send writes.
+        frames, self._outbox = self._outbox, []
+        if frames and not self._writer.transport.is_closing():
+            self._writer.write(b"".join(frames))
+
     async def _create_transient(self, cmd: wc.CreateTransientSegment) -> wc.Command:
         # The parent must exist: a transient segment only ever merges into it.
         await self._storage.segment_state(cmd.parent_segment)
@@ -326,6 +364,11 @@ class Connection:
             task.cancel()
         if self._parked:
             await asyncio.gather(*self._parked, return_exceptions=True)
+        if self._creates:
+            # A create the peer sent before leaving still completes (it is idempotent, and the
+            # controller's retry finds it done); its reply goes nowhere.
+            await asyncio.gather(*self._creates, return_exceptions=True)
+        self._flush_outbox()
         deleted = await self._transients.delete_all(self._storage)
         self._writer.close()
         with contextlib.suppress(ConnectionError, OSError):
