@@ -77,7 +77,9 @@ _TRIGGERS: list[tuple[str, str, str, str]] = [
         "segments",
         "UPDATE",
         _UPDATE.format(
-            deltas=_segment_counts("new_rows", "", False) + " UNION ALL " + _segment_counts("old_rows", "-", False)
+            deltas=_segment_counts("new_rows", "", False)
+            + " UNION ALL "
+            + _segment_counts("old_rows", "-", False)
         ),
     ),
     (
