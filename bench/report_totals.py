@@ -12,6 +12,9 @@ each way, through the long-history grower.
 import asyncio
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 
