@@ -176,6 +176,21 @@ segments = Table(
     Column("sealed_epoch", Integer, nullable=True),
     _version(),
     PrimaryKeyConstraint("stream_id", "segment_id", name="segments_pkey"),
+    # reporting.segments's reads of one stream's segments created in a time window.
+    Index("segments_by_creation_time", "stream_id", "creation_time"),
+)
+
+# Each stream's totals for reporting.streams, kept by statement triggers on segments and
+# sealed_size_shards (migration 0019) in the writing transaction: counted once, never re-counted.
+stream_report_totals = Table(
+    "stream_report_totals",
+    metadata,
+    Column("stream_id", BigInteger, ForeignKey("streams.id", ondelete="CASCADE"), nullable=False),
+    Column("segments_created", BigInteger, nullable=False, server_default=text("0")),
+    Column("segments_sealed", BigInteger, nullable=False, server_default=text("0")),
+    Column("sealed_bytes", BigInteger, nullable=False, server_default=text("0")),
+    _version(),
+    PrimaryKeyConstraint("stream_id"),
 )
 
 # Sealed sizes sharded by creation epoch (app.domain.records.SEALED_SIZE_SHARD_EPOCHS epochs a shard)

@@ -9,7 +9,9 @@ SELECT sc.name AS scope,
 FROM scopes sc;
 
 -- Per-stream aggregates are correlated to one stream (s.id), so a read of a range of stream ids
--- touches only those streams' rows, and each sealed-size shard is expanded once.
+-- touches only those streams' rows. The segment counts and sealed bytes are the totals the
+-- triggers of migration 0019 keep (stream_report_totals), so a row costs the same at any history
+-- length; a stream without a totals row has no segments and no sealed sizes yet.
 CREATE VIEW reporting.streams AS
 SELECT s.id AS stream_id,
        s.scope,
@@ -38,11 +40,9 @@ SELECT s.id AS stream_id,
        cardinality(e.segment_ids) AS segment_count,
        (SELECT max(x.epoch) FROM epochs x WHERE x.stream_id = s.id) AS latest_epoch,
        COALESCE(etr.active_epoch >= 0, false) AS scale_in_progress,
-       g.segments_created,
-       g.segments_sealed,
-       (SELECT COALESCE(sum(kv.value::bigint), 0)::bigint
-        FROM sealed_size_shards z CROSS JOIN LATERAL jsonb_each_text(z.sizes) kv
-        WHERE z.stream_id = s.id) AS sealed_bytes,
+       COALESCE(g.segments_created, 0) AS segments_created,
+       COALESCE(g.segments_sealed, 0) AS segments_sealed,
+       COALESCE(g.sealed_bytes, 0) AS sealed_bytes,
        COALESCE(t.size_till, 0) AS truncated_bytes,
        CASE
            WHEN t.stream_cut IS NOT NULL AND t.stream_cut <> '{}'::jsonb THEN t.stream_cut
@@ -64,10 +64,7 @@ LEFT JOIN epochs e ON e.stream_id = s.id AND e.epoch = ce.epoch
 LEFT JOIN stream_epoch_transitions etr ON etr.stream_id = s.id
 LEFT JOIN stream_truncations t ON t.stream_id = s.id
 LEFT JOIN cluster_settings cs ON cs.id = 1
-LEFT JOIN LATERAL (
-    SELECT count(*) AS segments_created, count(x.sealed_epoch) AS segments_sealed
-    FROM segments x WHERE x.stream_id = s.id
-) g ON true
+LEFT JOIN stream_report_totals g ON g.stream_id = s.id
 LEFT JOIN LATERAL (
     SELECT r.recording_time, r.recording_size
     FROM retention_set r WHERE r.stream_id = s.id

@@ -34,12 +34,15 @@ FROM epochs e
 JOIN epochs p ON p.stream_id = e.stream_id AND p.epoch = e.epoch - 1
 JOIN streams s ON s.id = e.stream_id;
 
--- Correlated to one stream at a time (see reporting.streams): its sealed-size shards are
--- expanded once (MATERIALIZED: never again per row of another join, whatever the plan) and
--- joined by hash, never looked up per segment. Segment ids are hashed as text: PostgreSQL
--- hashes a bigint by folding its halves together (high XOR low), and epoch << 32 | number with
--- numbers growing with epochs folds most ids of a stream onto a few values, which made these
--- hash joins quadratic.
+-- Correlated to one stream at a time (see reporting.streams), and flat: a read's predicates on
+-- the segment columns (creation_time, segment_id, ...) reach the segments themselves (the
+-- subquery is pulled up; segments_by_creation_time serves a creation-time window), and each
+-- segment's sealed size is joined from the one shard that can hold it, the shard of its creation
+-- epoch (sealed_size_shards: `creation_epoch / 1000`), so the planner picks per plan: a few
+-- segments look into their shards, a whole stream expands each shard once and joins by hash.
+-- Segment ids are matched as text: PostgreSQL hashes a bigint by folding its halves together
+-- (high XOR low), and epoch << 32 | number with numbers growing with epochs folds most ids of a
+-- stream onto a few values, which made these hash joins quadratic.
 CREATE VIEW reporting.segments AS
 SELECT s.id AS stream_id,
        s.scope,
@@ -58,11 +61,6 @@ SELECT s.id AS stream_id,
        g.deleted_by_truncation
 FROM streams s
 CROSS JOIN LATERAL (
-    WITH sz AS MATERIALIZED (
-        SELECT kv.key AS segment_key, kv.value::bigint AS size
-        FROM sealed_size_shards z CROSS JOIN LATERAL jsonb_each_text(z.sizes) kv
-        WHERE z.stream_id = s.id
-    )
     SELECT x.segment_id,
            x.number AS segment_number,
            x.creation_epoch,
@@ -77,7 +75,11 @@ CROSS JOIN LATERAL (
     FROM segments x
     LEFT JOIN epochs ce ON ce.stream_id = x.stream_id AND ce.epoch = x.creation_epoch
     LEFT JOIN epochs se ON se.stream_id = x.stream_id AND se.epoch = x.sealed_epoch
-    LEFT JOIN sz ON sz.segment_key = x.segment_id::text
+    LEFT JOIN (
+        SELECT z.stream_id, z.shard, kv.key AS segment_key, kv.value::bigint AS size
+        FROM sealed_size_shards z CROSS JOIN LATERAL jsonb_each_text(z.sizes) kv
+    ) sz ON sz.stream_id = x.stream_id AND sz.shard = x.creation_epoch / 1000
+        AND sz.segment_key = x.segment_id::text
     LEFT JOIN (
         SELECT DISTINCT u.segment_id::text AS segment_key
         FROM stream_truncations t
