@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.domain.errors import IllegalState, NotFound
-from app.domain.records import ScalingPolicy, StreamConfig, StreamState
+from app.domain.records import StreamState
 from app.domain.txns import TxnId, TxnStatus
 from app.ports import CreatedTxn
 from app.services.transactions import CreatedTransaction
 from app.store.txns import PgTxnStore
-from app.testing.controller import Services, running_controller
+from app.testing.controller import Services
 from tests.store.test_segment_data_batched import Counting
+from tests.support.txn_batches import controller_with_streams
 
 SC = "creates"
 BATCHED = "-- create_txn for many callers"
@@ -32,10 +33,7 @@ def created(answer: CreatedTxn | BaseException) -> CreatedTxn:
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as services:
-        await services.scopes.create_scope(SC)
-        for name in ("a", "b", "sealed"):
-            await services.streams.create_stream(SC, name, StreamConfig(ScalingPolicy.fixed(2)))
+    async with controller_with_streams(db_url, SC, ("a", "b", "sealed"), segments=2) as services:
         state = await services.stream_store.get_state(SC, "sealed")
         await services.stream_store.set_state(SC, "sealed", StreamState.SEALED, state.version)
         yield services

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnId
 from app.store import queries
 from app.store.txns import PgTxnStore
-from app.testing.controller import Services, running_controller
+from app.testing.controller import Services
 from tests.store.test_segment_data_batched import Counting
+from tests.support.txn_batches import controller_with_streams, open_txn
 
 SC = "pings"
 MAX_LEASE_MS = 120_000
@@ -24,15 +24,12 @@ ALONE = "-- A ping's common case in one statement"
 
 @pytest.fixture
 async def services(db_url: str) -> AsyncIterator[Services]:
-    async with running_controller(db_url, workers=False) as services:
-        await services.scopes.create_scope(SC)
-        for name in ("a", "b"):
-            await services.streams.create_stream(SC, name, StreamConfig(ScalingPolicy.fixed(1)))
+    async with controller_with_streams(db_url, SC, ("a", "b")) as services:
         yield services
 
 
 async def _open(services: Services, stream: str) -> TxnId:
-    return (await services.transactions.create(SC, stream, 10_000)).txn
+    return await open_txn(services, SC, stream)
 
 
 async def _lease(services: Services, stream: str, txn: TxnId) -> tuple[int, int]:

@@ -10,12 +10,20 @@ from typing import Any
 from app.domain.requests import Processor
 from app.domain.txns import TxnId, TxnStatus
 from app.ports import CommittingRecord
-from app.testing.controller import TEST_SETTINGS, Services
-from tests.workers.test_txn_workflows import ALL_BUCKETS, LEASE, SC, ST, length, make_stream, s, write
-from workers.handlers import commit_handlers
+from app.testing.controller import Services
+from tests.workers.test_txn_workflows import (
+    ALL_BUCKETS,
+    LEASE,
+    SC,
+    ST,
+    commit_runner,
+    length,
+    make_stream,
+    s,
+    write,
+)
 from workers.handlers.commit_txns import CommitTxnsHandler
 from workers.handlers.common import WorkflowDeps
-from workers.runner import RequestRunner
 
 __all__ = ["s"]  # the fixture, shared with the workflow tests
 
@@ -52,13 +60,7 @@ async def _commit_five_in_batches_of_two(s: Services, store: Recording) -> list[
         await s.transactions.commit(SC, ST, txn)
     deps = WorkflowDeps(s.stream_store, s.scope_store, s.segment_store, s.clock, store)  # type: ignore[arg-type]
     handler = CommitTxnsHandler(deps, s.requests, batch_size=2)
-    runner = RequestRunner(
-        s.requests,
-        commit_handlers(handler),
-        s.clock,
-        processor=Processor.COMMITS,
-        max_failures=TEST_SETTINGS.request_max_failures,
-    )
+    runner = commit_runner(s, handler)
     pending = await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)
     assert await runner.attempt(pending[0]) is None
     return txns

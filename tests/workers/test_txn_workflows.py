@@ -185,13 +185,7 @@ async def test_a_commit_request_commits_every_pending_batch(s: Services) -> None
         s.requests,
         batch_size=2,
     )
-    runner = RequestRunner(
-        s.requests,
-        commit_handlers(handler),
-        s.clock,
-        processor=Processor.COMMITS,
-        max_failures=TEST_SETTINGS.request_max_failures,
-    )
+    runner = commit_runner(s, handler)
     pending = await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)
     assert len(pending) == 5
     assert await runner.attempt(pending[0]) is None
@@ -578,3 +572,14 @@ async def test_a_run_that_lost_its_bucket_leaves_the_covered_requests_to_the_new
     await handler.handle(pending[0], no_op)
     left = {r.id for r in await s.requests.pending(Processor.COMMITS, ALL_BUCKETS, [], 10)}
     assert left == {pending[0].id}
+
+
+def commit_runner(s: Services, handler: CommitTxnsHandler) -> RequestRunner:
+    """The commit processor's runner around `handler`, as the wiring builds it (no buckets)."""
+    return RequestRunner(
+        s.requests,
+        commit_handlers(handler),
+        s.clock,
+        processor=Processor.COMMITS,
+        max_failures=TEST_SETTINGS.request_max_failures,
+    )

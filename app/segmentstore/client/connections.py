@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
@@ -24,6 +24,7 @@ from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
 
 Endpoint = tuple[str, int]
 UnavailableT = TypeVar("UnavailableT", bound=StoreUnavailable)
+_T = TypeVar("_T")
 
 # Starts at 1 like the Rust client's: the server echoes ids, 0 is Hello's and -1 KeepAlive's.
 _request_ids: Final = itertools.count(1)
@@ -248,41 +249,32 @@ class ConnectionPool:
         return len(self._idle.get(endpoint, ()))
 
     async def request(self, endpoint: Endpoint, command: wc.Command) -> wc.Command:
-        async with self._slot(endpoint):
-            idle = self._idle.get(endpoint)
-            if idle:
-                connection = idle.pop()
-                try:
-                    reply = await connection.request(command, self.timeout_s)
-                except ConnectionLost:
-                    self._drop_idle(endpoint)
-                else:
-                    self._release(connection)
-                    return reply
-            connection = await self._open(endpoint)
-            reply = await connection.request(command, self.timeout_s)
-            self._release(connection)
-            return reply
+        return await self._on_pooled(endpoint, lambda c: c.request(command, self.timeout_s))
 
     async def request_many(self, endpoint: Endpoint, commands: Sequence[wc.Command]) -> list[wc.Command]:
         """`commands` pipelined on one pooled connection: their replies, in their order. Costs
         one send each way instead of one per command, and a store that runs them at once groups
         their storage writes. Retried once on a new connection like `request`."""
+        return await self._on_pooled(endpoint, lambda c: c.request_many(commands, self.timeout_s))
+
+    async def _on_pooled(self, endpoint: Endpoint, exchange: Callable[[Connection], Awaitable[_T]]) -> _T:
+        """`exchange` on an idle connection, or on a new one when there is none or the idle one
+        turns out to be closed (a store restarted since: its pooled connections are all dead)."""
         async with self._slot(endpoint):
             idle = self._idle.get(endpoint)
             if idle:
                 connection = idle.pop()
                 try:
-                    replies = await connection.request_many(commands, self.timeout_s)
+                    answer = await exchange(connection)
                 except ConnectionLost:
                     self._drop_idle(endpoint)
                 else:
                     self._release(connection)
-                    return replies
+                    return answer
             connection = await self._open(endpoint)
-            replies = await connection.request_many(commands, self.timeout_s)
+            answer = await exchange(connection)
             self._release(connection)
-            return replies
+            return answer
 
     @contextlib.asynccontextmanager
     async def dedicated(self, endpoint: Endpoint) -> AsyncIterator[Connection]:
