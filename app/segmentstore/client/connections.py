@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
@@ -118,30 +118,11 @@ class Connection:
         except Exception:
             self.close()
             raise
-        try:
+        with self._spoilt_on_failure(name, timeout_s):
             async with asyncio.timeout(timeout_s):
                 self._writer.write(frame)
                 await self._writer.drain()
                 reply = await read_command(self._reader)
-        except TimeoutError:
-            self.close()
-            raise _at(
-                StoreUnavailable(f"segment store: no reply to {name} within {timeout_s} s"), where
-            ) from None
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            self.close()
-            raise _at(
-                ConnectionLost(f"segment store: connection lost during {name}: {type(exc).__name__}"),
-                where,
-                exc,
-            ) from exc
-        except MalformedCommand as exc:
-            self.close()
-            raise _at(StoreUnavailable(f"segment store: malformed reply to {name}: {exc}"), where) from exc
-        except BaseException:
-            # Cancelled mid-exchange: the reply may still arrive, so the connection is spoilt.
-            self.close()
-            raise
         got = getattr(reply, "request_id", None)
         if got != expected:
             self.close()
@@ -170,7 +151,7 @@ class Connection:
             self.close()
             raise
         replies: list[wc.Command | None] = [None] * len(commands)
-        try:
+        with self._spoilt_on_failure(f"{len(commands)} {name}s", timeout_s):
             async with asyncio.timeout(timeout_s):
                 self._writer.write(frame)
                 await self._writer.drain()
@@ -178,7 +159,6 @@ class Connection:
                     reply = await read_command(self._reader)
                     index = order.pop(getattr(reply, "request_id", None), -1)
                     if index < 0:
-                        self.close()
                         raise _at(
                             StoreUnavailable(
                                 f"segment store: a reply to pipelined {name}s was {type(reply).__name__} "
@@ -187,28 +167,33 @@ class Connection:
                             where,
                         )
                     replies[index] = reply
+        return [reply for reply in replies if reply is not None]
+
+    @contextlib.contextmanager
+    def _spoilt_on_failure(self, what: str, timeout_s: float) -> Iterator[None]:
+        """An exchange's failures as the store's errors. Any failure, a cancellation included,
+        closes the connection before raising: a reply may still arrive on it, out of step."""
+        where = _show(self.endpoint)
+        try:
+            yield
         except TimeoutError:
             self.close()
             raise _at(
-                StoreUnavailable(
-                    f"segment store: no replies to {len(commands)} {name}s within {timeout_s} s"
-                ),
-                where,
+                StoreUnavailable(f"segment store: no reply to {what} within {timeout_s} s"), where
             ) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             self.close()
             raise _at(
-                ConnectionLost(f"segment store: connection lost during {name}s: {type(exc).__name__}"),
+                ConnectionLost(f"segment store: connection lost during {what}: {type(exc).__name__}"),
                 where,
                 exc,
             ) from exc
         except MalformedCommand as exc:
             self.close()
-            raise _at(StoreUnavailable(f"segment store: malformed reply to {name}: {exc}"), where) from exc
+            raise _at(StoreUnavailable(f"segment store: malformed reply to {what}: {exc}"), where) from exc
         except BaseException:
             self.close()
             raise
-        return [reply for reply in replies if reply is not None]
 
     def close(self) -> None:
         self.broken = True
