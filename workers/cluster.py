@@ -122,6 +122,9 @@ class ClusterNode:
 
     async def _round(self) -> None:
         now = self._clock.now_ms()
+        # The session first: the leader counts a member row live only while its session is
+        # connected, and would remove a row written before it (a new member, dropped and back).
+        await self._locks.open()
         await self._heartbeat(now)
         self._in_session = True
         await self._lead(now)

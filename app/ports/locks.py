@@ -10,6 +10,11 @@ from typing import Protocol
 class AdvisoryLocks(Protocol):
     """Session-level locks on one dedicated connection: losing it loses every lock at once."""
 
+    async def open(self) -> None:
+        """Connects the session if it is not connected (it then holds no locks); raises
+        StoreUnavailable when it cannot."""
+        ...
+
     async def try_lock(self, namespace: int, key: int) -> bool: ...
 
     async def unlock(self, namespace: int, key: int) -> None: ...

@@ -49,6 +49,9 @@ class PgAdvisoryLocks:
             for callback in self._lost_callbacks:
                 callback()
 
+    async def open(self) -> None:
+        await self._connection()
+
     async def try_lock(self, namespace: int, key: int) -> bool:
         conn = await self._connection()
         got = await conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", namespace, key)

@@ -21,16 +21,18 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.rest import cluster as cluster_routes
 from app.api.rest.app import create_app
 from app.clock import SystemClock
-from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence, balance
+from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence, Member, balance
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.requests import NewRequest, RequestKind
 from app.services.health import HealthService
 from app.store.cluster import PgClusterStore
+from app.store.locks import PgAdvisoryLocks
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
 from tests.api.conftest_rest import Api
+from workers.cluster import ClusterNode
 
 WAIT_S = 15.0
 SERVICES = tuple(BucketService)
@@ -364,3 +366,55 @@ async def test_rest_cluster_views(db_url: str) -> None:
             assert leader["controllerId"] == "c1" and leader["term"] == 1
             me = await get("/v1/cluster/self")
             assert me["leader"] is True and me["owned"]["requests"] == list(range(DEFAULT_COUNTS.requests))
+
+
+class _HeldLocks(PgAdvisoryLocks):
+    """A lock session whose first lock waits for `go`: the moment between a new member's
+    heartbeat and its first lock, held open so the leader can look at the member then."""
+
+    def __init__(self, url: str, member_id: str) -> None:
+        super().__init__(url, application_name=f"pgc-member:{member_id}")
+        self.go = asyncio.Event()
+
+    async def try_lock(self, namespace: int, key: int) -> bool:
+        await self.go.wait()
+        return await super().try_lock(namespace, key)
+
+
+async def test_a_member_is_written_only_once_its_session_is_connected(db_url: str) -> None:
+    """The leader counts a member row live only while its lock session is connected; a new
+    member's row written before that session (it used to connect at the first lock) was removed
+    as departed by the leader's next round, and the new member re-registered after it."""
+    pool = await create_pool(db_url, min_size=1, max_size=2)
+    nodes: list[ClusterNode] = []
+    try:
+        clock = SystemClock()
+
+        def node(member_id: str, locks: PgAdvisoryLocks) -> ClusterNode:
+            now = clock.now_ms()
+            made = ClusterNode(
+                PgClusterStore(pool), locks, clock, Member(member_id, "h", 1, 2, now, now), {},
+                DEFAULT_COUNTS, interval_s=60, member_ttl_ms=60_000, rebalance_delay_ms=0,
+            )  # fmt: skip
+            nodes.append(made)
+            return made
+
+        leader = node("a", PgAdvisoryLocks(db_url, application_name="pgc-member:a"))
+        await leader._round()
+        assert leader.is_leader
+        held = _HeldLocks(db_url, "b")
+        newcomer = node("b", held)
+        first_round = asyncio.create_task(newcomer._round())
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) FROM controllers WHERE id = 'b'"), what="b's row"
+        )
+        await leader._round()
+        assert await pool.fetchval("SELECT version FROM controllers WHERE id = 'b'") is not None, (
+            "the leader removed a member that had just joined"
+        )
+        held.go.set()
+        await first_round
+    finally:
+        for made in nodes:
+            await made._locks.reset()
+        await pool.close()
