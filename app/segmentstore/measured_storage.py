@@ -7,6 +7,11 @@ Invariants: only what storage committed is counted (a failed call or a duplicate
 nothing); every call reaches storage unchanged and its result or error comes back unchanged, so
 measuring never alters what a client sees; a transaction's or transient segment's appends count
 for its parent only when merged, spread over the life it had here (Pravega's merge stats).
+
+In a group of stores behind one port (`serve --processes N`), a segment's writers may be spread
+over every store of the group, so one store judges for all: the others forward each observation
+(`forward`), and the judge applies theirs (`apply`) as it applies its own. Observations are plain
+lists (they cross a process boundary); one that does not make sense is dropped.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,13 +51,24 @@ def _mergeable(name: str) -> bool:
     return _TRANSACTION in name or _TRANSIENT in name
 
 
+Observation = list[Any]
+
+
 class MeasuredStorage:
     """Wraps the store's SegmentStorage; every call it does not observe passes straight through."""
 
-    def __init__(self, inner: st.SegmentStorage, monitor: AutoScaleMonitor, clock: Clock) -> None:
+    def __init__(
+        self,
+        inner: st.SegmentStorage,
+        monitor: AutoScaleMonitor,
+        clock: Clock,
+        forward: Callable[[Observation], None] | None = None,
+    ) -> None:
         self._inner = inner
         self.monitor = monitor
         self._clock = clock
+        # Set in a store that does not judge: its observations go to the one that does.
+        self._forward = forward
         self._tallies: dict[str, _Tally] = {}
         self._loading: set[str] = set()
         self._loads: set[asyncio.Task[None]] = set()
@@ -72,6 +88,9 @@ class MeasuredStorage:
         rollover_size_bytes: int,
     ) -> None:
         await self._inner.create_segment(name, kind, scale_type, target_rate, rollover_size_bytes)
+        self._observe(["created", name, kind, scale_type, target_rate])
+
+    def _created(self, name: str, kind: str, scale_type: int, target_rate: int) -> None:
         now = self._clock.now_ms()
         if kind == "stream":
             self.monitor.created(name, scale_type, target_rate)
@@ -92,8 +111,36 @@ class MeasuredStorage:
             name, writer_id, data, last_event_number, num_events, expected_offset
         )
         if not result.duplicate:
-            self._count(name, num_events, len(data))
+            if self._forward is not None:
+                self._forward(["appended", name, num_events, len(data)])
+            else:
+                self._count(name, num_events, len(data))  # the hot path: no observation built
         return result
+
+    def _observe(self, observation: Observation) -> None:
+        if self._forward is not None:
+            self._forward(observation)
+        else:
+            self.apply(observation)
+
+    def apply(self, observation: Observation) -> None:
+        """Takes one observation, made here or by another store of the group."""
+        match observation:
+            case ["appended", str(name), int(events), int(size)]:
+                self._count(name, events, size)
+            case ["created", str(name), str(kind), int(scale_type), int(target_rate)]:
+                self._created(name, kind, scale_type, target_rate)
+            case ["merged", str(target), list(sources)] if all(isinstance(x, str) for x in sources):
+                self._merged(target, sources)
+            case ["sealed", str(name)]:
+                self.monitor.forget(name)
+            case ["deleted", str(name)]:
+                self.monitor.forget(name)
+                self._tallies.pop(name, None)
+            case ["policy", str(name), int(scale_type), int(target_rate)]:
+                self.monitor.policy_updated(name, scale_type, target_rate)
+            case _:
+                log.warning("dropped a traffic observation that makes no sense: %.200r", observation)
 
     def _count(self, name: str, events: int, size: int) -> None:
         if _mergeable(name):
@@ -131,6 +178,10 @@ class MeasuredStorage:
         self, target: str, sources: Sequence[str], attribute_updates: Sequence[st.AttributeUpdate]
     ) -> list[int]:
         lengths = await self._inner.merge(target, sources, attribute_updates)
+        self._observe(["merged", target, list(sources)])
+        return lengths
+
+    def _merged(self, target: str, sources: Sequence[str]) -> None:
         for source in sources:
             tally = self._tallies.pop(source, None)
             if tally is None:
@@ -140,25 +191,23 @@ class MeasuredStorage:
             counted = self.monitor.record_transaction(target, events, tally.size, tally.created_at)
             if not counted and self.monitor.wants_policy(target):
                 self._load_policy(target)
-        return lengths
 
     async def seal(self, name: str) -> int:
         try:
             length = await self._inner.seal(name)
         except st.SegmentSealed:
-            self.monitor.forget(name)  # sealed before: it takes no more traffic either
+            self._observe(["sealed", name])  # sealed before: it takes no more traffic either
             raise
-        self.monitor.forget(name)
+        self._observe(["sealed", name])
         return length
 
     async def delete(self, name: str) -> None:
         await self._inner.delete(name)
-        self.monitor.forget(name)
-        self._tallies.pop(name, None)
+        self._observe(["deleted", name])
 
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
         await self._inner.update_policy(name, scale_type, target_rate)
-        self.monitor.policy_updated(name, scale_type, target_rate)
+        self._observe(["policy", name, scale_type, target_rate])
 
     def _drop_stale_tallies(self, now: int) -> None:
         """Forgets the tallies nothing touched for TALLY_EXPIRY_MS (looked for hourly at most)."""
@@ -170,7 +219,8 @@ class MeasuredStorage:
                 del self._tallies[name]
 
     def start(self) -> None:
-        self.monitor.start()
+        if self._forward is None:  # a store that forwards reports nothing itself
+            self.monitor.start()
 
     async def close(self) -> None:
         for task in list(self._loads):

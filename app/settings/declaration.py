@@ -213,6 +213,30 @@ def hosts(value: str) -> tuple[HostAddress, ...]:
         raise ValueError("must be a comma-separated HOST:PORT list") from None
 
 
+@dataclass(frozen=True)
+class StoreGroup:
+    """One embedded segment store's place among those of a `serve --processes N` run."""
+
+    index: int
+    size: int
+    directory: Path
+
+    def __str__(self) -> str:
+        return f"{self.index}:{self.size}:{self.directory}"
+
+
+def store_group(value: str) -> StoreGroup:
+    index, _, rest = value.partition(":")
+    size, _, directory = rest.partition(":")
+    try:
+        group = StoreGroup(int(index), int(size), Path(directory))
+    except ValueError:
+        raise ValueError("must be INDEX:SIZE:DIRECTORY") from None
+    if not directory or group.size < 2 or not 0 <= group.index < group.size:
+        raise ValueError("must be INDEX:SIZE:DIRECTORY with 0 <= INDEX < SIZE and SIZE >= 2")
+    return group
+
+
 # The TLS versions a listener may allow, as Pravega names them; older ones are never allowed.
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 

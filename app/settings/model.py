@@ -22,6 +22,7 @@ from app.segmentstore.hosts import HostAddress
 from app.settings.declaration import (
     TLS_VERSIONS,
     SettingError,
+    StoreGroup,
     at_least,
     declared,
     handler_specs,
@@ -31,6 +32,7 @@ from app.settings.declaration import (
     port,
     positive,
     setting,
+    store_group,
     text,
     tls_versions,
     within,
@@ -117,7 +119,8 @@ class Settings:
         shown_default="one per core (the CPU affinity mask)",
         help="controller processes sharing the gRPC, REST and segment-store ports (SO_REUSEPORT), each "
         "a cluster member of its own (`<instance-id>-<i>`), under one supervisor that restarts a child "
-        "that dies; 1: a single process, no supervisor; the embedded segment store runs in child 0",
+        "that dies, every child running the embedded segment store behind the shared port; 1: a single "
+        "process, no supervisor",
     )
     reuse_port: bool = setting(
         False,
@@ -246,6 +249,14 @@ class Settings:
     )
     segment_store_port: int = setting(
         12345, metavar="PORT", check=port, help="the embedded segment store's port (0: any free port)"
+    )
+    segment_store_group: StoreGroup | None = setting(  # noqa: RUF009
+        None,
+        parse=store_group,
+        metavar="I:N:DIR",
+        help="this embedded segment store is store I of the N behind one port (SO_REUSEPORT), which "
+        "wake each other's tail reads and send their traffic to store 0 through sockets in DIR (the "
+        "supervisor of --processes sets it for its children)",
     )
     segment_store_metrics_port: int = setting(
         6061,

@@ -9,6 +9,7 @@ process of its own needs nothing but its pool to report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.api.rest import autoscale as autoscale_routes
@@ -16,7 +17,7 @@ from app.config import Settings
 from app.domain.autoscale import TrafficWindows
 from app.ports import Clock
 from app.segmentstore.autoscaler import AutoScaleMonitor, AutoScalerConfig
-from app.segmentstore.measured_storage import MeasuredStorage
+from app.segmentstore.measured_storage import MeasuredStorage, Observation
 from app.segmentstore.storage import SegmentStorage
 from app.services.autoscale import AutoScaleIntake
 from app.store.autoscale import PgAutoScaleStore
@@ -49,9 +50,15 @@ def autoscaler_config(settings: Settings) -> AutoScalerConfig:
 
 
 def measured_storage(
-    storage: SegmentStorage, settings: Settings, pool: Database, clock: Clock
+    storage: SegmentStorage,
+    settings: Settings,
+    pool: Database,
+    clock: Clock,
+    forward: Callable[[Observation], None] | None = None,
 ) -> MeasuredStorage:
     """`storage` with its appends measured and the scale reports they trigger sent to the
-    controllers' request queue in `pool`; start() it, and close() it after the store stops."""
+    controllers' request queue in `pool` (or, with `forward`, what it measures sent to the store
+    that judges for its group); start() it, and close() it after the store stops."""
     sink = AutoScaleIntake(PgAutoScaleStore(pool), clock)
-    return MeasuredStorage(storage, AutoScaleMonitor(sink, clock, autoscaler_config(settings)), clock)
+    monitor = AutoScaleMonitor(sink, clock, autoscaler_config(settings))
+    return MeasuredStorage(storage, monitor, clock, forward)

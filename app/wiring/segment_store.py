@@ -26,6 +26,7 @@ from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.server.membership import StoreMembership
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.tokens import TokenGate
 from app.segmentstore.storage import AppendResult
 from app.store.cache import RecordCache
@@ -105,11 +106,24 @@ class _FailpointStorage(PgSegmentStorage):
         return result
 
 
-async def _start_measured_server(settings: Settings, pool: Database, clock: Clock) -> SegmentStoreServer:
+def _peers(settings: Settings) -> StorePeers | None:
+    group = settings.segment_store_group
+    if group is None:
+        return None
+    return StorePeers(group.directory, group.index, group.size)
+
+
+async def _start_measured_server(
+    settings: Settings, pool: Database, clock: Clock, peers: StorePeers | None = None
+) -> SegmentStoreServer:
     """A listening store whose storage measures its segments' traffic and sends their scale
-    reports until the server closes."""
+    reports until the server closes (with `peers`, store 0 of the group reports for all: the
+    others send it what they measure)."""
     tls = server_context(settings, ())
-    storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock)
+    forward = peers.observe if peers is not None and not peers.judges else None
+    storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock, forward)
+    if peers is not None and peers.judges:
+        peers.on_observed(storage.apply)
     storage.start()
     try:
         return await SegmentStoreServer.start(
@@ -121,6 +135,7 @@ async def _start_measured_server(settings: Settings, pool: Database, clock: Cloc
             tokens=_token_gate(settings),
             tls=tls,
             reuse_port=settings.reuse_port,
+            peers=peers,
         )
     except BaseException:
         await storage.close()
@@ -137,10 +152,12 @@ class RunningStore:
         membership: StoreMembership | None = None,
         listener: PgListener | None = None,
         orphans: OrphanTransients | None = None,
+        peers: StorePeers | None = None,
     ) -> None:
         self.server = server
         self.membership = membership
         self.orphans = orphans
+        self.peers = peers
         self._listener = listener
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -178,6 +195,8 @@ class RunningStore:
         if self.membership is not None:
             await self.membership.leave()
         await self.server.close()
+        if self.peers is not None:
+            self.peers.close()
 
 
 async def start_segment_store(
@@ -191,7 +210,15 @@ async def start_segment_store(
             f"--segment-store-heartbeat-s ({settings.segment_store_heartbeat_s}) must be below "
             f"--segment-store-expiry-s ({settings.segment_store_expiry_s})"
         )
-    server = await _start_measured_server(settings, pool, clock)
+    peers = _peers(settings)
+    if peers is not None:
+        peers.start()  # before listening: a change made by a sibling is heard from the first read
+    try:
+        server = await _start_measured_server(settings, pool, clock, peers)
+    except BaseException:
+        if peers is not None:
+            peers.close()
+        raise
     me = embedded_store_address(settings, server)
     statics = [SegmentStoreHost(h.host, h.port) for h in static_hosts] or [SegmentStoreHost(me.host, me.port)]
     # Set before the first await after listening: no connection is accepted without it.
@@ -205,6 +232,9 @@ async def start_segment_store(
         server.disown,
         heartbeat_s=settings.segment_store_heartbeat_s,
         expiry_s=settings.segment_store_expiry_s,
+        # A group shares its address: one host row, left by store 0, which the supervisor stops last.
+        shared=peers is not None,
+        leaves=peers is None or peers.judges,
     )
     # A previous owner still serving stops within the expiry (it reads the map, or fences
     # itself when it cannot heartbeat): its transient segments are left alone until then.
@@ -214,8 +244,9 @@ async def start_segment_store(
         server.live_transients,
         server.ownership,
         grace_ms=int(settings.segment_store_expiry_s * 1000),
+        group=(peers.index, peers.size) if peers is not None else None,
     )
-    store = RunningStore(server, membership, PgListener(url, RecordCache()), orphans)
+    store = RunningStore(server, membership, PgListener(url, RecordCache()), orphans, peers)
     try:
         await store.join()
     except BaseException:

@@ -4,9 +4,11 @@ ports (SO_REUSEPORT), each a cluster member of its own; a child that dies is res
 Invariant: every child of one run listens on the same ports. The supervisor binds them first (with
 SO_REUSEPORT, never listening, so no connection ever waits on it) and holds them for the whole run,
 so an ephemeral port stays this run's and a restarted child gets it back. The ready file appears
-only once every child has written its own. The embedded segment store runs in child 0 alone: its
-tail-read wake-ups, writer sessions and orphan sweeps are per process, so two stores behind one
-port could leave a read parked past an append or sweep a live transient segment.
+only once every child has written its own. Every child runs the embedded segment store behind the
+shared port, as store i of the run's group (`--segment-store-group`): the group's sockets in the
+run's private directory carry each store's segment changes to the others (a read parked in one
+child wakes on an append through another) and their traffic to store 0, which judges auto-scaling
+for all; data, order and de-duplication are PostgreSQL's, whichever child a connection lands on.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ STABLE_S = 30.0
 # A child's start-up includes migrations and joining the cluster; one that takes longer is killed.
 CHILD_READY_TIMEOUT_S = 60.0
 _POLL_S = 0.05
-_ANY_INTERFACE = ("", "0.0.0.0", "::")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -144,6 +145,8 @@ class Supervisor:
         self._budget_s = shutdown_budget_s(settings.shutdown_drain_s, settings.shutdown_timeout_s)
         self._preexec = _die_with_parent(os.getpid())
         base = [sys.executable, "-m", "app.cli", *argv]
+        # The stores' sockets: inside the run's own directory, which only our user may enter.
+        (work / "stores").mkdir(mode=0o700, exist_ok=True)
         self.children = [
             _Child(i, [*base, *self._overrides(i, work)], work / f"child-{i}.json")
             for i in range(settings.processes)
@@ -163,11 +166,10 @@ class Supervisor:
         store = self._ports.store
         if store is None:
             return args
-        if index == 0:
-            return [*args, "--segment-store-port", str(_port(store))]
-        # The others answer getURI with child 0's store until the leader's first container map.
-        host = s.advertised_host() if s.segment_store_host in _ANY_INTERFACE else s.segment_store_host
-        return [*args, "--no-embedded-segment-store", "--segment-store-hosts", f"{host}:{_port(store)}"]
+        args += ["--segment-store-port", str(_port(store))]
+        if s.processes < 2:
+            return args
+        return [*args, "--segment-store-group", f"{index}:{s.processes}:{work / 'stores'}"]
 
     async def run(self) -> int:
         """Starts every child (child 0 first: it migrates the schema and joins the cluster alone),
@@ -235,9 +237,7 @@ class Supervisor:
         self._started = True
         pids = [c.process.pid for c in self.children if c.process is not None]
         s = self._settings
-        store = (
-            "" if self._ports.store is None else f", segment store :{_port(self._ports.store)} (process 0)"
-        )
+        store = "" if self._ports.store is None else f", segment store :{_port(self._ports.store)}"
         log.info(
             "pgcontroller %s ready: %d processes (pids %s) on gRPC %s:%d, REST %s:%d%s",
             s.instance_id, len(pids), ", ".join(map(str, pids)),
@@ -283,8 +283,8 @@ class Supervisor:
                 self._write_ready_file()
 
     async def _stop_all(self) -> int:
-        """Children 1..N-1 first (their workers may still call the store), then child 0 with the
-        embedded store; each group gets the shutdown budget. 0 when every child stopped cleanly,
+        """Children 1..N-1 first, then child 0, whose segment store (the group's last) deregisters
+        the shared address; each group gets the shutdown budget. 0 when every child stopped cleanly,
         else the first failing child's code (EXIT_SHUTDOWN_OVERRAN for one killed past the budget)."""
         self._stopping = True
         codes: list[int] = []

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess, start_served
 from app.wiring.shutdown_watchdog import shutdown_budget_s
+from tests.support.sockets import established_by_pid
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,30 +89,6 @@ async def pinned(served: ServedProcess, member: str) -> AsyncIterator[aiohttp.Cl
         finally:
             await http.close()
     raise AssertionError(f"no connection reached {member} in {TRIES} tries")
-
-
-def established_by_pid(pids: Iterable[int], port: int) -> dict[int, int]:
-    """How many established TCP connections on local `port` each process holds, from the
-    kernel's socket table (/proc/net/tcp*) and each process's descriptors."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(f"socket:[{fields[9]}]")
-    counts: dict[int, int] = {}
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
-        held = 0
-        for fd in os.listdir(fd_dir):
-            try:
-                held += os.readlink(f"{fd_dir}/{fd}") in inodes
-            except OSError:
-                continue  # closed while we looked
-        counts[pid] = held
-    return counts
 
 
 async def until(check: Any, timeout_s: float, what: str) -> Any:
@@ -214,7 +191,7 @@ async def test_a_killed_process_is_restarted_on_the_same_ports_while_the_other_a
     served: ServedProcess, tmp_path: Path
 ) -> None:
     before = ready_info(tmp_path)
-    store_child = before["processes"][0]  # child 0 runs the embedded segment store
+    store_child = before["processes"][0]  # child 0: its store is the last to leave the shared address
     os.kill(store_child, signal.SIGKILL)
     reaped = f"controller process 0 (pid {store_child}) exited with -9"
 

@@ -1,8 +1,8 @@
-"""The real Pravega Python client against `serve --processes 2`: its controller connections land on
-either child (the kernel spreads them), its segment connections reach child 0's embedded store,
-and a reader group of two reads back exactly the events written, in per-key order, across a scale
-made while they are written; with authentication and TLS, its tokens from either child are
-accepted by the store."""
+"""The real Pravega Python client against `serve --processes 2`: its controller connections and its
+segment connections land on either child (the kernel spreads them; each child runs a store behind
+the shared port), and a reader group of two reads back exactly the events written, in per-key
+order, across a scale made while they are written; with authentication and TLS, its tokens from
+either child are accepted by either store."""
 
 from __future__ import annotations
 

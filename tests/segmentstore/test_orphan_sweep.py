@@ -15,6 +15,7 @@ import pgurl
 from app.ports import SegmentStoreHost
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.segmentstore.server.transients import transient_name, transient_tag
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
@@ -131,3 +132,33 @@ async def test_without_a_map_only_what_existed_before_the_store_started_is_swept
     clock.advance(10_000)
     assert await sweep.sweep() == 0  # only at start: later ones belong to this store's connections
     assert await existing(pool) == {mine}
+
+
+async def test_a_store_of_a_group_sweeps_only_what_its_own_index_or_no_member_left(
+    pool: Any, storage: PgSegmentStorage, clock: ManualClock
+) -> None:
+    """Store 1 of 3 behind one port: the others' transient segments (tagged 0 and 2) are theirs to
+    judge, whatever their age; its own index's (an earlier life's), those tagged beyond the group
+    and those of a store that never tagged (a name too short to carry a tag) are swept."""
+
+    async def tagged(tag: int, writer: int) -> str:
+        name = transient_name(PARENT, writer, tag)
+        await storage.create_segment(name, "transient", 0, 0, 0)
+        return name
+
+    siblings = [await tagged(0, 1), await tagged(2, 2)]
+    own = await tagged(1, 3)
+    beyond = await tagged(7, 4)
+    assert transient_tag(beyond) == 7
+    untagged = f"{PARENT}#transient.{5:032x}.short"
+    await storage.create_segment(untagged, "transient", 0, 0, 0)
+    assert transient_tag(own) == 1 and transient_tag(untagged) is None
+
+    ownership = ContainerOwnership(ME, 4, [ME])
+    sweep = OrphanTransients(storage, clock, set, ownership, grace_ms=GRACE_MS, group=(1, 3))
+    clock.advance(1000)
+    ownership.update({})
+    assert await sweep.sweep() == 0  # acquired: due after the grace
+    clock.advance(10 * GRACE_MS)
+    assert await sweep.sweep() == 3
+    assert await existing(pool) == set(siblings)

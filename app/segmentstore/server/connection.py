@@ -75,6 +75,7 @@ class Connection:
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
         traffic: StoreTraffic | None = None,
+        transient_tag: int | None = None,
     ) -> None:
         self._reader = reader
         # The store's data-plane counters (app/metrics); None in protocol tests of a bare store.
@@ -89,7 +90,7 @@ class Connection:
         self._handlers = handlers
         self._appends = Appends(storage, tails, traffic)
         self._reads = Reads(storage, tails, tail_wait_s)
-        self._transients = Transients()
+        self._transients = Transients(transient_tag)
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
         self._creates: set[asyncio.Task[None]] = set()
         # Replies of concurrent creates finished in one loop turn, sent together at its end.
@@ -298,7 +299,7 @@ class Connection:
     async def _create_transient(self, cmd: wc.CreateTransientSegment) -> wc.Command:
         # The parent must exist: a transient segment only ever merges into it.
         await self._storage.segment_state(cmd.parent_segment)
-        name = transient_name(cmd.parent_segment, cmd.writer_id)
+        name = transient_name(cmd.parent_segment, cmd.writer_id, self._transients.tag)
         # Named before it exists: the orphan sweep never sees it committed and not yet ours.
         self._transients.add(name)
         try:

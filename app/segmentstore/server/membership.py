@@ -6,6 +6,10 @@ heartbeats are younger than the expiry (after that the leader may have handed it
 another store, so it stops serving rather than serve beside the new owner). A host row removed
 by the leader is registered again at the next heartbeat. A clean stop deregisters, so the
 containers move at once instead of after the expiry.
+
+The stores of one `serve --processes N` run share one address and so one host row (`shared`):
+each heartbeats it at the version it reads, a sibling's beat in between is no removal (the row is
+alive either way), and only the store the supervisor stops last (`leaves`) deregisters it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.waiting import wait_event
 log = logging.getLogger("pgcontroller.segment-store.membership")
 
 _WATCHED_TABLES = frozenset({"container_map", "segment_store_hosts"})
+_SHARED_BEAT_ATTEMPTS = 3
 
 
 class StoreMembership:
@@ -36,6 +41,8 @@ class StoreMembership:
         heartbeat_s: float,
         expiry_s: float,
         poll_s: float = 1.0,
+        shared: bool = False,
+        leaves: bool = True,
     ) -> None:
         if not 0 < heartbeat_s < expiry_s:
             raise ValueError(f"the heartbeat period ({heartbeat_s}) must be below the expiry ({expiry_s})")
@@ -46,6 +53,8 @@ class StoreMembership:
         self._heartbeat_s = heartbeat_s
         self._expiry_s = expiry_s
         self._poll_s = poll_s
+        self._shared = shared
+        self._leaves = leaves
         self._version: int | None = None
         self._last_beat = 0.0  # loop time of the last heartbeat that landed
         self._wake = asyncio.Event()
@@ -93,7 +102,13 @@ class StoreMembership:
         expiry. Best effort: an unreachable database leaves that to the expiry."""
         if self._version is None:
             return
+        if not self._leaves:
+            self._version = None  # the address stays registered for the others behind it
+            return
         with contextlib.suppress(StoreUnavailable, NotFound, WriteConflict):
+            if self._shared:
+                # The others behind this address beat it too: the version is theirs as often.
+                self._version = (await self._store.get_host(self.me)).version
             await self._store.remove_hosts([(self.me, self._version)])
         self._version = None
 
@@ -103,6 +118,8 @@ class StoreMembership:
             version = None
             if self._version is not None:
                 version = await self._store.heartbeat_host(self.me, now, self._version)
+            if version is None and self._shared and self._version is not None:
+                version = await self._shared_beat(now)
             if version is None:
                 version = await self._register(now)
         except StoreUnavailable as exc:
@@ -110,6 +127,20 @@ class StoreMembership:
             raise
         self._version = version
         self._last_beat = asyncio.get_running_loop().time()
+
+    async def _shared_beat(self, now: int) -> int | None:
+        """A beat at the version the row has now (a sibling beat it since ours); None when the row
+        is gone, to register again."""
+        for _ in range(_SHARED_BEAT_ATTEMPTS):
+            try:
+                current = await self._store.get_host(self.me)
+            except NotFound:
+                return None
+            version = await self._store.heartbeat_host(self.me, now, current.version)
+            if version is not None:
+                return version
+        # The siblings beat it between each read and write: it is alive, which is all a beat says.
+        return current.version
 
     async def _register(self, now: int) -> int:
         if self._version is not None:

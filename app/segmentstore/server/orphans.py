@@ -5,8 +5,10 @@ Invariant: a transient segment is deleted only when it is provably nobody's: it 
 container this store owns, was created before this store acquired that container (before this
 store started, for a store with no container map), no live connection of this store created it,
 and it has not changed for `grace_ms` (a previous owner still serving beside us, or paused and
-resumed, is either appending to it or its writer is refused). A sweep that fails is logged and
-tried again at the next pass; it never ends the store.
+resumed, is either appending to it or its writer is refused). In a group of stores behind one port
+(`serve --processes N`), store i sweeps only the names tagged i (an earlier life of its own index
+made them) or tagged with no member's index: the others' live transient segments are never its
+to judge. A sweep that fails is logged and tried again at the next pass; it never ends the store.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Final, Protocol
 
 from app.ports import Clock
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.segmentstore.server.transients import transient_tag
 
 log = logging.getLogger("pgcontroller.segment-store.orphans")
 
@@ -50,7 +53,9 @@ class OrphanTransients:
         batch_size: int = BATCH_SIZE,
         interval_s: float = PASS_INTERVAL_S,
         started_ms: int | None = None,
+        group: tuple[int, int] | None = None,
     ) -> None:
+        """`group`: (this store's index, the group's size) when it shares its port."""
         if batch_size <= 0:
             raise ValueError(f"the sweep's batch size must be positive, got {batch_size}")
         self._storage = storage
@@ -61,6 +66,7 @@ class OrphanTransients:
         self._batch_size = batch_size
         self._interval_s = interval_s
         self._started_ms = clock.now_ms() if started_ms is None else started_ms
+        self._group = group
         # Containers acquired and not swept yet, with the time this store saw them acquired
         # (no earlier than the acquisition, so every transient the previous owner created
         # before it is older).
@@ -129,7 +135,7 @@ class OrphanTransients:
             if not page:
                 return count
             after = page[-1][0]
-            picked = [name for name, created in page if orphaned(name, created)]
+            picked = [name for name, created in page if orphaned(name, created) and self._mine(name)]
             # Read after the page: a connection names its transient segment before creating it,
             # so any listed one a live connection of this store made is in this set.
             live = self._live()
@@ -140,6 +146,13 @@ class OrphanTransients:
                 self.cleaned += len(deleted)
             if len(page) < self._batch_size:
                 return count
+
+    def _mine(self, name: str) -> bool:
+        if self._group is None:
+            return True
+        index, size = self._group
+        tag = transient_tag(name)
+        return tag is None or tag == index or tag >= size
 
     @staticmethod
     def _report(count: int, scope: str) -> None:

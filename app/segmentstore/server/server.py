@@ -19,6 +19,7 @@ from app.segmentstore import storage as st
 from app.segmentstore.server.connection import Connection
 from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.ownership import ContainerOwnership
+from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.server.tokens import TokenGate
 from app.waiting import bounded
@@ -40,6 +41,7 @@ class SegmentStoreServer:
         ownership: ContainerOwnership | None = None,
         tokens: TokenGate | None = None,
         tls: ssl.SSLContext | None = None,
+        peers: StorePeers | None = None,
     ) -> None:
         self._storage = storage
         # With authentication on: every request carrying a delegation token is checked.
@@ -49,7 +51,12 @@ class SegmentStoreServer:
         self._on_close = on_close
         # None: a store of its own with no cluster (tests of the protocol) serves every segment.
         self.ownership = ownership
-        self._tails = Tails()
+        # With peers (the other stores behind this port), changes made here wake their parked
+        # reads and theirs wake ours.
+        self._peers = peers
+        self._tails = Tails(peers.changed if peers is not None else None)
+        if peers is not None:
+            peers.on_changed(self._tails.heard)
         self._handlers = Handlers(storage, self._tails)
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._server: asyncio.Server | None = None
@@ -70,6 +77,7 @@ class SegmentStoreServer:
         tokens: TokenGate | None = None,
         tls: ssl.SSLContext | None = None,
         reuse_port: bool = False,
+        peers: StorePeers | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -77,8 +85,9 @@ class SegmentStoreServer:
         `ownership`, only the containers it gives this store are served (WrongHost for the others).
         With `tokens`, delegation tokens are checked (authentication on). With `tls`, every
         connection must complete a TLS handshake before its first command. `reuse_port`: bind with
-        SO_REUSEPORT (the port is reserved by the supervisor of `serve --processes N`)."""
-        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls)
+        SO_REUSEPORT (the port is reserved by the supervisor of `serve --processes N`). `peers`: the
+        other stores of that run, behind the same port (started by the caller)."""
+        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers)
         self._server = await asyncio.start_server(self._accept, host, port, reuse_port=reuse_port or None)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
@@ -150,6 +159,7 @@ class SegmentStoreServer:
             self.ownership,
             self._tokens,
             self._store_traffic(),
+            self._peers.index if self._peers is not None else None,
         )
         self._connections[task] = connection
         try:

@@ -1,13 +1,15 @@
 """Wake-ups for reads parked at a segment's tail: one set of waiters per segment name.
 
 Invariant: a waiter registered before a read is woken by any later change of that segment
-(append, merge, seal, truncate, delete) or by close(), so a change landing between the read and
-the wait is never missed; nothing here polls.
+(append, merge, seal, truncate, delete), made here or (heard through peers.py) by another store of
+the same `serve --processes N` run, or by close(), so a change landing between the read and the
+wait is never missed; nothing here polls.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class TailWatch:
@@ -34,8 +36,11 @@ class TailWatch:
 
 
 class Tails:
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[str], None] | None = None) -> None:
+        """`on_change` hears every change made here (the other stores of a `serve --processes N`
+        run wake their own waiters on it, through `heard`)."""
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._on_change = on_change
         self.closed = False
 
     def watch(self, segment: str) -> TailWatch:
@@ -47,6 +52,13 @@ class Tails:
         return TailWatch(self, segment, future)
 
     def notify(self, segment: str) -> None:
+        """This store changed `segment` (committed)."""
+        self.heard(segment)
+        if self._on_change is not None:
+            self._on_change(segment)
+
+    def heard(self, segment: str) -> None:
+        """`segment` changed, here or through another store behind the same port."""
         for future in self._waiters.pop(segment, ()):
             if not future.done():
                 future.set_result(None)
@@ -55,7 +67,7 @@ class Tails:
         """Wakes every waiter, now and from now on: the server is going away."""
         self.closed = True
         for segment in list(self._waiters):
-            self.notify(segment)
+            self.heard(segment)
 
     def waiting(self) -> int:
         return sum(len(waiters) for waiters in self._waiters.values())

@@ -2,29 +2,51 @@
 
 Invariant: a transient segment lives only as long as the connection that created it: whatever of
 it was not merged away is deleted when that connection closes (and, when its store died, by the
-orphan sweep of orphans.py).
+orphan sweep of orphans.py). The stores of one `serve --processes N` run tag the names they make
+with their index, so that each sweeps only what an earlier life of its own index left.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from typing import Final
 
 from app.segmentstore import storage as st
 
 log = logging.getLogger(__name__)
 
 
-def transient_name(parent: str, writer_id: int) -> str:
-    """Pravega's name: `<parent>#transient.<writer id, 32 hex>.<random, 32 hex>`."""
-    return f"{parent}#transient.{writer_id:032x}.{uuid.uuid4().hex}"
+TAG_HEX: Final = 4  # the tag's hex digits, at the start of the name's random part
+
+
+def transient_name(parent: str, writer_id: int, tag: int | None = None) -> str:
+    """Pravega's name: `<parent>#transient.<writer id, 32 hex>.<random, 32 hex>`; with `tag`, the
+    random part starts with it (4 hex), the rest stays random."""
+    random = uuid.uuid4().hex
+    if tag is not None:
+        random = f"{tag:0{TAG_HEX}x}{random[TAG_HEX:]}"
+    return f"{parent}#transient.{writer_id:032x}.{random}"
+
+
+def transient_tag(name: str) -> int | None:
+    """The tag a tagged name carries; for an untagged one, the number its first random digits
+    happen to make (the sweep's rule holds for either); None for a name not made here."""
+    _, dot, random = name.rpartition(".")
+    if not dot or len(random) != 32:
+        return None
+    try:
+        return int(random[:TAG_HEX], 16)
+    except ValueError:
+        return None
 
 
 class Transients:
     """The transient segments one connection created and has not seen merged or deleted."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag: int | None = None) -> None:
         self._names: set[str] = set()
+        self.tag = tag  # this store's index in its `serve --processes N` run, if any
 
     def add(self, name: str) -> None:
         self._names.add(name)
