@@ -18,9 +18,9 @@ run: $(STAMP) spark-deps
 
 # Three workers, each with its own throwaway PostgreSQL, a test file's tests kept on one worker:
 # most of the suite waits (subprocesses, timeouts, the real client), so this halves the wall time
-# on two cores.
+# on two cores. The slowest tests are listed at the end, to keep an eye on the 20-minute budget.
 test: $(STAMP) spark-deps
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check app workers tests bench migrations spark pgurl
