@@ -7,7 +7,7 @@ insert-and-commit baseline of bench/txns.py, all in one run, in alternating roun
         [--connections 4] [--in-flight 8]
 
 create   h2load, --connections connections with --in-flight calls each, --requests calls of
-         createTransaction (lease 60 s) on a 4-segment stream.
+         createTransaction (lease 600 s, past the run's end) on a 4-segment stream.
 ping     --connections x --in-flight h2load processes of one connection and one call in flight
          each, every one pinging its own open transaction (two pings of one transaction at once
          race on its version, which no client does): --requests calls in all.
@@ -42,8 +42,9 @@ from bench.txns import baseline
 
 INFO = pb.StreamInfo(scope="bench", stream="txns")
 SEGMENTS = 4
-LEASE_MS = 60_000
-PING_LEASE_MS = 600_000  # the pinged transactions stay open through the whole run
+# The longest lease Pravega allows: the transactions the run opens (thousands) stay open to its
+# end, so no lease expiry (and no abort work) lands in a later round.
+LEASE_MS = 600_000
 CREATE_ANSWER_BYTES = 60  # an id and four segment ranges
 PING_ANSWER_BYTES = 5  # a message, even an empty one (OK): an error is trailers only
 SIDES = ("echo", "processes 1", "processes 2")
@@ -69,10 +70,7 @@ async def ping_rate(port: int, bodies: list[Path], args: argparse.Namespace) -> 
 
 async def open_txns(stub: ControllerServiceStub, count: int) -> list[pb.TxnId]:
     replies = await asyncio.gather(
-        *(
-            stub.createTransaction(pb.CreateTxnRequest(streamInfo=INFO, lease=PING_LEASE_MS))
-            for _ in range(count)
-        )
+        *(stub.createTransaction(pb.CreateTxnRequest(streamInfo=INFO, lease=LEASE_MS)) for _ in range(count))
     )
     return [reply.txnId for reply in replies]
 
@@ -113,7 +111,7 @@ async def main() -> None:
                     ping_bodies = []
                     for i, txn in enumerate(await open_txns(stub, callers)):
                         body = work / f"ping-{i}.bin"
-                        request = pb.PingTxnRequest(streamInfo=INFO, txnId=txn, lease=PING_LEASE_MS)
+                        request = pb.PingTxnRequest(streamInfo=INFO, txnId=txn, lease=LEASE_MS)
                         body.write_bytes(grpc_body(request.SerializeToString()))
                         ping_bodies.append(body)
                     channel.close()
