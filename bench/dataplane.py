@@ -4,7 +4,7 @@ embedded PostgreSQL), each figure next to a bare baseline measured in the same r
 
     .venv/bin/python bench/dataplane.py [--events 200000] [--event-size 1024] [--batch 100]
         [--rate 1000] [--latency-seconds 10] [--txn-seconds 10] [--txn-clients 4[,8,16]]
-        [--processes 1] [--scales 50] [--skip one,four,latency,txn,scale]
+        [--processes 1] [--scales 50] [--skip one,four,latency,txn,scale] [--statements]
 
 serve runs with --processes N (default 1); the CPU of serve is then the supervisor's and all its
 children's (the first child holds the embedded segment store, the others reach it over TCP).
@@ -28,7 +28,9 @@ txn       --txn-clients client processes, each beginning, writing 10 events into
           (1,4,8,16) runs the part once per count on a fresh stream, to show where the rate
           saturates; each run also prints serve's own time per createTransaction,
           commitTransaction and getURI (its gRPC latency histogram), which splits the client's
-          begin and commit into what serve takes and what the client waits on besides.
+          begin and commit into what serve takes and what the client waits on besides. With
+          --statements the cluster runs pg_stat_statements, and the part prints the statements
+          serve and its store ran per committed transaction and their execution time.
 scale     --scales manual scales of a 10-segment stream one after another (bench/scale.py's
           part (a)): until the new segments are current, p50/p99; the stores are now reached
           over TCP. Baseline: the issue's figure without TCP (16 ms).
@@ -64,6 +66,7 @@ from app.embedded_pg import EmbeddedPostgres
 from app.testing.served import ServedProcess, start_served
 from bench._common import create_fixed_stream, percentile, throwaway_cluster
 from bench.scale import Failures, latency
+from bench.txns import WATCHER, Statements, read_statements, reset_statements
 
 SCOPE = "bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -221,11 +224,14 @@ class Setup:
 
 
 @asynccontextmanager
-async def setup(processes: int = 1) -> AsyncIterator[Setup]:
+async def setup(processes: int = 1, statements: bool = False) -> AsyncIterator[Setup]:
     """A throwaway embedded PostgreSQL with its durability on (acknowledged means durable), a
-    `serve` with its embedded segment store on it, and a stub with the bench scope created."""
+    `serve` with its embedded segment store on it, and a stub with the bench scope created;
+    with `statements`, the cluster runs pg_stat_statements."""
     async with throwaway_cluster() as cluster:
         url = cluster.url()
+        if statements:
+            await preload_statements(cluster)
         with tempfile.TemporaryDirectory() as work:
             served = await start_served(Path(work), "--db-url", url, "--processes", str(processes))
             if not served.segment_store_port:
@@ -238,6 +244,33 @@ async def setup(processes: int = 1) -> AsyncIterator[Setup]:
             finally:
                 channel.close()
                 await served.stop()
+
+
+async def preload_statements(cluster: EmbeddedPostgres) -> None:
+    conn = await asyncpg.connect(cluster.admin_url())
+    try:
+        await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    finally:
+        await conn.close()
+    await asyncio.to_thread(cluster.stop)
+    await asyncio.to_thread(cluster.start)
+    conn = await asyncpg.connect(cluster.admin_url())
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    finally:
+        await conn.close()
+
+
+def print_statements(stats: Statements, committed: int) -> None:
+    """Every statement serve and its store ran per committed transaction, and the costliest."""
+    total_ms = sum(r.calls * r.mean_ms for r in stats.rows)
+    print(
+        f"    SQL (pg_stat_statements): {stats.calls / committed:.1f} statements and "
+        f"{total_ms / committed:.2f} ms of execution per committed transaction; the costliest:"
+    )
+    for row in sorted(stats.rows, key=lambda r: r.calls * r.mean_ms, reverse=True)[:8]:
+        per_txn_ms = row.calls * row.mean_ms / committed
+        print(f"      {row.calls / committed:5.2f}/txn {per_txn_ms:6.3f} ms/txn  {row.text[:90]}")
 
 
 async def stream(stub: ControllerServiceStub, name: str, segments: int = 1) -> None:
@@ -402,6 +435,8 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
     name = f"txns{args.txn_segments}x{args.txn_clients}"
     await stream(s.stub, name, args.txn_segments)
     conn = await asyncpg.connect(s.url)
+    admin = s.cluster.admin_url() if args.statements else None
+    await reset_statements(admin)
     load_before = os.getloadavg()[0]
     rpcs_before = await rpc_seconds(s.served.rest_port)
     serve_cpu, pg_cpu = tree_cpu(s.served.process.pid), postgres_cpu(s.cluster)
@@ -425,7 +460,9 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         deadline = time.monotonic() + 300
         while (
             done := await conn.fetchval(
-                "SELECT count(*) FROM completed_txns WHERE stream_id = $1 AND status = 'COMMITTED'", stream_id
+                f"{WATCHER} SELECT count(*) FROM completed_txns"
+                " WHERE stream_id = $1 AND status = 'COMMITTED'",
+                stream_id,
             )
         ) < committed:
             if time.monotonic() > deadline:
@@ -434,6 +471,7 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         all_done = time.monotonic()
         serve_used = used_since(serve_cpu, tree_cpu(s.served.process.pid))
         rpcs = await rpc_seconds(s.served.rest_port)
+        statements = await read_statements(admin)
         pg_used = sum(now - pg_cpu.get(pid, 0.0) for pid, now in postgres_cpu(s.cluster).items())
     finally:
         await conn.close()
@@ -472,6 +510,8 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
                              f"x {calls - was_calls:.0f}")  # fmt: skip
     view = "" if args.processes == 1 else " (one process's view)"
     print(f"    serve's time per call{view}: " + (", ".join(served_ms) or "no calls seen"))
+    if statements is not None:
+        print_statements(statements, committed)
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
 
 
@@ -510,13 +550,16 @@ async def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="serve --processes N")
     parser.add_argument("--txn-segments", type=int, default=4, help="txn: segments of the stream")
     parser.add_argument("--scales", type=int, default=50)
+    parser.add_argument(
+        "--statements", action="store_true", help="txn: SQL statements per transaction (pg_stat_statements)"
+    )
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: " + ",".join(PARTS))
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     counts = [int(n) for n in str(args.txn_clients).split(",") if n]
     if not counts or min(counts) < 1 or max(counts) > 64:
         parser.error("--txn-clients takes counts from 1 to 64, comma-separated")
-    async with setup(args.processes) as s:
+    async with setup(args.processes, args.statements) as s:
         for name, part in PARTS.items():
             if name in skip:
                 continue
