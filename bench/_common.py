@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
@@ -123,3 +124,19 @@ def percentile(values: list[float], q: float) -> float:
     """The same nearest-rank percentile LoadResult uses, for ad-hoc latency lists."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def preload_statements(cluster: EmbeddedPostgres) -> None:
+    """Restarts `cluster` with pg_stat_statements loaded, its extension created."""
+    conn = await asyncpg.connect(cluster.admin_url())
+    try:
+        await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    finally:
+        await conn.close()
+    await asyncio.to_thread(cluster.stop)
+    await asyncio.to_thread(cluster.start)
+    conn = await asyncpg.connect(cluster.admin_url())
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    finally:
+        await conn.close()

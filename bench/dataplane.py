@@ -64,7 +64,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.embedded_pg import EmbeddedPostgres
 from app.testing.served import ServedProcess, start_served
-from bench._common import create_fixed_stream, percentile, throwaway_cluster
+from bench._common import create_fixed_stream, percentile, preload_statements, throwaway_cluster
 from bench.scale import Failures, latency
 from bench.txns import WATCHER, Statements, read_statements, reset_statements
 
@@ -244,21 +244,6 @@ async def setup(processes: int = 1, statements: bool = False) -> AsyncIterator[S
             finally:
                 channel.close()
                 await served.stop()
-
-
-async def preload_statements(cluster: EmbeddedPostgres) -> None:
-    conn = await asyncpg.connect(cluster.admin_url())
-    try:
-        await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-    finally:
-        await conn.close()
-    await asyncio.to_thread(cluster.stop)
-    await asyncio.to_thread(cluster.start)
-    conn = await asyncpg.connect(cluster.admin_url())
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    finally:
-        await conn.close()
 
 
 def print_statements(stats: Statements, committed: int) -> None:

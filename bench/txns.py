@@ -67,6 +67,7 @@ from bench._common import (
     create_fixed_stream,
     free_port,
     percentile,
+    preload_statements,
     throwaway_cluster,
 )
 
@@ -716,18 +717,7 @@ async def controller(
     async with throwaway_cluster() as cluster:
         admin_url = cluster.admin_url()
         if statements:
-            conn = await asyncpg.connect(admin_url)
-            try:
-                await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            finally:
-                await conn.close()
-            await asyncio.to_thread(cluster.stop)
-            await asyncio.to_thread(cluster.start)
-            conn = await asyncpg.connect(admin_url)
-            try:
-                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            finally:
-                await conn.close()
+            await preload_statements(cluster)
         with tempfile.TemporaryDirectory() as work:
             served = await start_served(Path(work), "--db-url", admin_url)
             channel = Channel("127.0.0.1", served.grpc_port)
