@@ -7,6 +7,7 @@ import asyncio
 import gc
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,32 @@ from tests.support.db import clone_database, create_template, drop_database, thr
 # Every `serve` a test starts is one process unless the test asks for more (`--processes N`): the
 # default, one per core, would put a supervisor between the test and the pid it signals or reads.
 os.environ.setdefault("PGCONTROLLER_PROCESSES", "1")
+
+# The longest files (minutes each, mostly waiting) are collected first. `make test` keeps a
+# file's tests on one worker and hands out files in collection order, and the suite ends when
+# its last file does: collected last, these files ran on after every other worker was idle.
+_TESTS = Path(__file__).parent
+LONGEST_FIRST = (
+    "e2e/test_chaos.py",
+    "e2e/test_chaos_pauses.py",
+    "e2e/test_segment_store_failover.py",
+    "api/test_rest_contract.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    missing = [name for name in LONGEST_FIRST if not (_TESTS / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"LONGEST_FIRST in tests/conftest.py names missing files: {missing}")
+
+    def rank(item: pytest.Item) -> int:
+        try:
+            name = item.path.relative_to(_TESTS).as_posix()
+        except ValueError:
+            return len(LONGEST_FIRST)
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: every other test keeps its place
 
 
 @pytest.fixture(autouse=True, scope="module")
