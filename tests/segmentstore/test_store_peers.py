@@ -162,13 +162,15 @@ async def test_a_malformed_datagram_is_dropped_and_later_ones_still_heard(
     assert heard.changed == ["fine"]
 
 
-def test_a_group_is_checked_when_made(directory: Path) -> None:
+async def test_a_group_is_checked_when_made_and_started(directory: Path) -> None:
     with pytest.raises(PeerError, match="at least 2"):
         StorePeers(directory, 0, 1)
     with pytest.raises(PeerError, match="outside"):
         StorePeers(directory, 2, 2)
     with pytest.raises(PeerError, match="too long"):
         StorePeers(directory / ("d" * 120), 0, 2)
+    with pytest.raises(PeerError, match=r"cannot bind its group socket .*/missing/store-1\.sock"):
+        StorePeers(directory / "missing", 1, 2).start()
 
 
 async def test_the_judge_counts_what_a_forwarding_store_measured(

@@ -102,9 +102,10 @@ class StorePeers:
             with contextlib.suppress(FileNotFoundError):
                 self._path.unlink()
             sock.bind(str(self._path))
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            what = f"segment store {self.index} cannot bind its group socket {self._path}"
+            raise PeerError(f"{what}: {exc}") from exc
         self._sock = sock
         self._loop.add_reader(sock.fileno(), self._receive)
 
