@@ -20,7 +20,7 @@ run: $(STAMP) spark-deps
 # most of the suite waits (subprocesses, timeouts, the real client), so this halves the wall time
 # on two cores. The slowest tests are listed at the end, to keep an eye on the 20-minute budget.
 test: $(STAMP) spark-deps
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check app workers tests bench migrations spark pgurl

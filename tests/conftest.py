@@ -21,9 +21,11 @@ from tests.support.db import clone_database, create_template, drop_database, thr
 # default, one per core, would put a supervisor between the test and the pid it signals or reads.
 os.environ.setdefault("PGCONTROLLER_PROCESSES", "1")
 
-# The longest files (minutes each, mostly waiting) are collected first. `make test` keeps a
-# file's tests on one worker and hands out files in collection order, and the suite ends when
-# its last file does: collected last, these files ran on after every other worker was idle.
+# The order `make test` hands files to its workers (it passes --no-loadscope-reorder, so xdist
+# keeps this order): the longest files (minutes each, mostly waiting) first, then the others by
+# their number of tests, most first, as xdist would order them. A file's tests stay on one worker
+# and the suite ends when its last file does; ordered by count alone, these one-test files came
+# last and ran on, one after another, after every other worker was idle.
 _TESTS = Path(__file__).parent
 LONGEST_FIRST = (
     "e2e/test_chaos.py",
@@ -37,15 +39,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     missing = [name for name in LONGEST_FIRST if not (_TESTS / name).is_file()]
     if missing:
         raise pytest.UsageError(f"LONGEST_FIRST in tests/conftest.py names missing files: {missing}")
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
 
-    def rank(item: pytest.Item) -> int:
+    def rank(path: Path) -> tuple[int, int]:
         try:
-            name = item.path.relative_to(_TESTS).as_posix()
+            name = path.relative_to(_TESTS).as_posix()
         except ValueError:
-            return len(LONGEST_FIRST)
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+            name = ""
+        first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return first, -len(by_file[path])
 
-    items.sort(key=rank)  # stable: every other test keeps its place
+    items[:] = [item for path in sorted(by_file, key=rank) for item in by_file[path]]
 
 
 @pytest.fixture(autouse=True, scope="module")
