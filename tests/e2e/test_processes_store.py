@@ -16,6 +16,7 @@ import signal
 import struct
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +63,21 @@ async def connect_to(served: ServedProcess, pid: int, pids: list[int]) -> Client
     raise AssertionError(f"no connection reached child {pid} in {TRIES} tries")
 
 
-async def pinned_pair(served: ServedProcess, work: Path, reader_child: int) -> tuple[Client, Client]:
-    """(a connection to child `reader_child`, a connection to the other child)."""
+@asynccontextmanager
+async def pinned_pair(
+    served: ServedProcess, work: Path, reader_child: int
+) -> AsyncIterator[tuple[Client, Client]]:
+    """(a connection to child `reader_child`, a connection to the other child), closed after."""
     pids = children(work)
-    return (
-        await connect_to(served, pids[reader_child], pids),
-        await connect_to(served, pids[1 - reader_child], pids),
-    )
+    first = await connect_to(served, pids[reader_child], pids)
+    try:
+        second = await connect_to(served, pids[1 - reader_child], pids)
+        try:
+            yield first, second
+        finally:
+            await second.close()
+    finally:
+        await first.close()
 
 
 async def parked(client: Client, segment: str, offset: int) -> asyncio.Task[wc.Command]:
@@ -90,8 +99,7 @@ async def woken(task: asyncio.Task[wc.Command]) -> tuple[wc.Command, float]:
 async def test_a_read_parked_in_one_child_wakes_on_changes_made_through_the_other(
     served: ServedProcess, tmp_path: Path, reader_child: int
 ) -> None:
-    reader, other = await pinned_pair(served, tmp_path, reader_child)
-    try:
+    async with pinned_pair(served, tmp_path, reader_child) as (reader, other):
         segment = f"shared/wake{reader_child}/0.#epoch.0"
         await other.create(segment)
         writer = wid()
@@ -120,16 +128,12 @@ async def test_a_read_parked_in_one_child_wakes_on_changes_made_through_the_othe
         reply, waited = await woken(task)
         assert isinstance(reply, wc.NoSuchSegment), reply
         assert waited < WOKEN_WITHIN_S
-    finally:
-        await reader.close()
-        await other.close()
 
 
 async def test_a_merge_through_one_child_wakes_a_read_parked_in_the_other(
     served: ServedProcess, tmp_path: Path
 ) -> None:
-    reader, other = await pinned_pair(served, tmp_path, 0)
-    try:
+    async with pinned_pair(served, tmp_path, 0) as (reader, other):
         target = "shared/merge/0.#epoch.0"
         source = f"{target}#transaction.{wid():032x}"
         await other.create(target)
@@ -144,9 +148,6 @@ async def test_a_merge_through_one_child_wakes_a_read_parked_in_the_other(
         reply, waited = await woken(task)
         assert isinstance(reply, wc.SegmentRead) and reply.data == data, reply
         assert waited < WOKEN_WITHIN_S
-    finally:
-        await reader.close()
-        await other.close()
 
 
 def events_of(data: bytes) -> list[bytes]:
@@ -174,9 +175,8 @@ async def read_all(client: Client, segment: str) -> bytes:
 async def test_writers_in_both_children_append_to_one_segment_each_in_order_none_lost(
     served: ServedProcess, tmp_path: Path
 ) -> None:
-    first, second = await pinned_pair(served, tmp_path, 0)
     blocks = 150
-    try:
+    async with pinned_pair(served, tmp_path, 0) as (first, second):
         segment = "shared/order/0.#epoch.0"
         await first.create(segment)
 
@@ -201,16 +201,12 @@ async def test_writers_in_both_children_append_to_one_segment_each_in_order_none
         # Both children interleaved whole blocks: a block's two events are always adjacent.
         for at in range(0, len(stored), 2):
             assert stored[at] + b"b" == stored[at + 1]
-    finally:
-        await first.close()
-        await second.close()
 
 
 async def test_a_conditional_append_raced_from_both_children_has_one_winner(
     served: ServedProcess, tmp_path: Path
 ) -> None:
-    first, second = await pinned_pair(served, tmp_path, 0)
-    try:
+    async with pinned_pair(served, tmp_path, 0) as (first, second):
         segment = "shared/cas/0.#epoch.0"
         await first.create(segment)
         writers = (wid(), wid())
@@ -225,9 +221,6 @@ async def test_a_conditional_append_raced_from_both_children_has_one_winner(
             kinds = sorted(type(reply).__name__ for reply in replies)
             assert kinds == ["ConditionalCheckFailed", "DataAppended"], replies
         assert len(await read_all(first, segment)) == 20 * len(event(b"x"))
-    finally:
-        await first.close()
-        await second.close()
 
 
 async def host_rows(db_url: str, port: int) -> list[asyncpg.Record]:
