@@ -3,23 +3,29 @@ killed and restarted at random; then the checks. Prints figures and exits non-ze
 
     .venv/bin/python bench/chaos.py [--minutes 10] [--seed N] [--writers 2] [--txn-workers 1]
         [--streams 2] [--rate 100] [--fault-gap-s 15,30] [--down-s 0.5,3] [--work DIR]
-        [--faults controller,segment-store,postgres|all] [--pause-s 2,14]
+        [--faults controller,segment-store,postgres|all] [--pause-s 2,14] [--processes 2]
 
 The cluster is its own: an embedded PostgreSQL with its durability on (never a shared one), two
-`serve --no-embedded-segment-store` processes on one database (different ports) and two
-`pgcontroller segment-store` processes. The workload: the real `pravega` Python client (0.3.8)
-writing events with unique ids (`--writers`, `--rate` events/s each, flushed every 20) and running
-transactions (`--txn-workers`: five events each, every third aborted), and a reader group of two
-readers per stream reading throughout, each client bound to one controller; and through gRPC,
-in a fixed rotation over the streams, manual scales (split or merge, waited to the end),
-configuration updates, truncations at the stream's head, reader groups created and deleted.
+controllers on one database (different ports) and two `pgcontroller segment-store` processes. The
+first controller is one `serve --no-embedded-segment-store` process; the second is `serve
+--processes N` (`--processes`, default 2, the default shape of `serve` on this machine): a
+supervisor and N children sharing its ports, each child a controller and a member of the embedded
+segment store behind them (1: one process without a store, as the first). The workload: the
+real `pravega` Python client (0.3.8) writing events with unique ids (`--writers`, `--rate` events/s
+each, flushed every 20) and running transactions (`--txn-workers`: five events each, every third
+aborted), and a reader group of two readers per stream reading throughout, each client bound to one
+controller; and through gRPC, in a fixed rotation over the streams, manual scales (split or merge,
+waited to the end), configuration updates, truncations at the stream's head, reader groups created
+and deleted.
 Faults, in a fixed order (SIGKILL a controller, SIGKILL a segment store, crash PostgreSQL by
 immediate shutdown), victims alternating, at seeded random times `--fault-gap-s` apart, each
 victim restarted on its own ports after `--down-s`; none in the last 15 s. `--faults` names the
 kinds and their order; beyond the three above (the default), `pause-controller` and `pause-store`
 freeze a process with SIGSTOP for `--pause-s` (past the 5 s member TTL and the 10 s store expiry,
 so the cluster moves its buckets or containers while the frozen process still holds its sockets and
-sessions) and then thaw it, and `controller+store` kills one of each at once; `all` is all six.
+sessions) and then thaw it, `controller+store` kills one of each at once, and `child` SIGKILLs one
+child of the second controller, which its supervisor restarts; `all` is all seven. A fault on the
+whole second controller reaches its supervisor and every child.
 
 Checks, after the workload and bounded settle waits: every acknowledged event read exactly once
 (a writer's events up to its last returned flush), none read twice; every acknowledged transaction
@@ -85,6 +91,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--pause-s", type=pair, default=(2.0, 14.0), help="how long a pause fault freezes")
     parser.add_argument(
+        "--processes", type=int, default=2, help="processes of the second controller (default 2)"
+    )
+    parser.add_argument(
         "--work",
         type=Path,
         default=None,
@@ -93,6 +102,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.writers < 1 or args.streams < 1 or args.rate <= 0:
         parser.error("--minutes, --rate must be positive; --writers and --streams at least 1")
+    if args.processes < 1 or ("child" in args.faults and args.processes < 2):
+        parser.error("--processes must be at least 1, and at least 2 for the child fault")
     return args
 
 
@@ -105,6 +116,7 @@ async def main(argv: list[str]) -> int:
         seconds=args.minutes * 60, seed=seed, work=work, streams=args.streams, writers=args.writers,
         txn_workers=args.txn_workers, writer_rate=args.rate, fault_gap_s=args.fault_gap_s,
         down_s=args.down_s, settle_s=args.settle_s, fault_kinds=args.faults, pause_s=args.pause_s,
+        processes=args.processes,
     )  # fmt: skip
     try:
         report = await run_chaos(options)

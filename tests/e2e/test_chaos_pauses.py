@@ -1,6 +1,7 @@
 """The chaos run with the fault kinds beyond the issue's three: a segment store and a controller
-frozen (SIGSTOP) and thawed, and a controller killed together with a store; then every check of
-bench/chaos.py. Its own PostgreSQL and processes on free ports, its files under tmp_path."""
+frozen (SIGSTOP) and thawed, a controller killed together with a store, and one child of a `serve
+--processes 2` controller killed (its supervisor restarts it); then every check of bench/chaos.py.
+Its own PostgreSQL and processes on free ports, its files under tmp_path."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from tests.support.chaos import MORE_FAULT_KINDS, assert_clean, run_logged
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(1200)]
 
 
-async def test_chaos_survives_frozen_processes_and_a_controller_and_store_killed_together(
-    tmp_path: Path,
-) -> None:
+async def test_chaos_survives_frozen_processes_killed_pairs_and_a_killed_child(tmp_path: Path) -> None:
     """A store and a controller each frozen (SIGSTOP) past the store expiry (10 s) and the member
     TTL (5 s), so their containers and buckets move while they still hold their sockets and
-    sessions, then thawed; and a controller killed together with a store."""
-    # The three faults fit the window whatever the seed: warm-up 5 s, gaps of at most 5 + 8 + 8 s,
-    # pauses of at most 13 s each, the double kill down at most 2 s, the last 10 s quiet.
+    sessions, then thawed; a controller killed together with a store; and, the second controller
+    being `serve --processes 2` (each child with the embedded store behind the shared ports), one
+    of its children killed while writers, transactions and readers go through those ports."""
+    # The four faults fit the window whatever the seed: warm-up 5 s, gaps of at most 5 + 8 + 8 +
+    # 8 s, pauses of at most 13 s each, the double kill down at most 2 s: the child is killed by
+    # t+64 s, 6 s before the last 10 s (quiet); the run waits for its supervisor to restart it.
     report, summary = await run_logged(
-        tmp_path, fault_gap_s=(5.0, 8.0), down_s=(0.5, 2.0), pause_s=(11.0, 13.0),
-        fault_kinds=("pause-store", "controller+store", "pause-controller"),
+        tmp_path, fault_gap_s=(5.0, 8.0), down_s=(0.5, 2.0), pause_s=(11.0, 13.0), processes=2,
+        fault_kinds=("pause-store", "controller+store", "pause-controller", "child"),
     )  # fmt: skip
     assert_clean(report, MORE_FAULT_KINDS, summary)

@@ -1,6 +1,7 @@
 """The chaos run shared by bench/chaos.py and tests/e2e/test_chaos.py: a cluster of its own (its own
-PostgreSQL, two `serve` processes, two `segment-store` processes), a mixed workload through the real
-client and gRPC, faults at random times, and the checks at the end. Invariant it protects: every
+PostgreSQL, two controllers, the second optionally `serve --processes N` with the embedded store in
+each child, two `segment-store` processes), a mixed workload through the real client and gRPC,
+faults at random times, and the checks at the end. Invariant it protects: every
 operation a client was told succeeded is accounted for, and nothing is left half-done or owned twice.
 
 Only the fault *timing* (and the scale's segment choice) comes from the seeded random generator;
@@ -41,6 +42,7 @@ from app.store.migrate import upgrade_to_head
 from app.testing.cluster import overlap, owned_by
 from app.testing.scale import scale_request
 from app.testing.served import ChildProcess, ServedProcess, start_served
+from tests.support.chaos_group import child_back, child_exits, child_pids, children_views, signal_tree
 from tests.support.dataplane import ClientProcess, read_events, to_proto_id
 from tests.support.readergroups import rg_config, stream_cut
 from tests.support.stores import start_store
@@ -53,9 +55,13 @@ TXN_SIZE = 5
 FAULT_KINDS = ("controller", "segment-store", "postgres")
 # Beyond them, chosen with `fault_kinds`: a process frozen (SIGSTOP) and thawed, its sockets and
 # database sessions still open, for `pause_s` (long enough to pass the member TTL and the store
-# expiry, so the cluster moves its work while it still believes it holds it); and a controller
-# and a store killed together, each fault's victims down at once.
-MORE_FAULT_KINDS = ("pause-controller", "pause-store", "controller+store")
+# expiry, so the cluster moves its work while it still believes it holds it); a controller and a
+# store killed together, each fault's victims down at once; and one child of the `serve
+# --processes N` member SIGKILLed (its controller and its share of the embedded store), which its
+# supervisor restarts while its siblings go on serving the same ports.
+MORE_FAULT_KINDS = ("pause-controller", "pause-store", "controller+store", "child")
+# A child is restarted by its supervisor, not by the run: the wait for it is bounded by this.
+CHILD_BACK_S = 90.0
 ALL_FAULT_KINDS = (*FAULT_KINDS, *MORE_FAULT_KINDS)
 TRANSIENT_STATES = ("UPDATING", "SCALING", "COMMITTING_TXN", "TRUNCATING", "SEALING")
 BUCKET_COUNTS = {service.value: DEFAULT_COUNTS.of(service) for service in BucketService}
@@ -82,6 +88,9 @@ class ChaosOptions:
     down_s: tuple[float, float] = (0.5, 3.0)
     fault_kinds: tuple[str, ...] = FAULT_KINDS
     pause_s: tuple[float, float] = (2.0, 14.0)
+    # The second controller's processes (`serve --processes N`, each child with the embedded
+    # segment store); the "child" fault needs at least 2.
+    processes: int = 1
     # The bound on each wait after the workload (clients finishing, requests draining, reading).
     settle_s: float = 180.0
     admin_gap_s: tuple[float, float] = (0.5, 2.0)
@@ -174,10 +183,20 @@ class Member:
     ports: tuple[int, ...] = ()
     # True while the run itself holds it down (killed, not yet restarted).
     down: bool = False
+    # Above 1: a `serve --processes N` supervisor whose children each run a controller and the
+    # embedded segment store behind the member's shared ports (ports: gRPC, REST, store).
+    processes: int = 1
+    # Its children killed by the run one at a time (the supervisor restarts them): any other
+    # child death in its log is a finding.
+    children_killed: int = 0
+
+    @property
+    def supervised(self) -> bool:
+        return self.processes > 1
 
 
 class Cluster:
-    def __init__(self, work: Path, log: Callable[[str], None]) -> None:
+    def __init__(self, work: Path, log: Callable[[str], None], processes: int = 1) -> None:
         self.work = work
         self.log = log
         # Under /tmp, made traversable: run as root, PostgreSQL runs as an unprivileged user that
@@ -187,7 +206,7 @@ class Cluster:
         # Durable (fsync and synchronous commit on): a crash must not lose an acknowledged commit.
         self.pg = EmbeddedPostgres(self.pg_root / "data")
         self.url = ""
-        self.controllers = [Member("c1", "controller"), Member("c2", "controller")]
+        self.controllers = [Member("c1", "controller"), Member("c2", "controller", processes=processes)]
         self.stores = [Member("a", "segment-store"), Member("b", "segment-store")]
         self.unexpected: list[str] = []
 
@@ -214,15 +233,23 @@ class Cluster:
         work.mkdir(parents=True, exist_ok=True)
         if member.kind == "controller":
             args = [
-                "--db-url", self.url, "--instance-id", member.name, "--no-embedded-segment-store",
+                "--db-url", self.url, "--instance-id", member.name,
                 # Never the default 127.0.0.1:12345: another test's store may listen there.
                 "--segment-store-hosts", "127.0.0.1:1", "--rebalance-delay-s", "0.5",
                 "--container-rebalance-delay-s", "1",
             ]  # fmt: skip
-            if member.ports:
-                args += ["--grpc-port", str(member.ports[0]), "--rest-port", str(member.ports[1])]
+            if member.supervised:
+                args += ["--processes", str(member.processes)]
+            else:
+                args.append("--no-embedded-segment-store")
+            names = ("--grpc-port", "--rest-port", "--segment-store-port")
+            for name, port in zip(names, member.ports, strict=False):
+                args += [name, str(port)]
             served = await start_served(work, *args)
-            member.process, member.ports = served, (served.grpc_port, served.rest_port)
+            member.process = served
+            member.ports = (served.grpc_port, served.rest_port)
+            if served.segment_store_port is not None:
+                member.ports += (served.segment_store_port,)
         else:
             fixed = ("--segment-store-port", str(member.ports[0])) if member.ports else ()
             store = await start_store(work, member.name, self.url, *fixed)
@@ -239,20 +266,50 @@ class Cluster:
                 await asyncio.sleep(1.0)
         raise RuntimeError(f"{member.name} could not be restarted on its ports {member.ports}")
 
-    def pause(self, member: Member) -> None:
+    def ready_file(self, member: Member) -> Path:
+        return self.work / member.name / "ready.json"
+
+    def _signal(self, member: Member, sig: signal.Signals) -> None:
         assert member.process is not None
-        member.process.process.send_signal(signal.SIGSTOP)
+        if member.supervised:
+            signal_tree(member.process.process.pid, self.ready_file(member), sig)
+        else:
+            member.process.process.send_signal(sig)
+
+    def pause(self, member: Member) -> None:
+        self._signal(member, signal.SIGSTOP)
 
     def thaw(self, member: Member) -> None:
-        assert member.process is not None
-        member.process.process.send_signal(signal.SIGCONT)
+        self._signal(member, signal.SIGCONT)
 
     async def kill(self, member: Member) -> None:
         assert member.process is not None
         member.down = True
         if member.process.process.returncode is None:
-            member.process.process.send_signal(signal.SIGKILL)
+            self._signal(member, signal.SIGKILL)
         await asyncio.wait_for(member.process.process.wait(), 10)
+
+    async def kill_child(self, member: Member, index: int) -> bool:
+        """SIGKILLs child `index` of a supervised member and waits until its supervisor has it
+        serving again; False when that did not happen within the settle bound."""
+        ready = self.ready_file(member)
+        pid = child_pids(ready)[index]
+        assert pid is not None, f"{member.name}'s child {index} is not running"
+        member.children_killed += 1
+        os.kill(pid, signal.SIGKILL)
+        return await child_back(ready, index, pid, CHILD_BACK_S)
+
+    def unexpected_child_exits(self) -> list[str]:
+        out = []
+        for member in self.controllers:
+            if member.supervised and member.process is not None:
+                exits = child_exits(member.process.log())
+                if exits > member.children_killed:
+                    out.append(
+                        f"{member.name}: {exits} child exits logged, {member.children_killed} "
+                        "of them killed by the run"
+                    )
+        return out
 
     def crash_postgres(self) -> None:
         """Immediate shutdown (SIGQUIT to the postmaster): no checkpoint, recovery replays the WAL."""
@@ -302,12 +359,19 @@ class Cluster:
 
     async def _stores_own_containers(self) -> bool:
         rows = await self.query("SELECT DISTINCT port FROM container_map")
-        return {r["port"] for r in rows} == {m.ports[0] for m in self.stores}
+        embedded = {m.ports[2] for m in self.controllers if m.supervised}
+        return {r["port"] for r in rows} == {m.ports[0] for m in self.stores} | embedded
 
     async def bucket_views(self) -> list[dict[str, frozenset[int]] | None]:
-        live = [self.served(m) for m in self.controllers if not m.down and m.process is not None]
+        """Each live controller process's own view (a supervised member's children each count)."""
+        live = [m for m in self.controllers if not m.down and m.process is not None]
+        single = [self.served(m) for m in live if not m.supervised]
         async with aiohttp.ClientSession() as session:
-            return [dict(v) if v is not None else None for v in await owned_by(session, live)]
+            views = [dict(v) if v is not None else None for v in await owned_by(session, single)]
+        for member in live:
+            if member.supervised:
+                views += await children_views(self.served(member).rest_base, member.processes)
+        return views
 
     async def _buckets_held_once(self) -> bool:
         views = await self.bucket_views()
@@ -435,7 +499,9 @@ class ChaosRun:
         self.o = options
         self.log = options.log
         self.report = ChaosReport(options.seed)
-        self.cluster = Cluster(options.work, options.log)
+        if "child" in options.fault_kinds and options.processes < 2:
+            raise ValueError("the child fault needs a controller of at least 2 processes")
+        self.cluster = Cluster(options.work, options.log, options.processes)
         self.streams = [f"s{i}" for i in range(options.streams)]
         self.stop_file = options.work / "stop"
         self.writers: list[Role] = []
@@ -509,7 +575,7 @@ class ChaosRun:
             if admin is not None:
                 admin.close()
             await self.cluster.stop()
-        self.report.unexpected_exits = list(self.cluster.unexpected)
+        self.report.unexpected_exits = [*self.cluster.unexpected, *self.cluster.unexpected_child_exits()]
         self._recovery()
         return self.report
 
@@ -590,17 +656,24 @@ class ChaosRun:
         cluster = self.cluster
         controller = cluster.controllers[round_ % len(cluster.controllers)]
         store = cluster.stores[round_ % len(cluster.stores)]
+        supervised = next(m for m in cluster.controllers if m.supervised) if kind == "child" else None
         victims = {
             "controller": [controller], "segment-store": [store], "controller+store": [controller, store],
-            "pause-controller": [controller], "pause-store": [store], "postgres": [],
+            "pause-controller": [controller], "pause-store": [store], "postgres": [], "child": [],
         }[kind]  # fmt: skip
-        fault = Fault(kind, "+".join(m.name for m in victims) or "postgres", time.monotonic())
+        child = round_ % supervised.processes if supervised is not None else 0
+        name = f"{supervised.name}/child-{child}" if supervised is not None else "postgres"
+        fault = Fault(kind, "+".join(m.name for m in victims) or name, time.monotonic())
         self.report.faults.append(fault)
         verb = {"postgres": "crash PostgreSQL"}.get(
             kind, ("SIGSTOP " if kind.startswith("pause-") else "SIGKILL ") + fault.victim
         )
-        self.log(f"chaos: t+{fault.at - self.started:.1f}s {kind}: {verb}, for {down:.1f}s")
-        if kind == "postgres":
+        held = "until its supervisor has it back" if supervised is not None else f"for {down:.1f}s"
+        self.log(f"chaos: t+{fault.at - self.started:.1f}s {kind}: {verb}, {held}")
+        if supervised is not None:
+            if not await cluster.kill_child(supervised, child):
+                self.report.stuck.append(f"{fault.victim} not serving again within {CHILD_BACK_S:.0f}s")
+        elif kind == "postgres":
             await asyncio.to_thread(cluster.crash_postgres)
             await asyncio.sleep(down)
             await cluster.start_postgres()
