@@ -64,10 +64,11 @@ def _fill_abstract() -> None:
     Echo.__abstractmethods__ = frozenset()
 
 
-async def main(port: int) -> None:
+async def main(port: int, reuse_port: bool) -> None:
     _fill_abstract()
     server = grpclib.server.Server([Echo()])
-    await server.start("127.0.0.1", port)
+    # With --reuse-port, several echoes share one port as `serve --processes N`'s children do.
+    await server.start("127.0.0.1", port, reuse_port=reuse_port)
     print("ready", flush=True)
     await server.wait_closed()
 
@@ -76,4 +77,4 @@ if __name__ == "__main__":
     import grpclib.const
     import grpclib.exceptions
 
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(main(int(sys.argv[1]), "--reuse-port" in sys.argv[2:]))

@@ -1,7 +1,8 @@
 """getCurrentSegments against `serve --processes 1` and `serve --processes 2` in the same run (both on
 one database, measured in alternating rounds so drift of the machine hits both alike), next to the
-bare grpclib echo of the same contract: calls/s each, the two-process ratio, and p50/p99/p99.9 of
-each (the echo too: the floor of this machine) at the rate one process sustains (paced runs).
+bare grpclib echo of the same contract, one process and two sharing a port (SO_REUSEPORT): calls/s
+each, the two-process ratio, and p50/p99/p99.9 of each (the echoes too: the floors of this machine
+for one and for two processes) at the rate one process sustains (paced runs).
 
     .venv/bin/python bench/processes.py [--rounds 3] [--requests 30000] [--connections 8]
                                         [--in-flight 4] [--paced-seconds 10] [--probe]
@@ -50,16 +51,23 @@ PACINGS = ("spread", "burst")
 Tail = tuple[float, float, float, int]  # p50, p99, p99.9 in ms, calls
 
 
-async def start_echo(env: dict[str, str] | None = None) -> tuple[asyncio.subprocess.Process, int]:
+async def start_echo(
+    env: dict[str, str] | None = None, copies: int = 1
+) -> tuple[list[asyncio.subprocess.Process], int]:
+    """`copies` bare echo processes on one port (with more than one, sharing it by SO_REUSEPORT)."""
     port = free_port()
-    echo = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bench" / "_echo_server.py"), str(port),
-        stdout=asyncio.subprocess.PIPE, cwd=str(ROOT),
-        env={"PYTHONPATH": str(ROOT), **(env or {})},
-    )  # fmt: skip
-    assert echo.stdout is not None
-    await echo.stdout.readline()
-    return echo, port
+    flags = ["--reuse-port"] if copies > 1 else []
+    echoes = []
+    for _ in range(copies):
+        echo = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bench" / "_echo_server.py"), str(port), *flags,
+            stdout=asyncio.subprocess.PIPE, cwd=str(ROOT),
+            env={"PYTHONPATH": str(ROOT), **(env or {})},
+        )  # fmt: skip
+        assert echo.stdout is not None
+        await echo.stdout.readline()
+        echoes.append(echo)
+    return echoes, port
 
 
 def server_pids(served: ServedProcess, work: Path) -> list[int]:
@@ -117,6 +125,7 @@ async def main() -> None:
         probe_dir.mkdir()
         env = _probe_env(probe_dir) if args.probe else None
         echo, echo_port = await start_echo(env)
+        echo2, echo2_port = await start_echo(env, copies=2)
         try:
             async with throwaway_database() as url:
                 (Path(work) / "one").mkdir()
@@ -133,11 +142,13 @@ async def main() -> None:
                     body.write_bytes(grpc_body(INFO.SerializeToString()))
                     sides: dict[str, int] = {
                         "echo": echo_port,
+                        "echo 2": echo2_port,
                         "processes 1": one.grpc_port,
                         "processes 2": two.grpc_port,
                     }
                     pids = {
-                        "echo": [echo.pid],
+                        "echo": [e.pid for e in echo],
+                        "echo 2": [e.pid for e in echo2],
                         "processes 1": server_pids(one, Path(work) / "one"),
                         "processes 2": server_pids(two, Path(work) / "two"),
                     }
@@ -176,8 +187,9 @@ async def main() -> None:
                     await two.stop()
                     await one.stop()
         finally:
-            echo.terminate()
-            await echo.wait()
+            for process in (*echo, *echo2):
+                process.terminate()
+                await process.wait()
     report(args, rates, cores, idle, tails, sustained, probes)
     print(f"load average before the run: {' '.join(load)}, after: {' '.join(_loadavg())}")
 
@@ -291,12 +303,13 @@ def report(
             f"host idle {statistics.median(idle[side]):.2f} cores"
         )
     print(
-        f"  processes 2 / processes 1: {median['processes 2'] / median['processes 1']:.2f}x (target >= 1.6x)"
+        f"  processes 2 / processes 1: {median['processes 2'] / median['processes 1']:.2f}x "
+        f"(target >= 1.6x); echo 2 / echo: {median['echo 2'] / median['echo']:.2f}x"
     )
     for pacing in PACINGS:
         print(
             f"paced ({pacing}) at {rate:.0f} calls/s (what one process sustains) over {args.connections} "
-            f"connections x 1 in flight for {args.paced_seconds:.0f} s; echo is the floor:"
+            f"connections x 1 in flight for {args.paced_seconds:.0f} s; the echoes are the floors:"
         )
         for (shown, side), (p50, p99_ms, p999, calls) in tails.items():
             if shown != pacing:

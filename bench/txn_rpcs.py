@@ -1,6 +1,7 @@
 """createTransaction and pingTransaction with h2load as the load (no Python client's CPU on the
 host), against one `serve` process and against `serve --processes 2` on the same database, next
-to a bare grpclib echo answering the same calls from constants and the bare asyncpg
+to a bare grpclib echo answering the same calls from constants (one process, and two sharing a
+port as the children of `--processes 2` do) and the bare asyncpg
 insert-and-commit baseline of bench/txns.py, all in one run, in alternating rounds.
 
     .venv/bin/python bench/txn_rpcs.py [--rounds 3] [--seconds 8] [--requests 6000]
@@ -47,7 +48,7 @@ SEGMENTS = 4
 LEASE_MS = 600_000
 CREATE_ANSWER_BYTES = 60  # an id and four segment ranges
 PING_ANSWER_BYTES = 5  # a message, even an empty one (OK): an error is trailers only
-SIDES = ("echo", "processes 1", "processes 2")
+SIDES = ("echo", "echo 2", "processes 1", "processes 2")
 
 
 async def create_rate(port: int, body: Path, args: argparse.Namespace) -> float:
@@ -92,6 +93,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         echo, echo_port = await start_echo()
+        echo2, echo2_port = await start_echo(copies=2)
         try:
             async with throwaway_cluster() as cluster:
                 url = cluster.url()
@@ -115,9 +117,13 @@ async def main() -> None:
                         body.write_bytes(grpc_body(request.SerializeToString()))
                         ping_bodies.append(body)
                     channel.close()
-                    ports = {"echo": echo_port, "processes 1": one.grpc_port, "processes 2": two.grpc_port}
+                    ports = {
+                        "echo": echo_port, "echo 2": echo2_port,
+                        "processes 1": one.grpc_port, "processes 2": two.grpc_port,
+                    }  # fmt: skip
                     pids = {
-                        "echo": [echo.pid],
+                        "echo": [e.pid for e in echo],
+                        "echo 2": [e.pid for e in echo2],
                         "processes 1": [one.process.pid],
                         "processes 2": server_pids(two, work / "two"),
                     }
@@ -143,8 +149,9 @@ async def main() -> None:
                     await two.stop()
                     await one.stop()
         finally:
-            echo.terminate()
-            await echo.wait()
+            for process in (*echo, *echo2):
+                process.terminate()
+                await process.wait()
     base_rate = statistics.median(rates["baseline"])
     print(f"\nmedian of {args.rounds} rounds, {callers} callers (load average before: {' '.join(load)})")
     print(f"bare asyncpg insert+commit (baseline)   {base_rate:8,.0f}/s")
@@ -153,7 +160,7 @@ async def main() -> None:
             key = f"{part} {side}"
             rate = statistics.median(rates[key])
             server_us = 1e6 * statistics.median(cpu[key])
-            verdict = "" if side == "echo" else (" met" if rate >= target * base_rate else " MISSED")
+            verdict = "" if side.startswith("echo") else (" met" if rate >= target * base_rate else " MISSED")
             share = f"{rate / base_rate:6.1%} of the baseline (target {target:.0%}{verdict})"
             print(f"{key:<28} {rate:8,.0f}/s  {share}, server CPU {server_us:5.0f} us/call")
 
