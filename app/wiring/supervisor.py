@@ -8,7 +8,8 @@ only once every child has written its own. Every child runs the embedded segment
 shared port, as store i of the run's group (`--segment-store-group`): the group's sockets in the
 run's private directory carry each store's segment changes to the others (a read parked in one
 child wakes on an append through another) and their traffic to store 0, which judges auto-scaling
-for all; data, order and de-duplication are PostgreSQL's, whichever child a connection lands on.
+for all (that directory carries the supervisor's pid, so the next run removes one a killed
+supervisor left); data, order and de-duplication are PostgreSQL's, whichever child a connection lands on.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ STABLE_S = 30.0
 CHILD_READY_TIMEOUT_S = 60.0
 _POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
+# The run's private directory is named after the supervisor's pid, so a later run can tell the
+# directory of a supervisor that was killed (and never cleaned up) from a live run's.
+PRIVATE_DIR_PREFIX = "pgcontroller-processes-"
 
 
 @dataclass
@@ -334,6 +338,41 @@ async def _database_env(settings: Settings, stack: contextlib.AsyncExitStack) ->
     return env
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to judge
+        return True
+    return True
+
+
+def sweep_private_dirs(parent: Path) -> list[Path]:
+    """Removes the private directories that killed supervisors left in `parent` (their pid is
+    gone; only this user's), and returns them. A pid taken again by another process keeps its
+    directory until that process is gone too."""
+    removed = []
+    for path in parent.glob(f"{PRIVATE_DIR_PREFIX}*-*"):
+        pid_text = path.name[len(PRIVATE_DIR_PREFIX) :].split("-", 1)[0]
+        try:
+            owner = path.stat().st_uid
+        except OSError:
+            continue
+        if not pid_text.isdigit() or owner != os.getuid() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def private_dir() -> Path:
+    parent = Path(tempfile.gettempdir())
+    for stale in sweep_private_dirs(parent):
+        log.info("removed %s, left by a supervisor that was killed", stale)
+    return Path(tempfile.mkdtemp(prefix=f"{PRIVATE_DIR_PREFIX}{os.getpid()}-", dir=parent))
+
+
 async def supervise(settings: Settings, argv: Sequence[str]) -> int:
     """Runs `settings.processes` `serve` children of `argv` (this process's own arguments) until
     SIGTERM/SIGINT; returns 0 after a clean stop, or the exit code of a child that could not start."""
@@ -346,7 +385,7 @@ async def supervise(settings: Settings, argv: Sequence[str]) -> int:
         env = await _database_env(settings, stack)
         ports = _reserve_ports(settings)
         stack.callback(ports.close)  # after the children have stopped: the ports are ours until then
-        work = Path(tempfile.mkdtemp(prefix="pgcontroller-processes-"))
+        work = private_dir()
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         return await Supervisor(settings, argv, env, ports, work, stop).run()
     return 0  # not reached (the stack swallows nothing); mypy cannot tell

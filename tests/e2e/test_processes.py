@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess, start_served
 from app.wiring.shutdown_watchdog import shutdown_budget_s
+from app.wiring.supervisor import PRIVATE_DIR_PREFIX
 from tests.support.sockets import established_by_pid
 
 pytestmark = pytest.mark.timeout(300)
@@ -235,9 +237,16 @@ async def test_sigterm_stops_every_child_and_the_supervisor_exits_0(db_url: str,
     assert "shutdown requested: stopping 2 controller processes" in served.log()
 
 
+def private_dirs_of(supervisor: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"{PRIVATE_DIR_PREFIX}{supervisor}-*"))
+
+
 async def test_children_stop_when_the_supervisor_is_killed(db_url: str, tmp_path: Path) -> None:
+    """...and the next supervisor removes the private directory the killed one left."""
     served = await start_two(db_url, tmp_path)
     children = ready_info(tmp_path)["processes"]
+    left = private_dirs_of(served.process.pid)
+    assert len(left) == 1, left
     served.process.kill()
     await served.process.wait()
 
@@ -245,6 +254,13 @@ async def test_children_stop_when_the_supervisor_is_killed(db_url: str, tmp_path
         return not any(alive(pid) for pid in children)
 
     await until(all_gone, STOP_BUDGET_S, "the orphaned children stopping")
+    # Not asserted still there now: a supervisor another test starts meanwhile may sweep it first.
+    (tmp_path / "next").mkdir()
+    following = await start_two(db_url, tmp_path / "next")
+    try:
+        assert private_dirs_of(served.process.pid) == []
+    finally:
+        assert await following.stop() == 0, following.log()
 
 
 async def test_a_child_that_cannot_join_stops_the_run_with_its_exit_code(db_url: str, tmp_path: Path) -> None:
