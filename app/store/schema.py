@@ -337,6 +337,14 @@ requests = Table(
     Index("requests_by_bucket", "processor", "bucket", "id"),
     Index("requests_by_key", "scope", "stream", "id"),
     Index("requests_parked", "id", postgresql_where=text("parked_at IS NOT NULL")),
+    Index(
+        "requests_pending_by_key",
+        "processor",
+        "scope",
+        "stream",
+        "id",
+        postgresql_where=text("parked_at IS NULL"),
+    ),
 )
 
 # Pravega's fairness barrier: while a processor waits for a state transition on a stream,

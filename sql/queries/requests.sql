@@ -16,16 +16,36 @@ LIMIT $4;
 
 -- name: pending_first_per_key
 -- The oldest pending request of each key: for processors that run one request per key at a
--- time, so a long backlog of one stream never hides another stream's requests.
-SELECT * FROM (
-    SELECT DISTINCT ON (scope, stream)
-           id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
+-- time, so a long backlog of one stream never hides another stream's requests. A loose index
+-- scan (requests_pending_by_key): `keys` steps from each stream with pending requests of the
+-- processor to the next, one index descent each, and each key's first row in id order is one
+-- more; no sort of the backlog. A key's bucket is a function of its name (pgc_request_bucket),
+-- so the row `keys` finds tells the key's bucket; the oldest-row read checks it again.
+WITH RECURSIVE keys AS (
+    (SELECT scope, stream, bucket FROM requests
+     WHERE processor = $1 AND parked_at IS NULL
+     ORDER BY scope, stream
+     LIMIT 1)
+    UNION ALL
+    SELECT step.scope, step.stream, step.bucket
+    FROM keys CROSS JOIN LATERAL (
+        SELECT r.scope, r.stream, r.bucket FROM requests r
+        WHERE r.processor = $1 AND r.parked_at IS NULL AND (r.scope, r.stream) > (keys.scope, keys.stream)
+        ORDER BY r.scope, r.stream
+        LIMIT 1
+    ) step
+)
+SELECT oldest.* FROM keys CROSS JOIN LATERAL (
+    SELECT id, processor, kind, scope, stream, bucket, payload, created_at, not_before, attempts,
            started, last_error, version, parked_at, failures, trace_id
-    FROM requests
-    WHERE processor = $1 AND bucket = ANY($2::int[]) AND NOT (id = ANY($3::bigint[])) AND parked_at IS NULL
-    ORDER BY scope, stream, id
-) firsts
-ORDER BY id
+    FROM requests r
+    WHERE r.processor = $1 AND r.scope = keys.scope AND r.stream = keys.stream AND r.parked_at IS NULL
+      AND r.bucket = ANY($2::int[]) AND NOT (r.id = ANY($3::bigint[]))
+    ORDER BY r.id
+    LIMIT 1
+) oldest
+WHERE keys.bucket = ANY($2::int[])
+ORDER BY oldest.id
 LIMIT $4;
 
 -- name: get_request
