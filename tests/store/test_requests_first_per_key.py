@@ -97,4 +97,3 @@ async def test_a_backlog_of_one_stream_is_not_sorted(pool: Any) -> None:
         plan = "\n".join(r[0] for r in await conn.fetch(explain, "commits", [1, 2], [], 500))
     assert "requests_pending_by_key" in plan, plan
     assert "Sort Key: requests.scope" not in plan and "Unique" not in plan, plan
-
