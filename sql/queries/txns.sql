@@ -310,11 +310,26 @@ emptied AS (
     FROM target
     WHERE c.stream_id = target.id AND c.version = $3
     RETURNING c.version
+), batch AS (
+    -- Each of the batch's transactions found by its key alone, one primary-key lookup each: the
+    -- LIMIT keeps the lookup per key, and the status is checked outside it, where the planner
+    -- cannot use it to pick the COMMITTING rows' index. Joined as a whole (or with the status
+    -- inside), the planner read every COMMITTING row of the stream per batch or per key (its
+    -- statistics, taken while few were COMMITTING, expect one), so a batch cost more the longer
+    -- the stream's backlog of committing transactions.
+    SELECT x.stream_id, x.txn_high, x.txn_low, x.version
+    FROM target, emptied, unnest($4::bigint[], $5::bigint[]) AS b(high, low)
+    CROSS JOIN LATERAL (
+        SELECT t.stream_id, t.txn_high, t.txn_low, t.version, t.status FROM transactions t
+        WHERE t.stream_id = target.id AND t.txn_high = b.high AND t.txn_low = b.low
+        LIMIT 1
+    ) x
+    WHERE x.status = 'COMMITTING'
 ), gone AS (
-    DELETE FROM transactions t USING target, emptied,
-        unnest($4::bigint[], $5::bigint[]) AS b(high, low)
-    WHERE t.stream_id = target.id AND t.txn_high = b.high AND t.txn_low = b.low
-      AND t.status = 'COMMITTING'
+    -- At the version read above: a row changed since is left (the status check went with it).
+    DELETE FROM transactions t USING batch
+    WHERE t.stream_id = batch.stream_id AND t.txn_high = batch.txn_high AND t.txn_low = batch.txn_low
+      AND t.version = batch.version
     RETURNING t.stream_id, t.txn_high, t.txn_low, t.epoch, t.creation_time, t.lease_ms, t.lease_expiry,
               t.max_exec_expiry, t.writer_id, t.commit_time, t.commit_order, t.requested_at
 ), done AS (
