@@ -6,14 +6,10 @@ flight, limits), and it descends requests_pending_by_key instead of sorting the 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from app.domain.requests import Processor
 from app.store import queries
-from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 
 # The read before migration 0020, verbatim: the reference.
@@ -31,15 +27,6 @@ LIMIT $4
 """
 BUCKETS = 8
 PROCESSORS = [p.value for p in (Processor.COMMITS, Processor.ABORTS, Processor.REQUESTS)]
-
-
-@pytest.fixture
-async def pool(db_url: str) -> AsyncIterator[Any]:
-    pool = await create_pool(db_url, min_size=1, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def bucket_of(scope: str, stream: str) -> int:
