@@ -127,18 +127,18 @@ class CommitTxnsHandler:
             _COMMIT_FAILED.inc(len(record.batch.txns))
         await _leave_committing_state(self._deps, scope, name)
 
-    async def _commit(
-        self, scope: str, name: str, record: CommittingRecord, state: Versioned[StreamState]
-    ) -> int:
-        """Commits the record's batch; answers the emptied record's version."""
-        batch = record.batch
-        version = record.version
-        assert batch is not None and version is not None
-        started = _COMMITTED_LATENCY.start()
+    async def _commit_times(self, scope: str, name: str, batch: CommitBatch) -> dict[str, int]:
+        if self._writer_marks is None:
+            return {}
+        return await self._writer_marks.commit_times(scope, name, batch.txns)
+
+    async def _place(
+        self, scope: str, name: str, batch: CommitBatch, version: int
+    ) -> tuple[int, dict[int, int] | None, int | None]:
+        """Merges the batch into the active segments, or rolls it over to a new epoch: answers the
+        record's version, the merged segments' lengths (merged in place), and the epoch its
+        transactions were rolled from (rolled over)."""
         streams = self._deps.streams
-        # Read before completion, which deletes the records that carry writer ids and times.
-        marks = await self._writer_marks.commit_times(scope, name, batch.txns) if self._writer_marks else {}
-        position: dict[int, int] | None
         if batch.rolling_active_epoch is None:
             _state, active = await streams.get_active_epoch(scope, name)
             # Mostly the batch's own epoch: no second read (the state change that began the
@@ -147,16 +147,31 @@ class CommitTxnsHandler:
                 active if active.epoch == batch.epoch else await streams.get_epoch(scope, name, batch.epoch)
             )
             if commits_in_place(active, txn_epoch):
-                position = await _merge_into(self._deps, scope, name, active, batch)
-            else:
-                version = await self._deps.txns.set_rolling_epoch(scope, name, active.epoch, version)
-                await roll_transactions(self._deps, scope, name, active, txn_epoch, batch)
-                position = await _rolled_position(self._deps, scope, name, active.epoch) if marks else None
-        else:
-            txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
-            rolling_from = await streams.get_epoch(scope, name, batch.rolling_active_epoch)
-            await roll_transactions(self._deps, scope, name, rolling_from, txn_epoch, batch)
-            position = await _rolled_position(self._deps, scope, name, rolling_from.epoch) if marks else None
+                return version, await _merge_into(self._deps, scope, name, active, batch), None
+            version = await self._deps.txns.set_rolling_epoch(scope, name, active.epoch, version)
+            await roll_transactions(self._deps, scope, name, active, txn_epoch, batch)
+            return version, None, active.epoch
+        txn_epoch = await streams.get_epoch(scope, name, batch.epoch)
+        rolling_from = await streams.get_epoch(scope, name, batch.rolling_active_epoch)
+        await roll_transactions(self._deps, scope, name, rolling_from, txn_epoch, batch)
+        return version, None, rolling_from.epoch
+
+    async def _commit(
+        self, scope: str, name: str, record: CommittingRecord, state: Versioned[StreamState]
+    ) -> int:
+        """Commits the record's batch; answers the emptied record's version."""
+        batch = record.batch
+        version = record.version
+        assert batch is not None and version is not None
+        started = _COMMITTED_LATENCY.start()
+        # The writers' marks are read before completion, which deletes the records that carry
+        # writer ids and times, and beside the merges, which leave those records alone: a batch
+        # then waits for one round trip less (the read never fails: marks are best effort).
+        marks, (version, position, rolled_from) = await asyncio.gather(
+            self._commit_times(scope, name, batch), self._place(scope, name, batch, version)
+        )
+        if marks and rolled_from is not None:
+            position = await _rolled_position(self._deps, scope, name, rolled_from)
         if marks and position is not None and self._writer_marks is not None:
             await self._writer_marks.note_txn_marks(scope, name, marks, position)
         await failpoint("commit.before_complete")
