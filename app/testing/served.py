@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.wiring.supervisor import die_with_parent
+
 # Only a bound on a start that went wrong: on a 2-core machine under a full parallel suite an
 # interpreter start alone has taken over 30 s (a chaos run's segment store, at load average 8).
 READY_TIMEOUT_S = 60.0
@@ -88,6 +90,9 @@ async def start_ready(
         stdout=log_file,
         stderr=log_file,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        # A test or bench that dies (killed, or on a broken pipe) must not leave its servers
+        # running: the kernel stops them in order (SIGTERM) when it goes.
+        preexec_fn=die_with_parent(os.getpid()),
     )
     log_file.close()
     deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S

@@ -114,7 +114,7 @@ def _port(sock: socket.socket) -> int:
     return int(sock.getsockname()[1])
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
+def die_with_parent(parent: int) -> Callable[[], None] | None:
     """A child must not outlive a supervisor that was killed (it would hold the ports serving
     alone): on Linux the kernel sends it SIGTERM, the ordered stop, when the supervisor dies."""
     if not sys.platform.startswith("linux"):
@@ -147,7 +147,7 @@ class Supervisor:
         self._stopping = False
         self._fatal: int | None = None
         self._budget_s = shutdown_budget_s(settings.shutdown_drain_s, settings.shutdown_timeout_s)
-        self._preexec = _die_with_parent(os.getpid())
+        self._preexec = die_with_parent(os.getpid())
         base = [sys.executable, "-m", "app.cli", *argv]
         # The stores' sockets: inside the run's own directory, which only our user may enter.
         (work / "stores").mkdir(mode=0o700, exist_ok=True)

@@ -113,3 +113,44 @@ async def test_a_background_loop_that_dies_stops_the_process_with_exit_code_1(
     text = output.decode()
     assert process.returncode == 1, text
     assert "background loop died" in text and "failpoint dispatcher.loop raised" in text
+
+
+# A script that starts a server with the test harness, names its pid, then waits to be killed.
+_PARENT = """
+import asyncio, sys
+from pathlib import Path
+from app.testing.served import start_served
+
+async def main():
+    served = await start_served(Path(sys.argv[1]), "--db-url", sys.argv[2])
+    print(served.process.pid, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_server_the_harness_started_stops_when_its_parent_is_killed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A test or bench that dies must not leave its servers running (they would hold ports and
+    CPU for good): the kernel sends them SIGTERM when the process that started them goes."""
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PARENT, str(tmp_path), db_url, stdout=asyncio.subprocess.PIPE
+    )
+    assert parent.stdout is not None
+    line = await asyncio.wait_for(parent.stdout.readline(), 90)
+    server = int(line)
+    os.kill(server, 0)  # running
+    parent.kill()
+    await parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        os.kill(server, signal.SIGKILL)
+        raise AssertionError(f"server {server} still running 30 s after its parent was killed")
