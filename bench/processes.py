@@ -28,6 +28,8 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -68,6 +70,24 @@ async def start_echo(
         await echo.stdout.readline()
         echoes.append(echo)
     return echoes, port
+
+
+@asynccontextmanager
+async def echo_floors(env: dict[str, str] | None = None) -> AsyncIterator[dict[str, tuple[int, list[int]]]]:
+    """The bare echo as one process ("echo") and as two sharing one port ("echo 2"), the floors
+    for one and two `serve` processes: side -> (port, pids). Stopped on the way out."""
+    started: list[asyncio.subprocess.Process] = []
+    floors: dict[str, tuple[int, list[int]]] = {}
+    try:
+        for side, copies in (("echo", 1), ("echo 2", 2)):
+            echoes, port = await start_echo(env, copies)
+            started += echoes
+            floors[side] = (port, [echo.pid for echo in echoes])
+        yield floors
+    finally:
+        for process in started:
+            process.terminate()
+            await process.wait()
 
 
 def server_pids(served: ServedProcess, work: Path) -> list[int]:
@@ -124,72 +144,61 @@ async def main() -> None:
         probe_dir = Path(work) / "probe"
         probe_dir.mkdir()
         env = _probe_env(probe_dir) if args.probe else None
-        echo, echo_port = await start_echo(env)
-        echo2, echo2_port = await start_echo(env, copies=2)
-        try:
-            async with throwaway_database() as url:
-                (Path(work) / "one").mkdir()
-                (Path(work) / "two").mkdir()
-                one = await start_served(Path(work) / "one", "--db-url", url, "--processes", "1", env=env)
-                two = await start_served(Path(work) / "two", "--db-url", url, "--processes", "2", env=env)
-                try:
-                    channel = Channel("127.0.0.1", one.grpc_port)
-                    stub = ControllerServiceStub(channel)
-                    await stub.createScope(pb.ScopeInfo(scope="bench"))
-                    await create_fixed_stream(stub, INFO, SEGMENTS)
-                    channel.close()
-                    body = Path(work) / "segments.bin"
-                    body.write_bytes(grpc_body(INFO.SerializeToString()))
-                    sides: dict[str, int] = {
-                        "echo": echo_port,
-                        "echo 2": echo2_port,
-                        "processes 1": one.grpc_port,
-                        "processes 2": two.grpc_port,
-                    }
-                    pids = {
-                        "echo": [e.pid for e in echo],
-                        "echo 2": [e.pid for e in echo2],
-                        "processes 1": server_pids(one, Path(work) / "one"),
-                        "processes 2": server_pids(two, Path(work) / "two"),
-                    }
-                    for _ in range(args.rounds):
-                        for side, port in sides.items():
-                            target = f"http://127.0.0.1:{port}/{SERVICE_NAME}/getCurrentSegments"
-                            used, ticks = cpu_s(pids[side]), host_ticks()
-                            run = await run_h2load(
-                                target, body, args.requests, args.in_flight, MIN_ANSWER_BYTES,
-                                connections=args.connections,
-                            )  # fmt: skip
-                            used = cpu_s(pids[side]) - used
-                            idle_after, total_after = host_ticks()
-                            share = (idle_after - ticks[0]) / max(1, total_after - ticks[1])
-                            idle.setdefault(side, []).append(share * (os.cpu_count() or 1))
-                            rates.setdefault(side, []).append(run.rate)
-                            # CPU the server used per wall second of the run: the cores it got.
-                            cores.setdefault(side, []).append(used / (run.requests / run.rate))
-                    sustained = statistics.median(rates["processes 1"])
-                    for pacing in PACINGS:
-                        for side, port in sides.items():
-                            await _probe(pids[side], probe_dir, None) if args.probe else None
-                            commits = await _commits(url)
-                            tails[(pacing, side)] = await paced(
-                                port, body, Path(work), sustained, args, pacing
+        async with echo_floors(env) as floors, throwaway_database() as url:
+            (Path(work) / "one").mkdir()
+            (Path(work) / "two").mkdir()
+            one = await start_served(Path(work) / "one", "--db-url", url, "--processes", "1", env=env)
+            two = await start_served(Path(work) / "two", "--db-url", url, "--processes", "2", env=env)
+            try:
+                channel = Channel("127.0.0.1", one.grpc_port)
+                stub = ControllerServiceStub(channel)
+                await stub.createScope(pb.ScopeInfo(scope="bench"))
+                await create_fixed_stream(stub, INFO, SEGMENTS)
+                channel.close()
+                body = Path(work) / "segments.bin"
+                body.write_bytes(grpc_body(INFO.SerializeToString()))
+                sides: dict[str, int] = {
+                    **{side: port for side, (port, _) in floors.items()},
+                    "processes 1": one.grpc_port,
+                    "processes 2": two.grpc_port,
+                }
+                pids = {
+                    **{side: echo_pids for side, (_, echo_pids) in floors.items()},
+                    "processes 1": server_pids(one, Path(work) / "one"),
+                    "processes 2": server_pids(two, Path(work) / "two"),
+                }
+                for _ in range(args.rounds):
+                    for side, port in sides.items():
+                        target = f"http://127.0.0.1:{port}/{SERVICE_NAME}/getCurrentSegments"
+                        used, ticks = cpu_s(pids[side]), host_ticks()
+                        run = await run_h2load(
+                            target, body, args.requests, args.in_flight, MIN_ANSWER_BYTES,
+                            connections=args.connections,
+                        )  # fmt: skip
+                        used = cpu_s(pids[side]) - used
+                        idle_after, total_after = host_ticks()
+                        share = (idle_after - ticks[0]) / max(1, total_after - ticks[1])
+                        idle.setdefault(side, []).append(share * (os.cpu_count() or 1))
+                        rates.setdefault(side, []).append(run.rate)
+                        # CPU the server used per wall second of the run: the cores it got.
+                        cores.setdefault(side, []).append(used / (run.requests / run.rate))
+                sustained = statistics.median(rates["processes 1"])
+                for pacing in PACINGS:
+                    for side, port in sides.items():
+                        await _probe(pids[side], probe_dir, None) if args.probe else None
+                        commits = await _commits(url)
+                        tails[(pacing, side)] = await paced(port, body, Path(work), sustained, args, pacing)
+                        if args.probe:
+                            probes[(pacing, side)] = await _probe(pids[side], probe_dir, sustained)
+                            calls = tails[(pacing, side)][3]
+                            spent = await _commits(url) - commits
+                            probes[(pacing, side)].append(
+                                f"PostgreSQL: {spent} transactions committed during the run "
+                                f"({spent / calls:.3f} per call, background loops included)"
                             )
-                            if args.probe:
-                                probes[(pacing, side)] = await _probe(pids[side], probe_dir, sustained)
-                                calls = tails[(pacing, side)][3]
-                                spent = await _commits(url) - commits
-                                probes[(pacing, side)].append(
-                                    f"PostgreSQL: {spent} transactions committed during the run "
-                                    f"({spent / calls:.3f} per call, background loops included)"
-                                )
-                finally:
-                    await two.stop()
-                    await one.stop()
-        finally:
-            for process in (*echo, *echo2):
-                process.terminate()
-                await process.wait()
+            finally:
+                await two.stop()
+                await one.stop()
     report(args, rates, cores, idle, tails, sustained, probes)
     print(f"load average before the run: {' '.join(load)}, after: {' '.join(_loadavg())}")
 

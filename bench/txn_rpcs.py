@@ -38,7 +38,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import start_served
 from bench._common import create_fixed_stream, throwaway_cluster
 from bench._h2load import grpc_body, run_h2load
-from bench.processes import cpu_s, server_pids, start_echo
+from bench.processes import cpu_s, echo_floors, server_pids
 from bench.txns import baseline
 
 INFO = pb.StreamInfo(scope="bench", stream="txns")
@@ -92,66 +92,57 @@ async def main() -> None:
     cpu: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        echo, echo_port = await start_echo()
-        echo2, echo2_port = await start_echo(copies=2)
-        try:
-            async with throwaway_cluster() as cluster:
-                url = cluster.url()
-                (work / "one").mkdir()
-                (work / "two").mkdir()
-                one = await start_served(work / "one", "--db-url", url, "--processes", "1")
-                two = await start_served(work / "two", "--db-url", url, "--processes", "2")
-                try:
-                    channel = Channel("127.0.0.1", one.grpc_port)
-                    stub = ControllerServiceStub(channel)
-                    await stub.createScope(pb.ScopeInfo(scope=INFO.scope))
-                    await create_fixed_stream(stub, INFO, SEGMENTS)
-                    create_body = work / "create.bin"
-                    create_body.write_bytes(
-                        grpc_body(pb.CreateTxnRequest(streamInfo=INFO, lease=LEASE_MS).SerializeToString())
+        async with echo_floors() as floors, throwaway_cluster() as cluster:
+            url = cluster.url()
+            (work / "one").mkdir()
+            (work / "two").mkdir()
+            one = await start_served(work / "one", "--db-url", url, "--processes", "1")
+            two = await start_served(work / "two", "--db-url", url, "--processes", "2")
+            try:
+                channel = Channel("127.0.0.1", one.grpc_port)
+                stub = ControllerServiceStub(channel)
+                await stub.createScope(pb.ScopeInfo(scope=INFO.scope))
+                await create_fixed_stream(stub, INFO, SEGMENTS)
+                create_body = work / "create.bin"
+                create_body.write_bytes(
+                    grpc_body(pb.CreateTxnRequest(streamInfo=INFO, lease=LEASE_MS).SerializeToString())
+                )
+                ping_bodies = []
+                for i, txn in enumerate(await open_txns(stub, callers)):
+                    body = work / f"ping-{i}.bin"
+                    request = pb.PingTxnRequest(streamInfo=INFO, txnId=txn, lease=LEASE_MS)
+                    body.write_bytes(grpc_body(request.SerializeToString()))
+                    ping_bodies.append(body)
+                channel.close()
+                ports = {
+                    **{side: port for side, (port, _) in floors.items()},
+                    "processes 1": one.grpc_port, "processes 2": two.grpc_port,
+                }  # fmt: skip
+                pids = {
+                    **{side: echo_pids for side, (_, echo_pids) in floors.items()},
+                    "processes 1": [one.process.pid],
+                    "processes 2": server_pids(two, work / "two"),
+                }
+                for round_ in range(args.rounds):
+                    base = await baseline(url, callers, args.seconds)
+                    rates.setdefault("baseline", []).append(base.throughput)
+                    order = SIDES if round_ % 2 == 0 else tuple(reversed(SIDES))
+                    for side in order:
+                        for part in ("create", "ping"):
+                            used = cpu_s(pids[side])
+                            if part == "create":
+                                rate = await create_rate(ports[side], create_body, args)
+                            else:
+                                rate = await ping_rate(ports[side], ping_bodies, args)
+                            key = f"{part} {side}"
+                            rates.setdefault(key, []).append(rate)
+                            cpu.setdefault(key, []).append((cpu_s(pids[side]) - used) / args.requests)
+                    print(
+                        f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items())
                     )
-                    ping_bodies = []
-                    for i, txn in enumerate(await open_txns(stub, callers)):
-                        body = work / f"ping-{i}.bin"
-                        request = pb.PingTxnRequest(streamInfo=INFO, txnId=txn, lease=LEASE_MS)
-                        body.write_bytes(grpc_body(request.SerializeToString()))
-                        ping_bodies.append(body)
-                    channel.close()
-                    ports = {
-                        "echo": echo_port, "echo 2": echo2_port,
-                        "processes 1": one.grpc_port, "processes 2": two.grpc_port,
-                    }  # fmt: skip
-                    pids = {
-                        "echo": [e.pid for e in echo],
-                        "echo 2": [e.pid for e in echo2],
-                        "processes 1": [one.process.pid],
-                        "processes 2": server_pids(two, work / "two"),
-                    }
-                    for round_ in range(args.rounds):
-                        base = await baseline(url, callers, args.seconds)
-                        rates.setdefault("baseline", []).append(base.throughput)
-                        order = SIDES if round_ % 2 == 0 else tuple(reversed(SIDES))
-                        for side in order:
-                            for part in ("create", "ping"):
-                                used = cpu_s(pids[side])
-                                if part == "create":
-                                    rate = await create_rate(ports[side], create_body, args)
-                                else:
-                                    rate = await ping_rate(ports[side], ping_bodies, args)
-                                key = f"{part} {side}"
-                                rates.setdefault(key, []).append(rate)
-                                cpu.setdefault(key, []).append((cpu_s(pids[side]) - used) / args.requests)
-                        print(
-                            f"round {round_ + 1}: "
-                            + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items())
-                        )
-                finally:
-                    await two.stop()
-                    await one.stop()
-        finally:
-            for process in (*echo, *echo2):
-                process.terminate()
-                await process.wait()
+            finally:
+                await two.stop()
+                await one.stop()
     base_rate = statistics.median(rates["baseline"])
     print(f"\nmedian of {args.rounds} rounds, {callers} callers (load average before: {' '.join(load)})")
     print(f"bare asyncpg insert+commit (baseline)   {base_rate:8,.0f}/s")
