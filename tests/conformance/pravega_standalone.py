@@ -1,0 +1,103 @@
+"""Pravega 0.13 standalone (`io.pravega.local.LocalPravegaEmulator`) on free ports: the oracle the
+conformance tests compare `serve` with. It runs from the class path that `oracle/pom.xml`
+resolves, in a JVM of its own that the kernel stops when the test process dies."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.wiring.supervisor import die_with_parent
+from tests.conformance.maven import ORACLE, classpath
+
+READY_LINE = "Pravega Sandbox is running locally now"
+# Five seconds on an idle machine; a minute and more beside a full parallel suite on two cores.
+READY_TIMEOUT_S = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Standalone:
+    process: subprocess.Popen[bytes]
+    controller_port: int
+    rest_port: int
+    segment_store_port: int
+    log_path: Path
+    scheme: str = "tcp"
+
+    @property
+    def controller_uri(self) -> str:
+        return f"{self.scheme}://localhost:{self.controller_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        # A throwaway: its data lives in the test's directory, and its orderly shutdown waits on
+        # retries for half a minute.
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def start_standalone(
+    work_dir: Path, properties: Mapping[str, str] | None = None, scheme: str = "tcp"
+) -> Standalone:
+    """A ready standalone whose data lives under `work_dir`; `properties` add to or override its
+    `singlenode.*` configuration (authentication, TLS)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ports = {name: free_port() for name in ("zkPort", "controllerPort", "restServerPort", "segmentstorePort")}
+    settings = {f"singlenode.{name}": str(port) for name, port in ports.items()}
+    # No REST: the clients never use it, and its segment store half binds a fixed port (6061), so
+    # two standalones could not run at once.
+    settings["singlenode.enableRestServer"] = "false"
+    settings["singlenode.admin.gateway.enable"] = "false"
+    settings.update(properties or {})
+    config = work_dir / "standalone.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    log_path = work_dir / "standalone.log"
+    command = [
+        "java",
+        "-Xmx1g",
+        "-XX:+UseSerialGC",
+        f"-Djava.io.tmpdir={work_dir}",
+        f"-Dsinglenode.configurationFile={config}",
+        f"-Dlogback.configurationFile={ORACLE / 'logback.xml'}",
+        "-cp",
+        classpath(ORACLE, package=False),
+        "io.pravega.local.LocalPravegaEmulator",
+    ]
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            cwd=work_dir,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
+    standalone = Standalone(
+        process, ports["controllerPort"], ports["restServerPort"], ports["segmentstorePort"], log_path, scheme
+    )
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while READY_LINE not in standalone.log():
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"Pravega standalone exited with {process.returncode}:\n{standalone.log()[-8000:]}"
+            )
+        if time.monotonic() > deadline:
+            standalone.stop()
+            raise RuntimeError(
+                f"Pravega standalone was not ready in {READY_TIMEOUT_S:.0f} s:\n{standalone.log()[-8000:]}"
+            )
+        time.sleep(0.2)
+    return standalone
