@@ -33,15 +33,23 @@ async def test_create_scope_and_list_scopes(served: ServedProcess) -> None:
             "again": manager.create_scope("alpha"),
             "beta": manager.create_scope("beta"),
             "invalid": attempt(manager.create_scope, "bad/name"),
-            "scopes": sorted(manager.list_scope()),
+            "stream": manager.create_stream("alpha", "st", 1),
         }
+        # As Pravega's own test_tags does: the streams of the first scope listed.
+        scopes = [str(s) for s in manager.list_scope()]
+        result["scopes"] = scopes
+        result["first_streams"] = [str(s) for s in manager.list_stream(scopes[0])]
+        result["system_streams"] = [str(s) for s in manager.list_stream("_system")]
         """,
     )
     assert result["first"] is True
     assert result["again"] is False
     assert result["beta"] is True
     assert "error" in result["invalid"]
-    assert result["scopes"] == ["alpha", "beta"]
+    # Pravega's internal scope is listed, once, after the scopes made (it holds no streams here).
+    assert result["scopes"] == ["alpha", "beta", "_system"]
+    assert result["stream"] is True and any("st" in s for s in result["first_streams"])
+    assert result["system_streams"] == []
 
 
 async def test_create_stream_with_policies_and_tags(served: ServedProcess) -> None:

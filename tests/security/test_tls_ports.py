@@ -108,7 +108,7 @@ async def test_grpc_is_served_over_tls_only(
     with pytest.raises(ssl.SSLCertVerificationError):
         await list_scopes(served.grpc_port, grpc_context(other_ca))
     # The listener is unaffected by the refused connections.
-    assert await list_scopes(served.grpc_port, grpc_context(certs)) == ["sc"]
+    assert await list_scopes(served.grpc_port, grpc_context(certs)) == ["sc", "_system"]
     assert_quiet(served)
 
 
@@ -177,7 +177,7 @@ async def test_the_key_value_table_client_works_over_tls_and_refuses_another_ca(
 ) -> None:
     address = f"tls://localhost:{served.grpc_port}"
     tls = controller_tls(address, certs.ca_cert)
-    assert await list_scopes(served.grpc_port, grpc_context(certs)) == []
+    assert await list_scopes(served.grpc_port, grpc_context(certs)) == ["_system"]
     channel = Channel("127.0.0.1", served.grpc_port, ssl=grpc_context(certs))
     try:
         await ControllerServiceStub(channel).createScope(pb.ScopeInfo(scope="kv"), timeout=10)

@@ -10,6 +10,7 @@ from app.api.grpc.convert import segment_range
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import NotFound, StoreUnavailable
 from app.domain.kvtables import KvtConfig
+from app.domain.names import INTERNAL_SCOPE
 from app.security.delegation import DelegationTokens
 from app.security.tokens import Permission
 from app.services.kvtables import CreateKvtOutcome, DeleteKvtOutcome, KvtService
@@ -59,6 +60,12 @@ class KvtRpcs:
         try:
             page = await self._kvts.list_kvts(scope, token)
         except NotFound:
+            if scope == INTERNAL_SCOPE:
+                # Always listed and found (checkScopeExists): without a row, it holds no tables.
+                return pb.KVTablesInScopeResponse(
+                    continuationToken=pb.ContinuationToken(token=token),
+                    status=pb.KVTablesInScopeResponse.SUCCESS,
+                )
             return pb.KVTablesInScopeResponse(
                 status=pb.KVTablesInScopeResponse.SCOPE_NOT_FOUND,
                 continuationToken=pb.ContinuationToken(token=token),

@@ -39,6 +39,7 @@ from app.api.grpc.reply_cache import ReplyCache, with_token
 from app.api.grpc.validation import check_strings
 from app.domain.errors import DomainError, InvalidInput, NotFound
 from app.domain.names import (
+    INTERNAL_SCOPE,
     is_valid_scope_or_stream_name,
     require_present,
     require_scope_name,
@@ -195,7 +196,7 @@ class ControllerService:
         return pb.ExistsResponse(exists=await self._scopes.scope_exists(request.scope))
 
     async def rpc_listScopes(self, request: pb.ScopesRequest) -> pb.ScopesResponse:
-        page = await self._scopes.list_scopes(request.continuationToken.token)
+        page = await self._scopes.list_scopes_with_internal(request.continuationToken.token)
         return pb.ScopesResponse(scopes=page.names, continuationToken=pb.ContinuationToken(token=page.token))
 
     # --- streams --------------------------------------------------------------------------
@@ -228,6 +229,8 @@ class ControllerService:
         try:
             page = await self._streams.list_streams(scope, token)
         except NotFound:
+            if scope == INTERNAL_SCOPE:
+                return _streams_page(scope, [], token)  # listed and found, without a row: no streams
             return pb.StreamsInScopeResponse(
                 status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
                 continuationToken=pb.ContinuationToken(token=token),
@@ -242,6 +245,8 @@ class ControllerService:
         try:
             page = await self._streams.list_streams_for_tag(scope, request.tag, token)
         except NotFound:
+            if scope == INTERNAL_SCOPE:
+                return _streams_page(scope, [], token)
             return pb.StreamsInScopeResponse(
                 status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
                 continuationToken=pb.ContinuationToken(token=token),
