@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test check lint typecheck imports proto bench clean spark-deps
+.PHONY: run test check lint typecheck imports proto bench clean spark-deps conformance-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ run: $(STAMP) spark-deps
 # Three workers, each with its own throwaway PostgreSQL, a test file's tests kept on one worker:
 # most of the suite waits (subprocesses, timeouts, the real client), so this halves the wall time
 # on two cores. The slowest tests are listed at the end, to keep an eye on the 20-minute budget.
-test: $(STAMP) spark-deps
+test: $(STAMP) spark-deps conformance-deps
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: $(STAMP)
@@ -43,6 +43,15 @@ spark-deps:
 		apt-get update -qq >/dev/null && \
 		{ command -v java >/dev/null 2>&1 || apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } && \
 		{ test -f $(JDBC_JAR) || apt-get install -y -qq libpostgresql-jdbc-java >/dev/null; }; \
+	fi
+
+# A JDK and Maven for the conformance suite (tests/conformance: Pravega's Java client, Pravega
+# standalone as the oracle, Schema Registry), from Debian's packages; Maven fetches the rest into
+# ~/.m2 on first use.
+conformance-deps:
+	@if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then \
+		echo "installing a JDK 17 and Maven (apt-get)"; \
+		apt-get update -qq >/dev/null && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null; \
 	fi
 
 # Regenerates the gRPC code from app/api/grpc/proto/controller.proto; a test proves the

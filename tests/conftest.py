@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from app.store.pool import create_pool
 from app.testing.clock import ManualClock
 from app.testing.controller import Services, running_controller
+from tests.conformance.java_suite import SUMMARIES
 from tests.support.db import clone_database, create_template, drop_database, throwaway_cluster, with_database
 
 # Every `serve` a test starts is one process unless the test asks for more (`--processes N`): the
@@ -28,7 +30,26 @@ os.environ.setdefault("PGCONTROLLER_PROCESSES", "1")
 # ordered by count alone, the one-test chaos files came last and could run one after the other
 # on one worker after every other worker was idle (19 min 16 s instead of 14 min).
 _TESTS = Path(__file__).parent
-LONGEST_FIRST = ("e2e/test_chaos.py", "e2e/test_chaos_pauses.py", "api/test_rest_contract.py")
+LONGEST_FIRST = (
+    "conformance/test_java_conformance.py",
+    "e2e/test_chaos.py",
+    "e2e/test_chaos_pauses.py",
+    "api/test_rest_contract.py",
+)
+_SESSION_START = pytest.StashKey[float]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION_START] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The Java conformance runs' summary lines (`java conformance: N passed, M failed, K differ
+    from Pravega (listed)`), written by whichever worker ran them during this session."""
+    started = config.stash.get(_SESSION_START, 0.0)
+    for path in sorted(SUMMARIES.glob("*.txt")) if SUMMARIES.is_dir() else []:
+        if path.stat().st_mtime >= started:
+            terminalreporter.write_line(path.read_text().strip())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
