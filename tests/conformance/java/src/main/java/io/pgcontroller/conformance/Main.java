@@ -145,8 +145,10 @@ public final class Main {
     private static Outcome runOne(ExecutorService pool, Method check, Server server) throws InterruptedException {
         Check annotation = check.getAnnotation(Check.class);
         Ctx ctx = new Ctx(server, name(check));
-        long start = System.nanoTime();
+        // From the moment a thread of the pool takes the check: time spent queued is not its own.
+        java.util.concurrent.atomic.AtomicLong start = new java.util.concurrent.atomic.AtomicLong();
         Future<?> running = pool.submit(() -> {
+            start.set(System.nanoTime());
             Object instance = check.getDeclaringClass().getDeclaredConstructor().newInstance();
             try {
                 check.invoke(instance, ctx);
@@ -172,7 +174,7 @@ public final class Main {
             closer.start();
             closer.join(30_000);
         }
-        long millis = (System.nanoTime() - start) / 1_000_000;
+        long millis = start.get() == 0 ? 0 : (System.nanoTime() - start.get()) / 1_000_000;
         return new Outcome(error == null, error, error == null ? "" : errorClass(error), ctx.observations(), millis);
     }
 
