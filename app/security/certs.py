@@ -43,13 +43,18 @@ def make_dev_certs(
     names: tuple[str, ...] = (),
     client_name: str = "pgcontroller",
     valid_days: int = DEFAULT_VALID_DAYS,
+    loopback: bool = True,
 ) -> CertFiles:
     """Writes ca.pem, ca.key, server.pem, server.key, client.pem and client.key into `directory`
     (created if missing; files there are replaced). The server certificate names the loopback
-    addresses and `names` (host names or IP literals); the client certificate's common name is
-    `client_name` (PostgreSQL's `clientcert=verify-full` matches it against the role)."""
+    addresses (unless `loopback` is false) and `names` (host names or IP literals); the client
+    certificate's common name is `client_name` (PostgreSQL's `clientcert=verify-full` matches it
+    against the role). `loopback=False` with host names only makes a certificate like Pravega's
+    own test one, which names hosts and no IP address."""
     if valid_days < 1:
         raise ValueError(f"valid_days must be at least 1, got {valid_days}")
+    if not loopback and not names:
+        raise ValueError("a server certificate without the loopback names needs names of its own")
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - _BACKDATE, now + datetime.timedelta(days=valid_days)
@@ -105,7 +110,7 @@ def make_dev_certs(
             builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         return key, builder.sign(ca_key, hashes.SHA256())
 
-    server_names = list(dict.fromkeys((*LOOPBACK_NAMES, *names)))
+    server_names = list(dict.fromkeys((*(LOOPBACK_NAMES if loopback else ()), *names)))
     server_key, server_cert = leaf(
         server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, [_general_name(n) for n in server_names]
     )

@@ -55,6 +55,17 @@ async def test_a_name_the_certificate_does_not_carry_is_refused(tmp_path: Path) 
         await _handshake(tmp_path, "other.example")
 
 
+async def test_a_certificate_without_the_loopback_names_carries_only_its_names(tmp_path: Path) -> None:
+    # As Pravega's own test certificate: host names only, no IP address.
+    make_dev_certs(tmp_path, names=("localhost", "server.pravegastack.io"), loopback=False)
+    assert await _handshake(tmp_path, "localhost") == "hello"
+    assert await _handshake(tmp_path, "server.pravegastack.io") == "hello"
+    with pytest.raises(ssl.SSLCertVerificationError, match="IP address mismatch"):
+        await _handshake(tmp_path, "127.0.0.1")
+    with pytest.raises(ValueError, match="needs names"):
+        make_dev_certs(tmp_path / "none", loopback=False)
+
+
 async def test_a_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
     make_dev_certs(tmp_path / "a")
     make_dev_certs(tmp_path / "b")
