@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -276,12 +277,23 @@ async def start_embedded_segment_store(
 
 
 def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:
-    """Where clients reach the embedded store: its bound address, or the advertised host when it
-    listens on every interface."""
-    host, port = server.address[0], server.address[1]
-    if settings.segment_store_host in _ANY_INTERFACE:
-        host = settings.advertised_host()
-    return HostAddress(host, port)
+    """Where clients and the controller reach the embedded store (getURI's answer, its registration):
+    the host it was given when that is a name, as Pravega publishes its configured host name
+    (`pravegaservice.service.published.host.nameOrIp`), since a TLS certificate may name the host
+    and no IP address; the advertised host when it listens on every interface; its bound address
+    when given an IP address (the same address, written as the socket reports it)."""
+    configured, (bound, port) = settings.segment_store_host, server.address
+    if configured in _ANY_INTERFACE:
+        return HostAddress(settings.advertised_host(), port)
+    return HostAddress(bound if _is_ip_address(configured) else configured, port)
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def with_embedded_store(settings: Settings, store: RunningStore | None) -> Settings:
