@@ -244,8 +244,9 @@ class Settings:
     segment_store_host: str = setting(
         "127.0.0.1",
         metavar="HOST",
-        help="the embedded segment store's listener address (clients are told the advertised "
-        "host when it binds all interfaces)",
+        help="the embedded segment store's listener address; getURI names it as given (a host "
+        "name is not resolved: a TLS certificate may name no IP address), or the advertised host "
+        "when it binds all interfaces",
     )
     segment_store_port: int = setting(
         12345, metavar="PORT", check=port, help="the embedded segment store's port (0: any free port)"
