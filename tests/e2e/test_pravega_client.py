@@ -9,6 +9,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess
 from tests.support.client import run_client
+from tests.support.client_scenarios import SCENARIOS
 
 pytestmark = pytest.mark.interop
 I64_MAX = 9223372036854775807
@@ -25,23 +26,7 @@ async def stream_config(served: ServedProcess, scope: str, stream: str) -> pb.St
 
 
 async def test_create_scope_and_list_scopes(served: ServedProcess) -> None:
-    result = await run_client(
-        served.grpc_uri,
-        """
-        result = {
-            "first": manager.create_scope("alpha"),
-            "again": manager.create_scope("alpha"),
-            "beta": manager.create_scope("beta"),
-            "invalid": attempt(manager.create_scope, "bad/name"),
-            "stream": manager.create_stream("alpha", "st", 1),
-        }
-        # As Pravega's own test_tags does: the streams of the first scope listed.
-        scopes = [str(s) for s in manager.list_scope()]
-        result["scopes"] = scopes
-        result["first_streams"] = [str(s) for s in manager.list_stream(scopes[0])]
-        result["system_streams"] = [str(s) for s in manager.list_stream("_system")]
-        """,
-    )
+    result = await run_client(served.grpc_uri, SCENARIOS["create_scope_and_list_scopes"])
     assert result["first"] is True
     assert result["again"] is False
     assert result["beta"] is True
@@ -53,31 +38,7 @@ async def test_create_scope_and_list_scopes(served: ServedProcess) -> None:
 
 
 async def test_create_stream_with_policies_and_tags(served: ServedProcess) -> None:
-    result = await run_client(
-        served.grpc_uri,
-        """
-        manager.create_scope("sc")
-        result = {
-            "fixed": manager.create_stream_with_policy(
-                "sc", "fixed", StreamScalingPolicy.fixed_scaling_policy(3),
-                StreamRetentionPolicy.none(), None),
-            "by_data": manager.create_stream_with_policy(
-                "sc", "by-data", StreamScalingPolicy.auto_scaling_policy_by_data_rate(100, 2, 4),
-                StreamRetentionPolicy.by_size(1 << 30), ["red", "blue"]),
-            "by_events": manager.create_stream_with_policy(
-                "sc", "by-events", StreamScalingPolicy.auto_scaling_policy_by_event_rate(500, 3, 2),
-                StreamRetentionPolicy.by_time(3600000), []),
-            "plain": manager.create_stream("sc", "plain", 2),
-            "duplicate": manager.create_stream("sc", "plain", 2),
-            "no_scope": attempt(manager.create_stream, "missing", "s", 1),
-            "tags_data": manager.get_stream_tags("sc", "by-data"),
-            "tags_events": manager.get_stream_tags("sc", "by-events"),
-            "tags_fixed": manager.get_stream_tags("sc", "fixed"),
-            "unknown_tags": attempt(manager.get_stream_tags, "sc", "nope"),
-            "streams": sorted(str(s) for s in manager.list_stream("sc")),
-        }
-        """,
-    )
+    result = await run_client(served.grpc_uri, SCENARIOS["create_stream_with_policies_and_tags"])
     assert result["fixed"] is True and result["by_data"] is True and result["by_events"] is True
     assert result["plain"] is True and result["duplicate"] is False
     assert "error" in result["no_scope"]
@@ -106,51 +67,15 @@ async def test_create_stream_with_policies_and_tags(served: ServedProcess) -> No
 
 
 async def test_delete_scope_non_empty_then_empty(served: ServedProcess) -> None:
-    result = await run_client(
-        served.grpc_uri,
-        """
-        manager.create_scope("full")
-        manager.create_stream("full", "s", 1)
-        manager.create_scope("empty")
-        result = {
-            "non_empty": attempt(manager.delete_scope, "full"),
-            "empty": manager.delete_scope("empty"),
-            "missing": manager.delete_scope("empty"),
-            "scopes": sorted(manager.list_scope()),
-        }
-        """,
-    )
+    result = await run_client(served.grpc_uri, SCENARIOS["delete_scope_non_empty_then_empty"])
     assert "error" in result["non_empty"]
     assert result["empty"] is True
     assert result["missing"] is False
-    assert result["scopes"] == ["full"]
+    assert result["scopes"] == ["_system", "full"]
 
 
 async def test_update_seal_and_delete_stream(served: ServedProcess) -> None:
-    result = await run_client(
-        served.grpc_uri,
-        """
-        manager.create_scope("life")
-        manager.create_stream("life", "s", 2)
-        result = {
-            "update": manager.update_stream_with_policy(
-                "life", "s", StreamScalingPolicy.fixed_scaling_policy(3),
-                StreamRetentionPolicy.by_size(1 << 20), ["green"]),
-            "tags": manager.get_stream_tags("life", "s"),
-            "update_missing": attempt(
-                manager.update_stream_with_policy, "life", "nope",
-                StreamScalingPolicy.fixed_scaling_policy(1), StreamRetentionPolicy.none(), None),
-            "delete_unsealed": attempt(manager.delete_stream, "life", "s"),
-            "seal": manager.seal_stream("life", "s"),
-            "seal_again": manager.seal_stream("life", "s"),
-            "seal_missing": attempt(manager.seal_stream, "life", "nope"),
-            "delete": manager.delete_stream("life", "s"),
-            "delete_missing": manager.delete_stream("life", "s"),
-            "streams": sorted(str(s) for s in manager.list_stream("life")),
-            "delete_scope": manager.delete_scope("life"),
-        }
-        """,
-    )
+    result = await run_client(served.grpc_uri, SCENARIOS["update_seal_and_delete_stream"])
     assert result["update"] is True
     assert result["tags"] == ["green"]
     assert "error" in result["update_missing"]
@@ -163,15 +88,7 @@ async def test_update_seal_and_delete_stream(served: ServedProcess) -> None:
 
 
 async def test_update_scales_the_stream_the_client_sees(served: ServedProcess) -> None:
-    await run_client(
-        served.grpc_uri,
-        """
-        manager.create_scope("grow")
-        manager.create_stream("grow", "s", 1)
-        result = manager.update_stream_with_policy(
-            "grow", "s", StreamScalingPolicy.fixed_scaling_policy(4), StreamRetentionPolicy.none(), None)
-        """,
-    )
+    await run_client(served.grpc_uri, SCENARIOS["update_scales_the_stream"])
     channel = Channel("127.0.0.1", served.grpc_port)
     try:
         current = await ControllerServiceStub(channel).getCurrentSegments(
@@ -185,3 +102,8 @@ async def test_update_scales_the_stream_the_client_sees(served: ServedProcess) -
         (0.5, 0.75),
         (0.75, 1.0),
     ]
+
+
+async def test_write_and_read_keeps_each_keys_order(served: ServedProcess) -> None:
+    result = await run_client(served.grpc_uri, SCENARIOS["write_and_read"])
+    assert result == {"count": 60, "distinct": 60, "per_key_in_order": True, "keys": ["0", "1", "2", "3"]}

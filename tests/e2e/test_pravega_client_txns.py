@@ -25,6 +25,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess, start_served
 from tests.support.client import run_client
+from tests.support.client_scenarios import SCENARIOS
 
 pytestmark = pytest.mark.interop
 
@@ -50,53 +51,6 @@ async def served(db_url: str, tmp_path: Path, refused_port: int) -> AsyncIterato
     finally:
         code = await instance.stop()
         assert code == 0, instance.log()
-
-
-TXN_SCRIPT = """
-import time
-
-def timed(fn, *args):
-    start = time.monotonic()
-    value = fn(*args)
-    return value, round(time.monotonic() - start, 3)
-
-manager.create_scope("txs")
-manager.create_stream("txs", "s", 2)
-writer = manager.create_transaction_writer("txs", "s", 7)
-
-committed, begin_s = timed(writer.begin_txn)
-open_before_commit, is_open_s = timed(committed.is_open)
-_, commit_s = timed(committed.commit)
-open_after_commit, _ = timed(committed.is_open)
-
-aborted, _ = timed(writer.begin_txn)
-open_before_abort, _ = timed(aborted.is_open)
-_, abort_s = timed(aborted.abort)
-open_after_abort, _ = timed(aborted.is_open)
-
-result = {
-    # get_txn_id() is the 128-bit id as a Python int: (highBits << 64) | lowBits. As a
-    # string, so that JSON keeps every bit whatever the reader does with big numbers.
-    "committed_id": str(committed.get_txn_id()),
-    "aborted_id": str(aborted.get_txn_id()),
-    "open_before_commit": open_before_commit,
-    "open_after_commit": open_after_commit,
-    "open_before_abort": open_before_abort,
-    "open_after_abort": open_after_abort,
-    "closed_commit_again": attempt_any(committed.commit),
-    "closed_abort_again": attempt_any(aborted.abort),
-    "seconds": {"begin": begin_s, "is_open": is_open_s, "commit": commit_s, "abort": abort_s},
-}
-"""
-
-# `attempt` in the prelude catches ValueError only; a closed txn raises TxnFailedException.
-ATTEMPT_ANY = """
-def attempt_any(fn, *args):
-    try:
-        return {"ok": fn(*args)}
-    except Exception as exc:
-        return {"error": type(exc).__name__ + ": " + str(exc)[:300]}
-"""
 
 
 def to_proto_id(txn_id: int) -> pb.TxnId:
@@ -125,7 +79,7 @@ async def wait_state(
 
 async def test_commit_and_abort_through_the_python_client(served: ServedProcess) -> None:
     started = time.monotonic()
-    result = await run_client(served.grpc_uri, ATTEMPT_ANY + TXN_SCRIPT, timeout_s=CLIENT_TIMEOUT_S)
+    result = await run_client(served.grpc_uri, SCENARIOS["commit_and_abort"], timeout_s=CLIENT_TIMEOUT_S)
     client_s = time.monotonic() - started
 
     assert result["open_before_commit"] is True
