@@ -204,7 +204,8 @@ class KeyValueTable:
 
     async def put(self, key: TableKey, value: bytes, version: Version | None = None) -> Version:
         """Sets the value: unconditionally when `version` is None, else only while the key has
-        that version (BadKeyVersion if it has another, NoSuchKey if it does not exist)."""
+        that version (BadKeyVersion if it has another or none: a key-value table's segments answer
+        a missing key as Pravega's do)."""
         return (await self.update([Put(key, value, version)]))[0]
 
     async def insert(self, key: TableKey, value: bytes) -> Version:
@@ -213,7 +214,7 @@ class KeyValueTable:
 
     async def remove(self, key: TableKey, version: Version | None = None) -> None:
         """Removes the key: unconditionally when `version` is None (an absent key is fine), else
-        only while the key has that version (BadKeyVersion / NoSuchKey otherwise)."""
+        only while the key has that version (BadKeyVersion otherwise)."""
         await self.update([Remove(key, version)])
 
     async def update(self, changes: Sequence[Change]) -> list[Version]:

@@ -47,9 +47,23 @@ def check_key(name: str, key: bytes) -> None:
         raise TooLarge(name, f"a table key must have 1 to {MAX_TABLE_KEY_BYTES} bytes, not {len(key)}")
 
 
-def check_version(name: str, key: bytes, expected: int, current: int | None, *, removal: bool) -> None:
+def check_version(
+    name: str,
+    key: bytes,
+    expected: int,
+    current: int | None,
+    *,
+    removal: bool,
+    fixed_key_length: bool = False,
+) -> None:
     """Pravega's conditional rule for one key: NO_VERSION always passes; NOT_EXISTS needs the key
-    absent; a version >= 0 needs the key present with exactly that version."""
+    absent; a version >= 0 needs the key present with exactly that version.
+
+    A version for an absent key is `TableKeyDoesNotExist` in a hash-layout segment (the
+    controller's tables, the Rust client's reader groups), but `TableKeyBadVersion` in a segment
+    with a fixed key length (a key-value table's): Pravega's fixed-key layout reads an absent key
+    as present with no version, so its version check fails first (the Java client then throws
+    BadKeyVersionException, not NoSuchKeyException; the conformance suite compares both)."""
     if expected == NO_VERSION:
         return
     if expected == NOT_EXISTS:
@@ -57,6 +71,8 @@ def check_version(name: str, key: bytes, expected: int, current: int | None, *, 
             raise TableKeyBadVersion(name, f"key {key!r} exists (version {current})")
         return
     if current is None:
+        if fixed_key_length:
+            raise TableKeyBadVersion(name, f"key {key!r} does not exist, so it has no version {expected}")
         raise TableKeyDoesNotExist(name, f"key {key!r} does not exist")
     if current != expected:
         what = "removal" if removal else "update"
@@ -171,11 +187,19 @@ class PgTableSegments:
             row = await self._lock_table(conn, name, table_segment_offset)
             check_key_lengths(name, row, [e.key for e in entries])
             current = await self._versions(conn, name, [e.key for e in entries])
+            fixed = int(row["key_length"]) > 0
             position = int(row["length"])
             versions: list[int] = []
             latest: dict[bytes, tuple[bytes, int]] = {}
             for entry in entries:
-                check_version(name, entry.key, entry.version, current.get(entry.key), removal=False)
+                check_version(
+                    name,
+                    entry.key,
+                    entry.version,
+                    current.get(entry.key),
+                    removal=False,
+                    fixed_key_length=fixed,
+                )
             for entry in entries:
                 latest[entry.key] = (entry.value, position)
                 versions.append(position)
@@ -203,9 +227,10 @@ class PgTableSegments:
             row = await self._lock_table(conn, name, table_segment_offset)
             check_key_lengths(name, row, [k for k, _ in keys])
             current = await self._versions(conn, name, [k for k, _ in keys])
+            fixed = int(row["key_length"]) > 0
             # Checked against the table before the batch, as updates are.
             for key, version in keys:
-                check_version(name, key, version, current.get(key), removal=True)
+                check_version(name, key, version, current.get(key), removal=True, fixed_key_length=fixed)
             removed = [key for key in dict.fromkeys(k for k, _ in keys) if key in current]
             if removed:
                 await conn.execute(_SQL["remove_table_entries"], name, removed)

@@ -103,6 +103,23 @@ async def test_version_matrix_for_updates(table: PgSegmentStorage) -> None:
     assert (await table.table_info(T)).length == 4
 
 
+async def test_a_version_of_an_absent_key_is_a_bad_version_in_a_fixed_key_table(
+    storage: PgSegmentStorage,
+) -> None:
+    # Pravega's fixed-key layout (key-value tables) answers TableKeyBadVersion where its hash
+    # layout answers TableKeyDoesNotExist; Pravega 0.13 standalone does so for all of these.
+    await storage.create_table(T, 4, 0)
+    await storage.update_table(T, [e(b"gone"), e(b"kept")], ANY)
+    await storage.remove_table_keys(T, [(b"gone", NO_VERSION)], ANY)
+    for batch in ([e(b"gone", b"x", 0)], [e(b"nevr", b"x", 1)], [e(b"kept", b"x", 1), e(b"nevr", b"x", 1)]):
+        with pytest.raises(TableKeyBadVersion):
+            await storage.update_table(T, batch, ANY)
+    for keys in ([(b"gone", 0)], [(b"nevr", 5)]):
+        with pytest.raises(TableKeyBadVersion):
+            await storage.remove_table_keys(T, keys, ANY)
+    assert await entries(storage) == {b"kept": (b"v", 1)}
+
+
 async def test_a_bad_item_rejects_the_whole_batch(table: PgSegmentStorage) -> None:
     await table.update_table(T, [e(b"a", b"1")], ANY)
     batch = [e(b"new"), e(b"a", b"2", 0), e(b"b", b"x", 5)]
