@@ -106,7 +106,9 @@ public class BatchChecks {
         observeRead(ctx, "after truncation", batch, batch.getSegments(target, StreamCut.UNBOUNDED, StreamCut.UNBOUNDED),
                 after);
         observeRead(ctx, "after truncation, null cuts", batch, batch.getSegments(target, null, null), after);
-        ctx.observe("reading a range listed before the truncation", Ctx.thrown(() -> readAll(batch, listedBefore)));
+        String stale = Ctx.thrown(() -> readAll(batch, listedBefore));
+        ctx.observe("reading a range listed before the truncation", stale);
+        equal("TruncatedDataException", stale, "reading a range listed before the truncation");
     }
 
     @Check
@@ -130,8 +132,9 @@ public class BatchChecks {
         require(ctx.streamManager().truncateStream(scope, stream, inEpoch1), "truncateStream answered false");
         observeRead(ctx, "after truncation", batch, batch.getSegments(target, StreamCut.UNBOUNDED, StreamCut.UNBOUNDED),
                 later);
-        ctx.observe("reading an epoch-0 range listed before the truncation",
-                Ctx.thrown(() -> readAll(batch, epoch0Ranges)));
+        String stale = Ctx.thrown(() -> readAll(batch, epoch0Ranges));
+        ctx.observe("reading an epoch-0 range listed before the truncation", stale);
+        equal("TruncatedDataException", stale, "reading a range of a segment the truncation deleted");
     }
 
     /** Lists the ranges, reads them all, and requires exactly {@code expected} (in any order across segments). */

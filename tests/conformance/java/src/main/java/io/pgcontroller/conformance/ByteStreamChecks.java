@@ -91,7 +91,9 @@ public class ByteStreamChecks {
 
         // Seeking drops whatever the reader had buffered from before the truncation.
         earlyReader.seekToOffset(cut - 1);
-        ctx.observe("read before the head", Ctx.thrown(() -> earlyReader.read(new byte[10])));
+        String beforeHead = Ctx.thrown(() -> earlyReader.read(new byte[10]));
+        ctx.observe("read before the head", beforeHead);
+        equal("SegmentTruncatedException", beforeHead, "a read before the head");
         earlyReader.seekToOffset(cut);
         require(Arrays.equals(pattern(cut, 1000), readFully(earlyReader, 1000)), "bytes at the new head");
 

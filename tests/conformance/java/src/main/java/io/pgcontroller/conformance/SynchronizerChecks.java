@@ -68,6 +68,10 @@ public class SynchronizerChecks {
         RevisionedStreamClient<String> look = pair.revisionedClient();
         Revision streamStart = look.fetchOldestRevision();
         a.initialize(new Reset(List.of()));
+        // Left behind at the initial state, before every mark: its next fetch meets the truncation.
+        StateSynchronizer<Names> stale = pair.create();
+        stale.fetchUpdates();
+        equal(List.of(), stale.getState().names(), "a third synchronizer's initial state");
         for (int i = 0; i < 10; i++) {
             add(i % 2 == 0 ? a : b, "n" + i);
         }
@@ -94,6 +98,8 @@ public class SynchronizerChecks {
         // Whether the first round truncates depends on whether one racer already saw the other's
         // mark; the second round always finds a mark and truncates at it.
         ctx.observe("stream truncated after the second round", look.fetchOldestRevision().compareTo(streamStart) > 0);
+        stale.fetchUpdates();
+        equal(expected, stale.getState().names(), "state of a synchronizer that last read before the truncation");
         StateSynchronizer<Names> late = pair.create();
         late.fetchUpdates();
         equal(expected, late.getState().names(), "a new synchronizer's state after compactions");
@@ -146,7 +152,9 @@ public class SynchronizerChecks {
 
         client.truncateToRevision(second);
         ctx.observe("oldest = truncation revision", second.equals(client.fetchOldestRevision()));
-        ctx.observe("read from before the truncation", Ctx.thrown(() -> client.readFrom(first)));
+        String beforeTruncation = Ctx.thrown(() -> client.readFrom(first));
+        ctx.observe("read from before the truncation", beforeTruncation);
+        equal("TruncatedDataException", beforeTruncation, "readFrom a revision before the truncation");
         ctx.observe("read from the start", Ctx.thrown(() -> client.readFrom(start)));
         ctx.observe("read from the truncation revision", values(client.readFrom(second)));
         ctx.observe("mark kept after truncation", second.equals(client.getMark()));
