@@ -68,7 +68,7 @@ def start_standalone(
     log_path = work_dir / "standalone.log"
     command = [
         "java",
-        "-Xmx1g",
+        "-Xmx3g",
         "-XX:+UseSerialGC",
         f"-Djava.io.tmpdir={work_dir}",
         f"-Dsinglenode.configurationFile={config}",

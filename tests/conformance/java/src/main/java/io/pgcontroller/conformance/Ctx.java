@@ -158,11 +158,21 @@ public final class Ctx implements AutoCloseable {
         return checkName;
     }
 
+    /**
+     * Closes what the check registered, newest first. The resources are taken out under the lock
+     * and closed outside it: a close that blocks must not also block the runner reading this
+     * check's observations.
+     */
     @Override
-    public synchronized void close() {
-        while (!closeables.isEmpty()) {
+    public void close() {
+        java.util.List<AutoCloseable> toClose;
+        synchronized (this) {
+            toClose = new java.util.ArrayList<>(closeables);
+            closeables.clear();
+        }
+        for (AutoCloseable resource : toClose) {
             try {
-                closeables.pop().close();
+                resource.close();
             } catch (Exception e) {
                 // A resource that fails to close after the check ended does not change its outcome.
             }
