@@ -89,8 +89,14 @@ public class WriterChecks {
         equal(List.of("k:0", "k:1"), read, "events read");
     }
 
+    /**
+     * flush returns once the segment store has acknowledged every event, so the segments' lengths
+     * already hold them all. (The client completes the events' futures on another thread after
+     * flush's latch opens: Pravega's own run saw 157 of 200 done when flush returned, so the
+     * futures are awaited, not counted.)
+     */
     @Check
-    public void flushReturnsOnceEveryEventIsAcknowledged(Ctx ctx) throws Exception {
+    public void flushReturnsOnceEveryEventIsStored(Ctx ctx) throws Exception {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 3);
         EventStreamClientFactory factory = ctx.clientFactory(scope);
@@ -98,9 +104,10 @@ public class WriterChecks {
         List<String> keys = keys("f", 4);
         List<CompletableFuture<Void>> acks = writeInterleaved(writer, keys, 50);
         writer.flush();
-        long acknowledged = acks.stream().filter(ack -> ack.isDone() && !ack.isCompletedExceptionally()).count();
-        ctx.observe("acknowledged when flush returned", acknowledged);
-        equal((long) acks.size(), acknowledged, "events acknowledged when flush returned");
+        long stored = WriterSupport.tailBytes(ctx, scope, stream);
+        ctx.observe("bytes stored when flush returned", stored);
+        equal(eventBytes(keys, 50), stored, "bytes in the segments when flush returned");
+        awaitAll(acks);
 
         WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
         List<String> read = reader.read(200, READ_WITHIN);
@@ -242,6 +249,17 @@ public class WriterChecks {
             }
         }
         return acks;
+    }
+
+    /** What {@code key:seq} events take in a segment: each its UTF-8 bytes behind an 8-byte header. */
+    static long eventBytes(List<String> keys, int perKey) {
+        long total = 0;
+        for (int seq = 0; seq < perKey; seq++) {
+            for (String key : keys) {
+                total += 8 + (key + ":" + seq).getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+            }
+        }
+        return total;
     }
 
     static void awaitAll(List<CompletableFuture<Void>> acks) throws Exception {

@@ -12,6 +12,7 @@ import io.pravega.client.stream.ReaderConfig;
 import io.pravega.client.stream.ReaderGroupConfig;
 import io.pravega.client.stream.Serializer;
 import io.pravega.client.stream.Stream;
+import io.pravega.client.stream.StreamCut;
 import io.pravega.client.stream.Transaction;
 import io.pravega.client.stream.impl.UTF8StringSerializer;
 import io.pravega.common.concurrent.ExecutorServiceHelpers;
@@ -70,6 +71,12 @@ final class WriterSupport {
         boolean done = controller.scaleStream(Stream.of(scope, stream), sealed, newRanges, executor)
                 .getFuture().get(60, TimeUnit.SECONDS);
         require(done, "scaleStream of " + sealed + " into " + newRanges + " answered false");
+    }
+
+    /** The sum of the lengths of the stream's current segments, from its tail stream cut. */
+    static long tailBytes(Ctx ctx, String scope, String stream) throws Exception {
+        StreamCut tail = ctx.streamManager().fetchStreamInfo(scope, stream).get(30, TimeUnit.SECONDS).getTailStreamCut();
+        return tail.asImpl().getPositions().values().stream().mapToLong(Long::longValue).sum();
     }
 
     /** A segment's id: its number in the low 32 bits, the epoch that created it in the high ones. */
