@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -19,14 +19,22 @@ async def stop_when_started(starting: asyncio.Task[Standalone]) -> None:
         (await starting).stop()
 
 
-@pytest.fixture
-async def servers(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[ServedProcess, Standalone]]:
-    """`serve` and Pravega standalone, started side by side (the JVM takes the longer)."""
-    work = tmp_path / "serve"
-    work.mkdir()
-    pravega = asyncio.create_task(asyncio.to_thread(start_standalone, tmp_path / "pravega"))
+@contextlib.asynccontextmanager
+async def started_pair(
+    work: Path,
+    serve_args: tuple[str, ...],
+    serve_env: dict[str, str] | None = None,
+    standalone_properties: Mapping[str, str] | None = None,
+    scheme: str = "tcp",
+) -> AsyncIterator[tuple[ServedProcess, Standalone]]:
+    """`serve` with `serve_args` and a standalone with `standalone_properties`, started at once
+    (the JVM takes the longer), both stopped on the way out."""
+    (work / "serve").mkdir(parents=True)
+    pravega = asyncio.create_task(
+        asyncio.to_thread(start_standalone, work / "pravega", standalone_properties, scheme)
+    )
     try:
-        served = await start_served(work, "--db-url", db_url, "--segment-store-host", "localhost")
+        served = await start_served(work / "serve", *serve_args, env=serve_env)
     except BaseException:
         await stop_when_started(pravega)
         raise
@@ -41,3 +49,10 @@ async def servers(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[ServedProc
         oracle.stop()
         code = await served.stop()
         assert code == 0, served.log()[-6000:]
+
+
+@pytest.fixture
+async def servers(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[ServedProcess, Standalone]]:
+    """`serve` (authentication and TLS off) on the test's database, and a plain standalone."""
+    async with started_pair(tmp_path, ("--db-url", db_url, "--segment-store-host", "localhost")) as pair:
+        yield pair
