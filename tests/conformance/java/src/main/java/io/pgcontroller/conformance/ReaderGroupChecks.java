@@ -22,6 +22,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledExecutorService;
 
@@ -61,7 +62,7 @@ public class ReaderGroupChecks {
         ReaderGroupConfig other = config.toBuilder().automaticCheckpointIntervalMillis(5_000).build();
         ctx.observe("create with another config", Ctx.thrown(() -> manager.createReaderGroup(name, other)));
         ReaderGroup group = ctx.closeLater(manager.getReaderGroup(name));
-        ctx.observe("its streams", group.getStreamNames().equals(java.util.Set.of(scope + "/" + stream)));
+        ctx.observe("its streams", group.getStreamNames().equals(Set.of(scope + "/" + stream)));
     }
 
     @Check
