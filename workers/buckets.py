@@ -68,8 +68,21 @@ class BucketClaims:
         rows = await self._store.bucket_rows(self.service)
         mine = {row.bucket: row for row in rows if row.assigned_to == self._member_id}
         self._assigned = frozenset(mine)
-        for bucket in sorted(set(self._fences) - set(mine)):
-            await self._release(bucket)
+        released: list[int] = []
+        try:
+            for bucket in sorted(set(self._fences) - set(mine)):
+                await self._release(bucket)
+                released.append(bucket)
+        finally:
+            # One line per round, as claims are: those released before a failure too.
+            if released:
+                log.info(
+                    "%s buckets released (reassigned): %s (%d; now %d)",
+                    self.service,
+                    number_ranges(released),
+                    len(released),
+                    len(self._fences),
+                )
         gained: set[int] = set()
         for bucket, row in mine.items():
             if bucket not in self._fences and await self._claim(row):
@@ -102,7 +115,6 @@ class BucketClaims:
         self._on_lost(frozenset({bucket}))
         await self._locks.unlock(self._namespace, bucket)
         await self._store.release_bucket(fence, self._member_id)
-        log.info("%s bucket %d released (reassigned)", self.service, bucket)
 
     def lose_all(self, reason: object, *, orderly: bool = False) -> None:
         """`orderly`: released on shutdown (INFO), not taken away (WARNING)."""

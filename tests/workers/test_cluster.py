@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -152,6 +153,24 @@ async def test_two_then_three_controllers_share_fairly_and_survivors_take_over(d
         assert first.cluster_node.is_leader
         members = await first.cluster_queries.members()
         assert sorted(view.member.id for view in members) == ["c1", "c3"]
+
+
+async def test_a_rebalance_logs_one_release_line_per_service_as_ranges(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an operator reads when a member joins: the buckets given up as ranges, one line per
+    service, as claims are (it used to be a line per bucket: 58 of them here)."""
+    caplog.set_level(logging.INFO, logger="pgcontroller.buckets")
+    async with cluster_of(db_url) as cluster:
+        await cluster.start("c1")
+        await cluster.start("c2")
+        await eventually(lambda: fair(cluster.live()), what="a fair share over two")
+        released = [r.getMessage() for r in caplog.records if "released" in r.getMessage()]
+    # The balancer moves the most loaded member's last buckets; retention's one bucket stays.
+    assert released == [
+        "requests buckets released (reassigned): 8-15 (8; now 8)",
+        "watermarks buckets released (reassigned): 50-99 (50; now 50)",
+    ]
 
 
 async def test_leader_crash_elects_a_new_leader_who_reassigns_its_buckets(db_url: str) -> None:
