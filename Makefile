@@ -3,17 +3,30 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two installs, each with its stamp: `run` installs only what serving needs (the package), every
+# other target the package with its dev extra (test, lint and type tools, the clients the tests
+# drive, PySpark). The dev install holds the serving one, so it renews both stamps.
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test check lint typecheck imports proto bench clean spark-deps conformance-deps
 
-$(STAMP): pyproject.toml
+# $(1): what to install editable, `.` or `.[dev]`.
+define install
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '$(1)'
+endef
 
-run: $(STAMP) spark-deps
+$(RUN_STAMP): pyproject.toml
+	$(call install,.)
+	@touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml
+	$(call install,.[dev])
+	@touch $(STAMP) $(RUN_STAMP)
+
+run: $(RUN_STAMP) spark-deps
 	$(BIN)/pgcontroller serve
 
 # Three workers, each with its own throwaway PostgreSQL, a test file's tests kept on one worker:
