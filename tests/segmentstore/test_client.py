@@ -40,10 +40,9 @@ def rid(command: wc.Command) -> int:
 def seg(command: wc.Command) -> str:
     if isinstance(command, wc.AppendBlockEnd):
         return SEG  # the append session's segment
-    for name in ("segment", "segment_name", "target"):
-        value = getattr(command, name, None)
-        if isinstance(value, str):
-            return value
+    segments = wc.segments_named(command)
+    if segments:
+        return segments[0]
     raise AssertionError(command)
 
 

@@ -37,11 +37,10 @@ class WrongHostReply(Exception):
 
 
 def describe(command: wc.Command) -> str:
-    """The command's name and the segment it is about, for messages."""
-    for field in ("segment", "segment_name", "target"):
-        segment = getattr(command, field, None)
-        if isinstance(segment, str):
-            return f"{type(command).__name__}({segment})"
+    """The command's name and the (first) segment it names, for messages."""
+    segments = wc.segments_named(command)
+    if segments:
+        return f"{type(command).__name__}({segments[0]})"
     return type(command).__name__
 
 

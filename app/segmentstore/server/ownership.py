@@ -19,9 +19,6 @@ from app.domain.containers import container_for_segment
 from app.ports import SegmentStoreHost
 from app.segmentstore.wire import commands as wc
 
-# The fields a request names its segment in (a merge's target and sources share a container:
-# transaction segments hash with their parent).
-_SEGMENT_FIELDS = ("segment", "segment_name", "target", "parent_segment")
 TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
     {
         wc.CreateTableSegment,
@@ -39,14 +36,13 @@ TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
 
 def requested_segment(cmd: wc.Command) -> str | None:
     """The stream segment a request acts on and whose owner must serve it, when the request
-    names it (appends name their writer); None for table-segment requests."""
+    names it (appends name their writer): the first its declaration names (a merge's target: its
+    sources share its container, transaction segments hash with their parent); None for
+    table-segment requests."""
     if type(cmd) in TABLE_REQUESTS:
         return None
-    for name in _SEGMENT_FIELDS:
-        value = getattr(cmd, name, None)
-        if isinstance(value, str):
-            return value
-    return None
+    segments = wc.segments_named(cmd)
+    return segments[0] if segments else None
 
 
 class ContainerOwnership:

@@ -2,9 +2,10 @@
 needs on which segments, and the AuthTokenCheckFailed it answers otherwise.
 
 Invariant: a request carrying a token is served only if the token grants the needed permission on
-every segment it names; a refusal names only the request id and Pravega's error code (never the
-token). Requests that carry no token (Hello, KeepAlive, the append blocks of a set-up writer) are
-not checked here: a writer's token was checked at its SetupAppend.
+every segment it names (each field its declaration marks `Names.SEGMENT`); a refusal names only
+the request id and Pravega's error code (never the token). Requests that carry no token (Hello,
+KeepAlive, the append blocks of a set-up writer) are not checked here: a writer's token was
+checked at its SetupAppend.
 """
 
 from __future__ import annotations
@@ -34,19 +35,10 @@ _READS: Final[frozenset[type[wc.Command]]] = frozenset(
         wc.ReadTableEntriesDelta,
     }
 )
-_SEGMENT_FIELDS: Final = ("segment", "segment_name", "target", "parent_segment", "source")
 
 
 def needed_permission(cmd: wc.Command) -> Permission:
     return Permission.READ if type(cmd) in _READS else Permission.READ_UPDATE
-
-
-def named_segments(cmd: wc.Command) -> list[str]:
-    """Every segment a request acts on (a merge: its target and its sources)."""
-    names = [v for f in _SEGMENT_FIELDS if isinstance(v := getattr(cmd, f, None), str)]
-    if isinstance(cmd, wc.MergeSegmentsBatch):
-        names.extend(cmd.sources)
-    return names
 
 
 class TokenGate:
@@ -61,7 +53,7 @@ class TokenGate:
         needed = needed_permission(cmd)
         verdict = Verdict(Outcome.INVALID)
         # A request naming no segment (the admin FlushToStorage) needs the master token's "*".
-        for segment in named_segments(cmd) or [""]:
+        for segment in wc.segments_named(cmd) or ("",):
             verdict = self.verifier.verify(token, segment, needed)
             if not verdict.ok:
                 return verdict

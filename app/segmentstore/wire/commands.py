@@ -1,11 +1,15 @@
 """Pravega's WireCommands as frozen dataclasses, fields in wire order. Invariant: each field's
 annotation names its wire encoding, which is all the codec knows of a layout; a field with a
 default is a trailing one that older or Rust peers may omit, and decoding fills the default in.
+Every field holding segments' qualified names is marked so (`Names.SEGMENT`), and that mark is
+the only way anything finds the segments a command names (`SEGMENT_FIELDS`, `segments_named`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import typing
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Final, TypeAlias
 
@@ -49,6 +53,18 @@ class Wire(enum.Enum):
     MERGED_OFFSETS = "merged_offsets"
 
 
+class Names(enum.Enum):
+    """What a field names, marked beside its Wire kind (the codec reads only the Wire kind).
+
+    SEGMENT: the field holds a segment's qualified name, or for a list, one in each item. The
+    segment store's ownership check (WrongHost) and delegation-token check, and the controller's
+    messages about a reply, find a command's segments by this mark alone, whatever the field is
+    called: a new command's segment field is checked as soon as it is declared with it.
+    """
+
+    SEGMENT = "segment"
+
+
 I32: TypeAlias = Annotated[int, Wire.I32]
 I64: TypeAlias = Annotated[int, Wire.I64]
 U8: TypeAlias = Annotated[int, Wire.U8]
@@ -57,6 +73,8 @@ U128: TypeAlias = Annotated[int, Wire.U128]
 Str: TypeAlias = Annotated[str, Wire.STR]
 Bytes: TypeAlias = Annotated[bytes, Wire.BYTES]
 Rest: TypeAlias = Annotated[bytes, Wire.REST]
+Segment: TypeAlias = Annotated[str, Wire.STR, Names.SEGMENT]
+Segments: TypeAlias = Annotated[tuple[str, ...], Wire.STRS, Names.SEGMENT]
 
 
 # --- nested structures (not commands) ---------------------------------------------------------
@@ -149,7 +167,7 @@ class SetupAppend(Command):
     TYPE: ClassVar[int] = 1
     request_id: I64
     writer_id: U128
-    segment: Str
+    segment: Segment
     delegation_token: Str
 
 
@@ -157,7 +175,7 @@ class SetupAppend(Command):
 class AppendSetup(Command):
     TYPE: ClassVar[int] = 2
     request_id: I64
-    segment: Str
+    segment: Segment
     writer_id: U128
     last_event_number: I64
 
@@ -226,7 +244,7 @@ class ConditionalCheckFailed(Command):
 @dataclass(frozen=True, slots=True)
 class ReadSegment(Command):
     TYPE: ClassVar[int] = 9
-    segment: Str
+    segment: Segment
     offset: I64
     suggested_length: I32
     delegation_token: Str
@@ -236,7 +254,7 @@ class ReadSegment(Command):
 @dataclass(frozen=True, slots=True)
 class SegmentRead(Command):
     TYPE: ClassVar[int] = 10
-    segment: Str
+    segment: Segment
     offset: I64
     at_tail: Bool
     end_of_segment: Bool
@@ -248,7 +266,7 @@ class SegmentRead(Command):
 class GetStreamSegmentInfo(Command):
     TYPE: ClassVar[int] = 11
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     delegation_token: Str
 
 
@@ -256,7 +274,7 @@ class GetStreamSegmentInfo(Command):
 class StreamSegmentInfo(Command):
     TYPE: ClassVar[int] = 12
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     exists: Bool
     is_sealed: Bool
     is_deleted: Bool
@@ -271,7 +289,7 @@ class CreateSegment(Command):
 
     TYPE: ClassVar[int] = 20
     request_id: I64
-    segment: Str
+    segment: Segment
     target_rate: I32
     scale_type: U8
     delegation_token: Str
@@ -282,7 +300,7 @@ class CreateSegment(Command):
 class SegmentCreated(Command):
     TYPE: ClassVar[int] = 21
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +308,7 @@ class CreateTransientSegment(Command):
     TYPE: ClassVar[int] = 40
     request_id: I64
     writer_id: U128
-    parent_segment: Str
+    parent_segment: Segment
     delegation_token: Str
 
 
@@ -298,7 +316,7 @@ class CreateTransientSegment(Command):
 class SealSegment(Command):
     TYPE: ClassVar[int] = 28
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
 
 
@@ -306,14 +324,14 @@ class SealSegment(Command):
 class SegmentSealed(Command):
     TYPE: ClassVar[int] = 29
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteSegment(Command):
     TYPE: ClassVar[int] = 30
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
 
 
@@ -321,14 +339,14 @@ class DeleteSegment(Command):
 class SegmentDeleted(Command):
     TYPE: ClassVar[int] = 31
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateSegmentPolicy(Command):
     TYPE: ClassVar[int] = 32
     request_id: I64
-    segment: Str
+    segment: Segment
     target_rate: I32
     scale_type: U8
     delegation_token: Str
@@ -338,14 +356,14 @@ class UpdateSegmentPolicy(Command):
 class SegmentPolicyUpdated(Command):
     TYPE: ClassVar[int] = 33
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
 class GetSegmentAttribute(Command):
     TYPE: ClassVar[int] = 34
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     attribute_id: U128
     delegation_token: Str
 
@@ -361,7 +379,7 @@ class SegmentAttribute(Command):
 class UpdateSegmentAttribute(Command):
     TYPE: ClassVar[int] = 36
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     attribute_id: U128
     new_value: I64
     expected_value: I64
@@ -379,7 +397,7 @@ class SegmentAttributeUpdated(Command):
 class TruncateSegment(Command):
     TYPE: ClassVar[int] = 38
     request_id: I64
-    segment: Str
+    segment: Segment
     truncation_offset: I64
     delegation_token: Str
 
@@ -388,14 +406,14 @@ class TruncateSegment(Command):
 class SegmentTruncated(Command):
     TYPE: ClassVar[int] = 39
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
 class LocateOffset(Command):
     TYPE: ClassVar[int] = 41
     request_id: I64
-    segment: Str
+    segment: Segment
     target_offset: I64
     delegation_token: Str
 
@@ -404,7 +422,7 @@ class LocateOffset(Command):
 class OffsetLocated(Command):
     TYPE: ClassVar[int] = 42
     request_id: I64
-    segment: Str
+    segment: Segment
     offset: I64
 
 
@@ -412,8 +430,8 @@ class OffsetLocated(Command):
 class MergeSegments(Command):
     TYPE: ClassVar[int] = 58
     request_id: I64
-    target: Str
-    source: Str
+    target: Segment
+    source: Segment
     delegation_token: Str
     attribute_updates: Annotated[tuple[ConditionalAttributeUpdate, ...], Wire.ATTRIBUTE_UPDATES] = ()
 
@@ -422,8 +440,8 @@ class MergeSegments(Command):
 class SegmentsMerged(Command):
     TYPE: ClassVar[int] = 59
     request_id: I64
-    target: Str
-    source: Str
+    target: Segment
+    source: Segment
     new_target_write_offset: I64 = -1
 
 
@@ -431,8 +449,8 @@ class SegmentsMerged(Command):
 class MergeSegmentsBatch(Command):
     TYPE: ClassVar[int] = 90
     request_id: I64
-    target: Str
-    sources: Annotated[tuple[str, ...], Wire.STRS]
+    target: Segment
+    sources: Segments
     delegation_token: Str
 
 
@@ -442,8 +460,8 @@ class SegmentsBatchMerged(Command):
 
     TYPE: ClassVar[int] = 91
     request_id: I64
-    target: Str
-    sources: Annotated[tuple[str, ...], Wire.MERGED_SOURCES]
+    target: Segment
+    sources: Annotated[tuple[str, ...], Wire.MERGED_SOURCES, Names.SEGMENT]
     new_target_write_offsets: Annotated[tuple[int, ...], Wire.MERGED_OFFSETS]
 
 
@@ -454,7 +472,7 @@ class SegmentsBatchMerged(Command):
 class WrongHost(Command):
     TYPE: ClassVar[int] = 50
     request_id: I64
-    segment: Str
+    segment: Segment
     correct_host: Str
     server_stack_trace: Str = ""
 
@@ -463,7 +481,7 @@ class WrongHost(Command):
 class SegmentIsSealed(Command):
     TYPE: ClassVar[int] = 51
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
     offset: I64 = -1
 
@@ -472,7 +490,7 @@ class SegmentIsSealed(Command):
 class SegmentAlreadyExists(Command):
     TYPE: ClassVar[int] = 52
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
 
 
@@ -480,7 +498,7 @@ class SegmentAlreadyExists(Command):
 class NoSuchSegment(Command):
     TYPE: ClassVar[int] = 53
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
     offset: I64 = -1
 
@@ -499,7 +517,7 @@ class InvalidEventNumber(Command):
 class SegmentIsTruncated(Command):
     TYPE: ClassVar[int] = 56
     request_id: I64
-    segment: Str
+    segment: Segment
     start_offset: I64
     server_stack_trace: Str = ""
     offset: I64 = -1
@@ -529,7 +547,7 @@ class ErrorMessage(Command):
 
     TYPE: ClassVar[int] = 61
     request_id: I64
-    segment: Str
+    segment: Segment
     message: Str
     error_code: I32
 
@@ -541,7 +559,7 @@ class ErrorMessage(Command):
 class GetTableSegmentInfo(Command):
     TYPE: ClassVar[int] = 68
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     delegation_token: Str
 
 
@@ -549,7 +567,7 @@ class GetTableSegmentInfo(Command):
 class TableSegmentInfo(Command):
     TYPE: ClassVar[int] = 69
     request_id: I64
-    segment_name: Str
+    segment_name: Segment
     start_offset: I64
     length: I64
     entry_count: I64
@@ -560,7 +578,7 @@ class TableSegmentInfo(Command):
 class CreateTableSegment(Command):
     TYPE: ClassVar[int] = 70
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     sorted: Bool = False
     key_length: I32 = 0
@@ -571,7 +589,7 @@ class CreateTableSegment(Command):
 class DeleteTableSegment(Command):
     TYPE: ClassVar[int] = 71
     request_id: I64
-    segment: Str
+    segment: Segment
     must_be_empty: Bool
     delegation_token: Str
 
@@ -580,7 +598,7 @@ class DeleteTableSegment(Command):
 class UpdateTableEntries(Command):
     TYPE: ClassVar[int] = 74
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     entries: TableEntries
     table_segment_offset: I64 = NULL_TABLE_SEGMENT_OFFSET
@@ -599,7 +617,7 @@ class TableEntriesUpdated(Command):
 class RemoveTableKeys(Command):
     TYPE: ClassVar[int] = 76
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     keys: TableKeys
     table_segment_offset: I64 = NULL_TABLE_SEGMENT_OFFSET
@@ -609,14 +627,14 @@ class RemoveTableKeys(Command):
 class TableKeysRemoved(Command):
     TYPE: ClassVar[int] = 77
     request_id: I64
-    segment: Str
+    segment: Segment
 
 
 @dataclass(frozen=True, slots=True)
 class ReadTable(Command):
     TYPE: ClassVar[int] = 78
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     keys: TableKeys
 
@@ -625,7 +643,7 @@ class ReadTable(Command):
 class TableRead(Command):
     TYPE: ClassVar[int] = 79
     request_id: I64
-    segment: Str
+    segment: Segment
     entries: TableEntries
 
 
@@ -633,7 +651,7 @@ class TableRead(Command):
 class TableSegmentNotEmpty(Command):
     TYPE: ClassVar[int] = 80
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
 
 
@@ -641,7 +659,7 @@ class TableSegmentNotEmpty(Command):
 class TableKeyDoesNotExist(Command):
     TYPE: ClassVar[int] = 81
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
 
 
@@ -649,7 +667,7 @@ class TableKeyDoesNotExist(Command):
 class TableKeyBadVersion(Command):
     TYPE: ClassVar[int] = 82
     request_id: I64
-    segment: Str
+    segment: Segment
     server_stack_trace: Str = ""
 
 
@@ -659,7 +677,7 @@ class ReadTableKeys(Command):
 
     TYPE: ClassVar[int] = 83
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     suggested_count: I32
     continuation_token: Bytes
@@ -672,7 +690,7 @@ class ReadTableKeys(Command):
 class TableKeysRead(Command):
     TYPE: ClassVar[int] = 84
     request_id: I64
-    segment: Str
+    segment: Segment
     keys: TableKeys
     continuation_token: Bytes
 
@@ -683,7 +701,7 @@ class ReadTableEntries(Command):
 
     TYPE: ClassVar[int] = 85
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     suggested_count: I32
     continuation_token: Bytes
@@ -696,7 +714,7 @@ class ReadTableEntries(Command):
 class TableEntriesRead(Command):
     TYPE: ClassVar[int] = 86
     request_id: I64
-    segment: Str
+    segment: Segment
     entries: TableEntries
     continuation_token: Bytes
 
@@ -705,7 +723,7 @@ class TableEntriesRead(Command):
 class TableEntriesDeltaRead(Command):
     TYPE: ClassVar[int] = 87
     request_id: I64
-    segment: Str
+    segment: Segment
     entries: TableEntries
     should_clear: Bool
     reached_end: Bool
@@ -716,7 +734,7 @@ class TableEntriesDeltaRead(Command):
 class ReadTableEntriesDelta(Command):
     TYPE: ClassVar[int] = 88
     request_id: I64
-    segment: Str
+    segment: Segment
     delegation_token: Str
     from_position: I64
     suggested_entry_count: I32
@@ -742,7 +760,7 @@ class StorageFlushed(Command):
 @dataclass(frozen=True, slots=True)
 class ListStorageChunks(Command):
     TYPE: ClassVar[int] = -5
-    segment: Str
+    segment: Segment
     delegation_token: Str
     request_id: I64
 
@@ -768,3 +786,31 @@ def _all_commands() -> dict[int, type[Command]]:
 
 # Every command class by its type code.
 COMMANDS: Final[dict[int, type[Command]]] = _all_commands()
+
+
+def _declared_segment_fields(cls: type[Command]) -> tuple[str, ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple(
+        field.name
+        for field in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if Names.SEGMENT in getattr(hints[field.name], "__metadata__", ())
+    )
+
+
+# Every command class's fields that hold segment names (Names.SEGMENT), in wire order.
+SEGMENT_FIELDS: Final[dict[type[Command], tuple[str, ...]]] = {
+    cls: _declared_segment_fields(cls) for cls in COMMANDS.values()
+}
+
+
+def segments_named(command: Command) -> tuple[str, ...]:
+    """Every segment `command` names, in wire order (a list field's items in their order); empty
+    for a command that names none (Hello, KeepAlive, the append blocks: they name their writer)."""
+    names: list[str] = []
+    for field in SEGMENT_FIELDS[type(command)]:
+        value = getattr(command, field)
+        if isinstance(value, str):
+            names.append(value)
+        else:
+            names.extend(value)
+    return tuple(names)
