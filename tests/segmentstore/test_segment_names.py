@@ -1,14 +1,26 @@
 """The one declaration of which wire-command fields name a segment (`Names.SEGMENT` in
 app/segmentstore/wire/commands.py): every text field of every command is declared a segment name
-or not, the declared ones are Pravega's, and a command's segments name it in the controller's
-messages."""
+or not, the declared ones are Pravega's, every segment a command names is checked for this
+store's ownership of its container, and a command's segments name it in the controller's
+messages. Over TCP, a store owning none of the containers answers WrongHost to each of them, and
+one owning a merge's target but not its source answers WrongHost to the merge."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.domain.containers import container_for_segment
+from app.ports import SegmentStoreHost
 from app.segmentstore.client.replies import describe
+from app.segmentstore.server import SegmentStoreServer
+from app.segmentstore.server.ownership import TABLE_REQUESTS, ContainerOwnership, requested_segments
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.commands import Wire
-from tests.segmentstore.segment_commands import annotations
+from app.store.segment_data import PgSegmentStorage
+from tests.segmentstore.segment_commands import NAMING_SEGMENTS, annotations, build, name_count
+from tests.segmentstore.server_harness import Client, rid
 
 # The fields of Pravega's WireCommands (0.13, shared/protocol/.../WireCommands.java) that hold a
 # segment's qualified name, under our field names; LocateOffset and OffsetLocated are version 17.
@@ -72,6 +84,9 @@ NOT_SEGMENT_NAMES = {"delegation_token", "server_stack_trace", "correct_host", "
 _TEXT_KINDS = {Wire.STR, Wire.STRS, Wire.MERGED_SOURCES}
 
 
+ids = [cls.__name__ for cls in NAMING_SEGMENTS]
+
+
 def test_every_text_field_of_every_command_is_declared_a_segment_name_or_not() -> None:
     unclassified = []
     for cls in wc.COMMANDS.values():
@@ -96,8 +111,88 @@ def test_segments_named_lists_every_name_in_wire_order() -> None:
     assert wc.segments_named(wc.KeepAlive()) == ()
 
 
+def names_for(cls: type[wc.Command]) -> list[str]:
+    return [f"sc/st/{n}.#epoch.0" for n in range(name_count(cls))]
+
+
+@pytest.mark.parametrize("cls", NAMING_SEGMENTS, ids=ids)
+def test_every_segment_a_command_names_is_checked_for_ownership(cls: type[wc.Command]) -> None:
+    names = names_for(cls)
+    expected = () if cls in TABLE_REQUESTS else tuple(names)  # any store serves table segments
+    assert requested_segments(build(cls, names)) == expected
+
+
 def test_a_reply_is_described_by_the_first_segment_its_command_names() -> None:
     assert describe(wc.MergeSegmentsBatch(1, "t", ("s",), "")) == "MergeSegmentsBatch(t)"
     assert describe(wc.CreateTransientSegment(1, 2, "p", "")) == "CreateTransientSegment(p)"
     assert describe(wc.GetStreamSegmentInfo(1, "g", "")) == "GetStreamSegmentInfo(g)"
     assert describe(wc.KeepAlive()) == "KeepAlive"
+
+
+# --- over TCP: a store that owns no container ------------------------------------------------
+
+ME = SegmentStoreHost("127.0.0.1", 1)
+ELSEWHERE = SegmentStoreHost("127.0.0.2", 2)
+CONTAINERS = 4
+
+
+@pytest.fixture
+def ownership() -> ContainerOwnership:
+    owned = ContainerOwnership(ME, CONTAINERS, [ME])
+    owned.update({c: ELSEWHERE for c in range(CONTAINERS)})
+    return owned
+
+
+@pytest.fixture
+async def owning_server(
+    storage: PgSegmentStorage, ownership: ContainerOwnership
+) -> AsyncIterator[SegmentStoreServer]:
+    started = await SegmentStoreServer.start(storage, "127.0.0.1", 0, tail_wait_s=0.5, ownership=ownership)
+    try:
+        yield started
+    finally:
+        await started.close()
+
+
+async def test_a_store_answers_wrong_host_to_every_command_naming_a_segment_it_does_not_own(
+    owning_server: SegmentStoreServer,
+) -> None:
+    c = await Client.connect(owning_server.address)
+    for cls in NAMING_SEGMENTS:
+        if cls in TABLE_REQUESTS:
+            continue  # served by any store (module docstring of ownership.py)
+        names = names_for(cls)
+        request_id = rid()
+        reply = await c.call(build(cls, names, request_id=request_id))
+        assert reply == wc.WrongHost(request_id, names[0], "", ""), cls.__name__
+    await c.close()
+
+
+def in_container(container: int) -> str:
+    return next(
+        name
+        for n in range(1000)
+        if container_for_segment(name := f"sc/st/{n}.#epoch.0", CONTAINERS) == container
+    )
+
+
+async def test_a_merge_whose_source_is_in_a_container_not_owned_is_wrong_host(
+    owning_server: SegmentStoreServer, ownership: ContainerOwnership
+) -> None:
+    # Java routes a merge by its source and finds the target in the same container; a source of
+    # another container (never made by Pravega's names) is not served by the target's owner.
+    ownership.update({0: ME, **{c: ELSEWHERE for c in range(1, CONTAINERS)}})
+    target, source = in_container(0), in_container(1)
+    c = await Client.connect(owning_server.address)
+    request_id = rid()
+    reply = await c.call(wc.MergeSegments(request_id, target, source, ""))
+    assert reply == wc.WrongHost(request_id, source, "", "")
+    request_id = rid()
+    transaction = f"{target}#transaction.{'0' * 32}"  # hashes with its parent, the target
+    assert ownership.owns(transaction)
+    reply = await c.call(wc.MergeSegmentsBatch(request_id, target, (transaction, source), ""))
+    assert reply == wc.WrongHost(request_id, source, "", "")
+    # The owned target itself is served (it does not exist: NoSuchSegment, not WrongHost).
+    request_id = rid()
+    assert isinstance(await c.call(wc.SealSegment(request_id, target, "")), wc.NoSuchSegment)
+    await c.close()

@@ -23,7 +23,7 @@ from app.security.tokens import Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
 from app.segmentstore.server.handlers import Handlers
-from app.segmentstore.server.ownership import ContainerOwnership, requested_segment
+from app.segmentstore.server.ownership import ContainerOwnership, requested_segments
 from app.segmentstore.server.reads import Reads
 from app.segmentstore.server.refusals import RefusalContext, refusal_reply
 from app.segmentstore.server.tails import Tails, TailWatch
@@ -220,14 +220,16 @@ class Connection:
         does not own; the client asks the controller's getURI again."""
         if self._ownership is None:
             return None
-        segment = requested_segment(cmd)
-        if segment is None and isinstance(
+        segments = requested_segments(cmd)
+        if not segments and isinstance(
             cmd, (wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend)
         ):
             segment = self._appends.segment_of(cmd.writer_id)
-        if segment is None or self._ownership.owns(segment):
-            return None
-        return wc.WrongHost(refusal_context(cmd).request_id, segment, "", "")
+            segments = () if segment is None else (segment,)
+        for segment in segments:
+            if not self._ownership.owns(segment):
+                return wc.WrongHost(refusal_context(cmd).request_id, segment, "", "")
+        return None
 
     def disown(self, lost: Callable[[str], bool]) -> None:
         """Reads parked on segments `lost` names answer WrongHost at once."""

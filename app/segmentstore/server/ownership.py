@@ -1,9 +1,10 @@
 """Which segment containers this store serves: its share of the cluster's container map.
 
 Invariant: a stream-segment request is served only when the last map this store read gives the
-segment's container to it. Containers the map does not name belong to the static hosts (host i
-of n owns {i, i+n, ...}), exactly as getURI answers for them; before the first read, nothing is
-served. Every change reports the containers lost, so their parked reads can be disowned.
+container of every segment it names (`requested_segments`) to it. Containers the map does not
+name belong to the static hosts (host i of n owns {i, i+n, ...}), exactly as getURI answers for
+them; before the first read, nothing is served. Every change reports the containers lost, so
+their parked reads can be disowned.
 
 Table-segment requests are served by any store (Java answers WrongHost for them too): a table
 has no reads parked at its tail to wake and each operation is one PostgreSQL transaction, so any
@@ -34,15 +35,16 @@ TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
 )
 
 
-def requested_segment(cmd: wc.Command) -> str | None:
-    """The stream segment a request acts on and whose owner must serve it, when the request
-    names it (appends name their writer): the first its declaration names (a merge's target: its
-    sources share its container, transaction segments hash with their parent); None for
-    table-segment requests."""
+def requested_segments(cmd: wc.Command) -> tuple[str, ...]:
+    """The stream segments a request acts on, every one of which this store must own to serve it:
+    each segment the command's declaration names (`wc.segments_named`), so a merge's sources as
+    well as its target (they share a container: transaction and transient segments hash with
+    their parent; Java routes a merge by its source and finds the target in the same container).
+    Empty for table-segment requests and for requests naming no segment (appends name their
+    writer)."""
     if type(cmd) in TABLE_REQUESTS:
-        return None
-    segments = wc.segments_named(cmd)
-    return segments[0] if segments else None
+        return ()
+    return wc.segments_named(cmd)
 
 
 class ContainerOwnership:
