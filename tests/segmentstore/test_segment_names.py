@@ -1,9 +1,11 @@
 """The one declaration of which wire-command fields name a segment (`Names.SEGMENT` in
-app/segmentstore/wire/commands.py): every text field of every command is declared a segment name
-or not, the declared ones are Pravega's, every segment a command names is checked for this
-store's ownership of its container, and a command's segments name it in the controller's
-messages. Over TCP, a store owning none of the containers answers WrongHost to each of them, and
-one owning a merge's target but not its source answers WrongHost to the merge."""
+app/segmentstore/wire/commands.py), and the checks that read it: every text field of every
+command is declared a segment name or not, and the declared ones are Pravega's; every segment
+every command names is checked against the request's delegation token and for this store's
+ownership of its container, whatever the field is called; a command's segments name it in the
+controller's messages. Over TCP, a store owning none of the containers answers WrongHost to each
+command naming a segment, and one owning a merge's target but not its source answers WrongHost to
+the merge (the token check over TCP, driven the same way: test_tokens_wire.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import pytest
 
 from app.domain.containers import container_for_segment
 from app.ports import SegmentStoreHost
+from app.security.tokens import Outcome, Permission, TokenSigner, TokenVerifier, stream_resource
 from app.segmentstore.client.replies import describe
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.server.ownership import TABLE_REQUESTS, ContainerOwnership, requested_segments
+from app.segmentstore.server.tokens import TokenGate
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.commands import Wire
 from app.store.segment_data import PgSegmentStorage
@@ -83,6 +87,9 @@ PRAVEGA_SEGMENT_FIELDS: dict[str, tuple[str, ...]] = {
 NOT_SEGMENT_NAMES = {"delegation_token", "server_stack_trace", "correct_host", "message", "operation_name"}
 _TEXT_KINDS = {Wire.STR, Wire.STRS, Wire.MERGED_SOURCES}
 
+KEY = b"the cluster's delegation-token signing key, shared by the controller and every store"
+T0 = 1_700_000_000.0
+FOREIGN = "sc/other/0.#epoch.0"
 
 ids = [cls.__name__ for cls in NAMING_SEGMENTS]
 
@@ -120,6 +127,24 @@ def test_every_segment_a_command_names_is_checked_for_ownership(cls: type[wc.Com
     names = names_for(cls)
     expected = () if cls in TABLE_REQUESTS else tuple(names)  # any store serves table segments
     assert requested_segments(build(cls, names)) == expected
+
+
+@pytest.mark.parametrize("cls", NAMING_SEGMENTS, ids=ids)
+def test_every_segment_a_command_names_is_checked_against_its_token(cls: type[wc.Command]) -> None:
+    gate = TokenGate(TokenVerifier(KEY, now=lambda: T0))
+    good = TokenSigner(KEY, now=lambda: T0).issue(stream_resource("sc", "st"), Permission.READ_UPDATE)
+    carries_token = "delegation_token" in annotations(cls)
+    names = names_for(cls)
+    verdict = gate.check(build(cls, names, good))
+    # A command naming a segment without carrying a token (a reply) is refused all the same.
+    assert verdict is not None and verdict.ok == carries_token
+    for i in range(len(names)):
+        one_foreign = [FOREIGN if j == i else name for j, name in enumerate(names)]
+        verdict = gate.check(build(cls, one_foreign, good))
+        assert verdict is not None and not verdict.ok, (cls.__name__, one_foreign)
+        assert verdict.outcome is (Outcome.INSUFFICIENT if carries_token else Outcome.INVALID)
+    verdict = gate.check(build(cls, names, ""))
+    assert verdict is not None and not verdict.ok
 
 
 def test_a_reply_is_described_by_the_first_segment_its_command_names() -> None:

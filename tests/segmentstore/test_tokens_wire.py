@@ -17,6 +17,7 @@ from app.segmentstore.server.tokens import TOKEN_CHECK_FAILED, TOKEN_EXPIRED, To
 from app.segmentstore.wire import commands as wc
 from app.store.segment_data import PgSegmentStorage
 from app.testing.segment_store import OneHost
+from tests.segmentstore.segment_commands import NAMING_SEGMENTS, build, name_count
 from tests.segmentstore.server_harness import Client, event, rid, wid
 
 KEY = b"the cluster's delegation-token signing key, shared by the controller and every store"
@@ -173,6 +174,30 @@ async def test_every_request_carrying_a_token_is_checked(
     # Nothing was changed by the refused requests.
     info = await controller.get_segment_info(SEG)
     assert (info.length, info.sealed) == (0, False)
+    await c.close()
+
+
+async def test_every_command_naming_a_segment_is_refused_without_a_token_for_each_of_them(
+    server: SegmentStoreServer, controller: WireSegmentStore, clock: Clock
+) -> None:
+    # Driven by the declaration (every field marked Names.SEGMENT): a new command is covered as
+    # soon as it is declared. Refused with no token, and with a token for SEG's stream when any
+    # one of the segments it names is another stream's; replies, which carry no token, too.
+    c = await Client.connect(server.address)
+    good = token(clock)
+    for cls in NAMING_SEGMENTS:
+        count = name_count(cls)
+        variants = [([SEG] * count, "")]
+        variants += [([OTHER if j == i else SEG for j in range(count)], good) for i in range(count)]
+        for names, carried in variants:
+            request_id = rid()
+            reply = await c.call(build(cls, names, carried, request_id))
+            assert reply == wc.AuthTokenCheckFailed(request_id, "", TOKEN_CHECK_FAILED), (cls.__name__, names)
+    # Nothing was changed, and the connection still serves a request with a good token.
+    for name in (SEG, OTHER):
+        info = await controller.get_segment_info(name)
+        assert (info.length, info.sealed) == (0, False)
+    await c.expect(wc.GetStreamSegmentInfo(rid(), SEG, good), wc.StreamSegmentInfo)
     await c.close()
 
 

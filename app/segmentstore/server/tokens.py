@@ -1,11 +1,12 @@
 """The store's check of delegation tokens, with authentication on: which permission each request
 needs on which segments, and the AuthTokenCheckFailed it answers otherwise.
 
-Invariant: a request carrying a token is served only if the token grants the needed permission on
-every segment it names (each field its declaration marks `Names.SEGMENT`); a refusal names only
-the request id and Pravega's error code (never the token). Requests that carry no token (Hello,
-KeepAlive, the append blocks of a set-up writer) are not checked here: a writer's token was
-checked at its SetupAppend.
+Invariant: a request naming segments is served only if its token grants the needed permission on
+every segment it names (each field its declaration marks `Names.SEGMENT`); one naming a segment
+without carrying a token at all is refused. A refusal names only the request id and Pravega's
+error code (never the token). Requests that name no segment and carry no token (Hello, KeepAlive,
+the append blocks of a set-up writer) are not checked here: a writer's token was checked at its
+SetupAppend.
 """
 
 from __future__ import annotations
@@ -46,14 +47,17 @@ class TokenGate:
         self.verifier = verifier
 
     def check(self, cmd: wc.Command) -> Verdict | None:
-        """The verdict on a request carrying a token; None for a request that carries none."""
+        """The verdict on a request carrying a token or naming a segment; None for a request
+        that does neither."""
+        segments = wc.segments_named(cmd)
         token = getattr(cmd, "delegation_token", None)
         if not isinstance(token, str):
-            return None
+            # A command naming a segment but declared without a token: refused, never unchecked.
+            return Verdict(Outcome.INVALID) if segments else None
         needed = needed_permission(cmd)
         verdict = Verdict(Outcome.INVALID)
         # A request naming no segment (the admin FlushToStorage) needs the master token's "*".
-        for segment in wc.segments_named(cmd) or ("",):
+        for segment in segments or ("",):
             verdict = self.verifier.verify(token, segment, needed)
             if not verdict.ok:
                 return verdict
