@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from app.clock import SystemClock
-from app.config import Settings
 from app.domain.errors import IllegalState
 from app.embedded_pg import EmbeddedPostgres
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
+from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.db import Database
 from app.store.dsn import masked

@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.clock import SystemClock
-from app.config import Settings
 from app.domain.errors import IllegalState, StoreUnavailable
 from app.embedded_pg import EmbeddedPostgres
 from app.services.health import HealthService
+from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.db import Database
 from app.store.migrate import ensure_schema

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.clock import SystemClock
-from app.config import Settings
 from app.ports import ControllerEndpoint
 from app.services.health import HealthService
+from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
 from app.wiring import (

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.api.rest import autoscale as autoscale_routes
-from app.config import Settings
 from app.domain.autoscale import TrafficWindows
 from app.ports import Clock
 from app.segmentstore.autoscaler import AutoScaleMonitor, AutoScalerConfig
 from app.segmentstore.measured_storage import MeasuredStorage, Observation
 from app.segmentstore.storage import SegmentStorage
 from app.services.autoscale import AutoScaleIntake
+from app.settings import Settings
 from app.store.autoscale import PgAutoScaleStore
 from app.store.db import Database
 from app.wiring.resources import Contribution, Resources

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from app.api.grpc.cluster import ClusterRpcs
 from app.api.rest import cluster as cluster_routes
 from app.api.rest import cluster_hosts
-from app.config import Settings
 from app.domain.cluster import BucketService, Member
 from app.ports import SegmentStoreHost
 from app.segmentstore.hosts import SharedContainerMap
 from app.services.cluster import ClusterQueries, LocalView
 from app.services.containers import ContainerMapService
+from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.containers import PgContainerMapStore
 from app.wiring.resources import Contribution, Resources

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from app.clock import SystemClock
-from app.config import Settings
 from app.domain.cluster import BucketService
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import SharedContainerMap
@@ -27,6 +26,7 @@ from app.services.state_views import StateViewService
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
 from app.services.watermarks import WatermarkService
+from app.settings import Settings
 from app.store.cache import RecordCache
 from app.store.cluster import PgClusterStore
 from app.store.db import Database

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.config import Settings
 from app.security.tls import ALPN_REST, server_context
+from app.settings import Settings
 
 
 async def listen_http(

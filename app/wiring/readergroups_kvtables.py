@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from app.api.grpc.kvtables import KvtRpcs
 from app.api.grpc.readergroups import ReaderGroupRpcs
 from app.api.rest import readergroups as reader_group_routes
-from app.config import Settings
 from app.security.delegation import DelegationTokens
 from app.services.kvtables import KvtService
 from app.services.readergroups import ReaderGroupService
 from app.services.retention import SubscriberService
+from app.settings import Settings
 from app.store.kvtables import PgKvtStore
 from app.store.readergroups import PgReaderGroupStore
 from app.wiring.resources import Contribution, Resources

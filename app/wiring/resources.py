@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from app.clock import SystemClock
-from app.config import Settings
+from app.settings import Settings
 from app.store.cache import RecordCache
 from app.store.cluster import MEMBER_APPLICATION_PREFIX
 from app.store.db import Database

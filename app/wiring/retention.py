@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.api.grpc.subscribers import SubscriberRpcs
-from app.config import Settings
 from app.ports import SegmentStore
 from app.services.retention import RetentionService, SubscriberService
+from app.settings import Settings
 from app.store.retention import PgRetentionStore
 from app.wiring.resources import Contribution, Resources
 from workers.buckets import BucketClaims

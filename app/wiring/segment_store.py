@@ -15,7 +15,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from app.config import Settings
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
 from app.security.authn import caller_permission
 from app.security.delegation import DelegationTokens
@@ -30,6 +29,7 @@ from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.tokens import TokenGate
 from app.segmentstore.storage import AppendResult
+from app.settings import Settings
 from app.store.cache import RecordCache
 from app.store.containers import PgContainerMapStore
 from app.store.db import Database

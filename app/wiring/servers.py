@@ -21,12 +21,12 @@ from app.api.grpc.service import ControllerService
 from app.api.rest.app import create_app
 from app.api.rest.auth import auth_middleware
 from app.api.rest.metrics import metrics_routes
-from app.config import Settings
 from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, server_context
 from app.services.health import HealthService, HealthStatus
+from app.settings import Settings
 from app.store.accounts import PgAccountStore
 from app.store.metrics_gauges import gauge_refresher
 from app.waiting import bounded

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.api.rest import state_views as state_view_routes
-from app.config import Settings
 from app.services.state_views import StateViewService, ViewAggregation
+from app.settings import Settings
 from app.store.state_views import PgStateViewStore
 from app.wiring.resources import Contribution, Resources
 from workers.cluster import ClusterNode

@@ -14,8 +14,8 @@ from aiohttp import web
 
 from app.api.rest.store_app import store_app
 from app.clock import SystemClock
-from app.config import Settings
 from app.services.health import HealthService, HealthStatus
+from app.settings import Settings
 from app.waiting import bounded
 from app.wiring.http_listener import listen_http
 from app.wiring.segment_store import RunningStore

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.api.rest import requests as parked_routes
-from app.config import Settings
 from app.domain.cluster import BucketService
 from app.domain.requests import RequestKind
 from app.ports import AutoScaleStore
@@ -20,6 +19,7 @@ from app.services.parked import ParkedRequests
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
 from app.services.streams import StreamService
+from app.settings import Settings
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
 from workers.creation_sweeper import CreationSweeper

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.config import Settings
 from app.embedded_pg import EmbeddedPostgres
 from app.security.signing_key import KEY_ENV
+from app.settings import Settings
 from app.waiting import bounded, wait_event
 from app.wiring.shutdown_watchdog import EXIT_SHUTDOWN_OVERRAN, shutdown_budget_s
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.config import Settings
 from app.domain.cluster import BucketService
 from app.domain.requests import Processor
 from app.ports import TxnWriterMarks
 from app.services.transactions import TransactionService
+from app.settings import Settings
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
 from workers.buckets import BucketClaims

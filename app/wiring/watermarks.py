@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from app.api.grpc.watermarks import WatermarkRpcs
 from app.api.rest import watermarks as watermark_routes
-from app.config import Settings
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.client.marks import WireMarkStream
 from app.services.watermarks import WatermarkService
+from app.settings import Settings
 from app.store.watermarks import PgWatermarkStore
 from app.wiring.resources import Contribution, Resources
 from workers.buckets import BucketClaims

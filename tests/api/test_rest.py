@@ -16,7 +16,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from app.api.rest.app import create_app
 from app.api.rest.keys import HEALTH, STREAMS
 from app.clock import SystemClock
-from app.config import Settings
 from app.domain.records import RetentionPolicy, RetentionType, ScaleType, ScalingPolicy
 from app.ports import SegmentStore
 from app.services.health import HealthService, HealthStatus
@@ -25,6 +24,7 @@ from app.services.paging import PAGE_LIMIT, Page
 from app.services.scopes import ScopeService
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
+from app.settings import Settings
 from app.store.pool import create_pool
 from app.store.requests import PgRequestQueue
 from app.store.scopes import PgScopeStore

@@ -9,8 +9,8 @@ import socket
 import aiohttp
 
 from app.clock import SystemClock
-from app.config import Settings
 from app.services.health import HealthService, HealthStatus
+from app.settings import Settings
 from app.wiring.store_listener import SEGMENT_STORE, start_metrics_listener, store_health
 
 

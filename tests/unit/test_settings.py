@@ -13,7 +13,6 @@ import pytest
 
 import app.main
 from app.cli import build_parser, main
-from app.config import Settings as SettingsFromOldPath
 from app.domain.cluster import DEFAULT_COUNTS
 from app.domain.txns import DEFAULT_TXN_LIMITS
 from app.segmentstore.hosts import HostAddress
@@ -223,7 +222,6 @@ def test_defaults_are_the_ones_the_controller_always_had() -> None:
     assert (settings.shutdown_timeout_s, settings.pool_max_size) == (5.0, 20)
     assert settings.log_level == "INFO" and settings.ready_file is None and settings.advertise_host is None
     assert settings.instance_id != Settings().instance_id, "one random instance id per process start"
-    assert SettingsFromOldPath is Settings
 
 
 def test_nothing_given_yields_the_defaults() -> None:
