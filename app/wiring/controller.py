@@ -13,21 +13,15 @@ from app.clock import SystemClock
 from app.domain.cluster import BucketService
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.hosts import SharedContainerMap
-from app.services.autoscale import AutoScaleIntake
 from app.services.cluster import ClusterQueries
-from app.services.containers import ContainerMapService
-from app.services.kvtables import KvtService
 from app.services.lifecycle import StreamLifecycle
-from app.services.readergroups import ReaderGroupService
 from app.services.retention import SubscriberService
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
-from app.services.state_views import StateViewService
 from app.services.streams import StreamService
 from app.services.transactions import TransactionService
 from app.services.watermarks import WatermarkService
 from app.settings import Settings
-from app.store.cache import RecordCache
 from app.store.cluster import PgClusterStore
 from app.store.db import Database
 from app.store.notifications import PgListener
@@ -48,11 +42,7 @@ from app.wiring.watermarks import Watermarks, wire_watermarks
 from workers.cluster import ClusterNode
 from workers.dispatcher import RequestDispatcher
 from workers.handlers.common import WorkflowDeps
-from workers.retention import RetentionWorker
-from workers.state_views import StateViewAggregator
-from workers.txn_gc import CompletedTxnGc
 from workers.txn_timeouts import TxnTimeoutSweeper
-from workers.watermarking import WatermarkWorker
 
 
 @dataclass(frozen=True)
@@ -116,10 +106,6 @@ class Controller:
         return self.resources.clock
 
     @property
-    def cache(self) -> RecordCache:
-        return self.resources.cache
-
-    @property
     def listener(self) -> PgListener:
         return self.resources.listener
 
@@ -156,14 +142,6 @@ class Controller:
         return self.membership.locator
 
     @property
-    def container_map(self) -> ContainerMapService:
-        return self.membership.container_map
-
-    @property
-    def autoscale(self) -> AutoScaleIntake:
-        return self.scaling.intake
-
-    @property
     def segment_store(self) -> WireSegmentStore:
         return self.storage.store
 
@@ -172,32 +150,8 @@ class Controller:
         return self.retention.subscribers
 
     @property
-    def retention_worker(self) -> RetentionWorker:
-        return self.retention.worker
-
-    @property
     def watermarks(self) -> WatermarkService:
         return self.watermarking.service
-
-    @property
-    def watermark_worker(self) -> WatermarkWorker:
-        return self.watermarking.worker
-
-    @property
-    def state_views(self) -> StateViewService:
-        return self.views.service
-
-    @property
-    def state_view_aggregator(self) -> StateViewAggregator:
-        return self.views.aggregator
-
-    @property
-    def reader_groups(self) -> ReaderGroupService:
-        return self.members.reader_groups
-
-    @property
-    def kvts(self) -> KvtService:
-        return self.members.kvts
 
     @property
     def scopes(self) -> ScopeService:
@@ -224,20 +178,8 @@ class Controller:
         return self.txns.transactions
 
     @property
-    def commit_dispatcher(self) -> RequestDispatcher:
-        return self.txns.commit_dispatcher
-
-    @property
-    def abort_dispatcher(self) -> RequestDispatcher:
-        return self.txns.abort_dispatcher
-
-    @property
     def txn_sweeper(self) -> TxnTimeoutSweeper:
         return self.txns.sweeper
-
-    @property
-    def txn_gc(self) -> CompletedTxnGc:
-        return self.txns.gc
 
 
 def wire(settings: Settings, resources: Resources) -> Controller:
