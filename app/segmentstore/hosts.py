@@ -9,25 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from app.domain.containers import container_for_segment
 from app.domain.errors import InvalidInput, StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.ports import ContainerMapStore
 from app.waiting import wait_event
-
-
-@dataclass(frozen=True, slots=True)
-class HostAddress:
-    host: str
-    port: int
-
-    @staticmethod
-    def parse(text: str) -> HostAddress:
-        host, sep, port = text.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidInput(f"segment-store host must look like HOST:PORT, got {text!r}")
-        return HostAddress(host.strip("[]"), int(port))
 
 
 def uniform_assignment(container_count: int, hosts: Sequence[HostAddress]) -> dict[int, HostAddress]:

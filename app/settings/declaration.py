@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from app.domain.errors import InvalidInput
-from app.segmentstore.hosts import HostAddress
+from app.domain.hosts import HostAddress
 
 ENV_PREFIX = "PGCONTROLLER_"
 _KEY = "pgcontroller.setting"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.domain.cluster import DEFAULT_COUNTS, MAX_BUCKETS, BucketCounts
+from app.domain.hosts import HostAddress
 from app.domain.retention import DEFAULT_RETENTION_FREQUENCY_MS
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnLimits
-from app.segmentstore.hosts import HostAddress
 from app.settings.declaration import (
     TLS_VERSIONS,
     SettingError,

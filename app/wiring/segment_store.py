@@ -15,13 +15,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from app.domain.hosts import HostAddress
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
 from app.security.authn import caller_permission
 from app.security.delegation import DelegationTokens
 from app.security.tls import client_context, server_context
 from app.security.tokens import TokenSigner, TokenVerifier
 from app.segmentstore.client import WireSegmentStore
-from app.segmentstore.hosts import HostAddress
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.server.membership import StoreMembership
 from app.segmentstore.server.orphans import OrphanTransients

@@ -20,9 +20,10 @@ import pytest
 from app.clock import SystemClock
 from app.domain.containers import container_for_segment
 from app.domain.errors import NotFound, StoreUnavailable, WriteConflict
+from app.domain.hosts import HostAddress
 from app.domain.ids import qualified_segment_name
 from app.ports import SegmentStoreHost
-from app.segmentstore.hosts import HostAddress, SharedContainerMap
+from app.segmentstore.hosts import SharedContainerMap
 from app.services.containers import ContainerMapService
 from app.services.segments import SegmentQueries
 from app.store.cache import RecordCache

@@ -14,8 +14,8 @@ import pytest
 import app.main
 from app.cli import build_parser, main
 from app.domain.cluster import DEFAULT_COUNTS
+from app.domain.hosts import HostAddress
 from app.domain.txns import DEFAULT_TXN_LIMITS
-from app.segmentstore.hosts import HostAddress
 from app.settings import DECLARATIONS, Setting, SettingError, Settings, resolve
 from app.settings.declaration import text
 from app.settings.markdown import markdown_table, table_in
