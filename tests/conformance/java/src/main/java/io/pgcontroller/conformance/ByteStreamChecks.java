@@ -30,10 +30,8 @@ public class ByteStreamChecks {
 
     @Check
     public void bytesWrittenWithFlushesReadBackInOrder(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        ByteStreamWriter writer = ctx.closeLater(factory.createByteStreamWriter(stream));
+        ByteStream stream = ByteStream.create(ctx);
+        ByteStreamWriter writer = stream.writer();
         boolean tailFollowsEveryFlush = true;
         for (int i = 0; i < CHUNKS; i++) {
             writer.write(pattern(i * CHUNK, CHUNK));
@@ -43,31 +41,29 @@ public class ByteStreamChecks {
         ctx.observe("writer tail = bytes flushed after each flush", tailFollowsEveryFlush);
         require(tailFollowsEveryFlush, "the writer's tail offset is not the number of bytes flushed");
 
-        ByteStreamReader reader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStreamReader reader = stream.reader();
         ctx.observe("reader head is 0", reader.fetchHeadOffset() == 0);
         ctx.observe("reader tail = bytes written", reader.fetchTailOffset() == TOTAL);
         equal(0L, reader.fetchHeadOffset(), "head offset of an untruncated stream");
         equal((long) TOTAL, reader.fetchTailOffset(), "tail offset");
-        require(Arrays.equals(pattern(0, TOTAL), readFully(reader, TOTAL)), "bytes read back differ from those written");
+        requireBytes(reader, 0, TOTAL, "bytes read back differ from those written");
         equal((long) TOTAL, reader.getOffset(), "reader offset after reading everything");
         ctx.observe("available at the tail of an open stream", reader.available());
     }
 
     @Check
     public void seekToOffsetReadsFromThatOffset(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        writeChunks(ctx, factory, stream);
-        ByteStreamReader reader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStream stream = ByteStream.create(ctx);
+        writeChunks(stream, true);
+        ByteStreamReader reader = stream.reader();
 
         int forward = 3 * CHUNK + 1234;
         reader.seekToOffset(forward);
-        require(Arrays.equals(pattern(forward, 5000), readFully(reader, 5000)), "bytes after a forward seek");
+        requireBytes(reader, forward, 5000, "bytes after a forward seek");
         int backward = 17;
         reader.seekToOffset(backward);
         equal((long) backward, reader.getOffset(), "offset after a backward seek");
-        require(Arrays.equals(pattern(backward, CHUNK), readFully(reader, CHUNK)), "bytes after a backward seek");
+        requireBytes(reader, backward, CHUNK, "bytes after a backward seek");
 
         reader.seekToOffset(reader.fetchTailOffset());
         equal((long) TOTAL, reader.getOffset(), "offset after seeking to the tail");
@@ -76,11 +72,9 @@ public class ByteStreamChecks {
 
     @Check
     public void truncateDataBeforeMovesTheHead(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        ByteStreamWriter writer = writeChunks(ctx, factory, stream);
-        ByteStreamReader earlyReader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStream stream = ByteStream.create(ctx);
+        ByteStreamWriter writer = writeChunks(stream, true);
+        ByteStreamReader earlyReader = stream.reader();
 
         int cut = 2 * CHUNK + 100;
         writer.truncateDataBefore(cut);
@@ -95,48 +89,39 @@ public class ByteStreamChecks {
         ctx.observe("read before the head", beforeHead);
         equal("SegmentTruncatedException", beforeHead, "a read before the head");
         earlyReader.seekToOffset(cut);
-        require(Arrays.equals(pattern(cut, 1000), readFully(earlyReader, 1000)), "bytes at the new head");
+        requireBytes(earlyReader, cut, 1000, "bytes at the new head");
 
-        ByteStreamReader lateReader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStreamReader lateReader = stream.reader();
         ctx.observe("a new reader starts at the head", lateReader.getOffset() == cut);
         equal((long) cut, lateReader.getOffset(), "a new reader's first offset");
-        require(Arrays.equals(pattern(cut, TOTAL - cut), readFully(lateReader, TOTAL - cut)),
-                "a new reader's bytes after truncation");
+        requireBytes(lateReader, cut, TOTAL - cut, "a new reader's bytes after truncation");
     }
 
     @Check
     public void closeAndSealEndsTheStreamForReadersAndWriters(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        ByteStreamWriter writer = ctx.closeLater(factory.createByteStreamWriter(stream));
-        for (int i = 0; i < CHUNKS; i++) {
-            writer.write(pattern(i * CHUNK, CHUNK));
-        }
-        writer.closeAndSeal();
+        ByteStream stream = ByteStream.create(ctx);
+        writeChunks(stream, false).closeAndSeal();
 
-        ByteStreamReader reader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStreamReader reader = stream.reader();
         ctx.observe("tail after closeAndSeal = bytes written", reader.fetchTailOffset() == TOTAL);
-        require(Arrays.equals(pattern(0, TOTAL), readFully(reader, TOTAL)), "bytes written before closeAndSeal");
+        requireBytes(reader, 0, TOTAL, "bytes written before closeAndSeal");
         ctx.observe("read() at the end", reader.read());
         ctx.observe("read(byte[]) at the end", reader.read(new byte[100]));
         ctx.observe("available at the end", reader.available());
         equal(-1, reader.read(), "read() past the end of a sealed stream");
 
-        ctx.observe("a later writer writing", laterWriterOutcome(ctx, factory, stream));
+        ctx.observe("a later writer writing", laterWriterOutcome(stream));
         ctx.observe("tail after the refused write", reader.fetchTailOffset() == TOTAL);
     }
 
     @Check
     public void blockingReadAtTheTailReturnsWhenDataArrives(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        ByteStreamWriter writer = ctx.closeLater(factory.createByteStreamWriter(stream));
+        ByteStream stream = ByteStream.create(ctx);
+        ByteStreamWriter writer = stream.writer();
         writer.write(pattern(0, 1000));
         writer.flush();
-        ByteStreamReader reader = ctx.closeLater(factory.createByteStreamReader(stream));
-        require(Arrays.equals(pattern(0, 1000), readFully(reader, 1000)), "bytes before the tail");
+        ByteStreamReader reader = stream.reader();
+        requireBytes(reader, 0, 1000, "bytes before the tail");
         ctx.observe("available at the tail", reader.available());
 
         byte[] buffer = new byte[4000];
@@ -148,8 +133,7 @@ public class ByteStreamChecks {
         int count = read.get(30, TimeUnit.SECONDS);
         require(count > 0 && count <= 3000, "the blocked read returned " + count + " bytes");
         require(Arrays.equals(pattern(1000, count), Arrays.copyOf(buffer, count)), "bytes of the blocked read");
-        require(Arrays.equals(pattern(1000 + count, 3000 - count), readFully(reader, 3000 - count)),
-                "bytes after the blocked read");
+        requireBytes(reader, 1000 + count, 3000 - count, "bytes after the blocked read");
     }
 
     /**
@@ -159,11 +143,9 @@ public class ByteStreamChecks {
      */
     @Check
     public void onDataAvailableAtTheTailCompletesWhenDataArrives(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        ByteStreamClientFactory factory = factory(ctx, scope);
-        String stream = ctx.newStream(scope, 1);
-        ByteStreamWriter writer = ctx.closeLater(factory.createByteStreamWriter(stream));
-        ByteStreamReader reader = ctx.closeLater(factory.createByteStreamReader(stream));
+        ByteStream stream = ByteStream.create(ctx);
+        ByteStreamWriter writer = stream.writer();
+        ByteStreamReader reader = stream.reader();
         ctx.observe("available of an empty stream", reader.available());
 
         CompletableFuture<Integer> dataAvailable = reader.onDataAvailable();
@@ -174,19 +156,34 @@ public class ByteStreamChecks {
         ctx.observe("available when it completes is positive", available > 0);
         require(available > 0 && available <= 2000, "onDataAvailable answered " + available);
         equal(available, reader.available(), "available() after onDataAvailable completed");
-        require(Arrays.equals(pattern(0, 2000), readFully(reader, 2000)), "bytes after onDataAvailable");
+        requireBytes(reader, 0, 2000, "bytes after onDataAvailable");
     }
 
-    private static ByteStreamClientFactory factory(Ctx ctx, String scope) {
-        return ctx.closeLater(ByteStreamClientFactory.withScope(scope, ctx.clientConfig()));
+    /** A one-segment stream of a new scope, and readers and writers of it, closed when the check ends. */
+    private record ByteStream(Ctx ctx, ByteStreamClientFactory factory, String name) {
+        static ByteStream create(Ctx ctx) {
+            String scope = ctx.newScope();
+            ByteStreamClientFactory factory = ctx.closeLater(ByteStreamClientFactory.withScope(scope, ctx.clientConfig()));
+            return new ByteStream(ctx, factory, ctx.newStream(scope, 1));
+        }
+
+        ByteStreamWriter writer() {
+            return ctx.closeLater(factory.createByteStreamWriter(name));
+        }
+
+        ByteStreamReader reader() {
+            return ctx.closeLater(factory.createByteStreamReader(name));
+        }
     }
 
-    /** Writes CHUNKS chunks of the pattern, each flushed, and returns the (open) writer. */
-    private static ByteStreamWriter writeChunks(Ctx ctx, ByteStreamClientFactory factory, String stream) throws IOException {
-        ByteStreamWriter writer = ctx.closeLater(factory.createByteStreamWriter(stream));
+    /** Writes CHUNKS chunks of the pattern, each flushed when {@code flushEach}, and returns the (open) writer. */
+    private static ByteStreamWriter writeChunks(ByteStream stream, boolean flushEach) throws IOException {
+        ByteStreamWriter writer = stream.writer();
         for (int i = 0; i < CHUNKS; i++) {
             writer.write(pattern(i * CHUNK, CHUNK));
-            writer.flush();
+            if (flushEach) {
+                writer.flush();
+            }
         }
         return writer;
     }
@@ -195,9 +192,9 @@ public class ByteStreamChecks {
      * What a writer created after the seal gets when it writes and flushes: the class thrown, or
      * "hangs" when the flush does not end (the writer retries in the background for ever).
      */
-    private static String laterWriterOutcome(Ctx ctx, ByteStreamClientFactory factory, String stream) throws Exception {
+    private static String laterWriterOutcome(ByteStream stream) throws Exception {
         CompletableFuture<String> outcome = CompletableFuture.supplyAsync(() -> Ctx.thrown(() -> {
-            ByteStreamWriter later = ctx.closeLater(factory.createByteStreamWriter(stream));
+            ByteStreamWriter later = stream.writer();
             later.write(pattern(0, 100));
             later.flush();
         }));
@@ -225,6 +222,11 @@ public class ByteStreamChecks {
         } catch (IOException e) {
             throw new java.io.UncheckedIOException(e);
         }
+    }
+
+    /** Reads exactly {@code length} bytes and requires them to be the pattern's at {@code offset}. */
+    private static void requireBytes(ByteStreamReader reader, int offset, int length, String what) throws Exception {
+        require(Arrays.equals(pattern(offset, length), readFully(reader, length)), what);
     }
 
     /** Reads exactly {@code length} bytes (a read returns what has arrived, possibly less). */

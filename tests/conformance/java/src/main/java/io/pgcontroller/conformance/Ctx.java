@@ -1,11 +1,13 @@
 package io.pgcontroller.conformance;
 
+import io.grpc.StatusRuntimeException;
 import io.pravega.client.ClientConfig;
 import io.pravega.client.EventStreamClientFactory;
 import io.pravega.client.admin.ReaderGroupManager;
 import io.pravega.client.admin.StreamManager;
 import io.pravega.client.stream.ScalingPolicy;
 import io.pravega.client.stream.StreamConfiguration;
+import io.pravega.common.concurrent.ExecutorServiceHelpers;
 
 import java.net.URI;
 import java.time.Duration;
@@ -15,6 +17,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.TreeMap;
 import java.util.concurrent.Callable;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadLocalRandom;
 
 /**
@@ -24,6 +27,14 @@ import java.util.concurrent.ThreadLocalRandom;
  * must not contain anything that differs by chance (generated names, times, ids).
  */
 public final class Ctx implements AutoCloseable {
+    /**
+     * How long a check waits for one answer of the server: long enough for a busy server on 2 cores,
+     * short enough that a hang fails the check.
+     */
+    public static final long ANSWER_SECONDS = 30;
+    /** How {@link #answer} begins when the action threw. */
+    private static final String REFUSAL = "threw ";
+
     private final Server server;
     private final String checkName;
     private final Deque<AutoCloseable> closeables = new ArrayDeque<>();
@@ -79,12 +90,30 @@ public final class Ctx implements AutoCloseable {
         return stream;
     }
 
+    /** A new scope for this check alone, a stream of {@code segments} fixed segments in it, and its client factory. */
+    public ScopedStream newScopedStream(int segments) {
+        String scope = newScope();
+        return new ScopedStream(scope, newStream(scope, segments), clientFactory(scope));
+    }
+
+    public ScopedStream newScopedStream(StreamConfiguration config) {
+        String scope = newScope();
+        return new ScopedStream(scope, newStream(scope, config), clientFactory(scope));
+    }
+
     public EventStreamClientFactory clientFactory(String scope) {
         return closeLater(EventStreamClientFactory.withScope(scope, clientConfig()));
     }
 
     public ReaderGroupManager readerGroupManager(String scope) {
         return closeLater(ReaderGroupManager.withScope(scope, clientConfig()));
+    }
+
+    /** A scheduled pool for the client's asynchronous calls (scaling, checkpoints), shut down when the check ends. */
+    public ScheduledExecutorService executor() {
+        ScheduledExecutorService executor = ExecutorServiceHelpers.newScheduledThreadPool(2, "conf-" + checkName);
+        closeLater(executor::shutdownNow);
+        return executor;
     }
 
     /** Closes {@code resource} when the check ends, after everything registered later. */
@@ -136,6 +165,36 @@ public final class Ctx implements AutoCloseable {
         } catch (Throwable e) {
             return rootClass(e);
         }
+    }
+
+    /**
+     * What {@code action} answered, or how it was refused: "threw ", the class of what it threw (as
+     * {@link #thrown}) and, for a gRPC error, its status code, which says more than the class.
+     */
+    public static String answer(Callable<?> action) {
+        try {
+            return String.valueOf(action.call());
+        } catch (Exception e) {
+            StatusRuntimeException grpc = find(e, StatusRuntimeException.class);
+            return REFUSAL + rootClass(e) + (grpc == null ? "" : " " + grpc.getStatus().getCode());
+        }
+    }
+
+    /** Records how {@code action} was refused ({@link #answer}) and requires that it was: it threw. */
+    public void observeRefusal(String key, Callable<?> action) {
+        String answer = answer(action);
+        observe(key, answer);
+        require(answer.startsWith(REFUSAL), key + " was not refused: it answered " + answer);
+    }
+
+    /** The first cause of {@code e} (itself included) of class {@code type}, or null. */
+    public static <T extends Throwable> T find(Throwable e, Class<T> type) {
+        for (Throwable cause = e; cause != null; cause = cause.getCause() == cause ? null : cause.getCause()) {
+            if (type.isInstance(cause)) {
+                return type.cast(cause);
+            }
+        }
+        return null;
     }
 
     public static String rootClass(Throwable e) {

@@ -33,8 +33,7 @@ public class DiscoveryChecks {
         String stream = ctx.unique("s");
         require(manager.createStream(scope, stream, StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(1)).build()),
                 "createStream(" + scope + "/" + stream + ") of a new stream answered false");
-        List<String> events = SecuritySupport.events("d", EVENTS);
-        SecuritySupport.write(ctx, discovering, scope, stream, events);
+        List<String> events = SecuritySupport.write(ctx, discovering, scope, stream, "d", EVENTS);
         List<String> read = SecuritySupport.read(ctx, discovering, scope, stream, EVENTS);
         equal(events, read, "events read back through the discovered controller");
         ctx.observe("read", read.size());

@@ -76,7 +76,8 @@ public class KeyValueTableChecks {
     public void configurationRoundTrips(Ctx ctx) {
         String scope = ctx.newScope();
         String table = newTable(ctx, scope, config(3, KvtSupport.SECONDARY_KEY_LENGTH));
-        ControllerImpl controller = KvtSupport.controller(ctx);
+        // getKeyValueTableConfiguration is not on the manager in 0.13, only on the controller client.
+        ControllerImpl controller = ControllerSupport.controller(ctx);
         KeyValueTableConfiguration read = controller.getKeyValueTableConfiguration(scope, table).join();
         ctx.observe("partitions", read.getPartitionCount());
         ctx.observe("primary key length", read.getPrimaryKeyLength());
@@ -101,7 +102,7 @@ public class KeyValueTableChecks {
         KeyValueTableConfiguration config = KeyValueTableConfiguration.builder().partitionCount(1)
                 .primaryKeyLength(KvtSupport.PRIMARY_KEY_LENGTH).rolloverSizeBytes(rollover).build();
         String table = newTable(ctx, scope, config);
-        KeyValueTableConfiguration read = KvtSupport.controller(ctx).getKeyValueTableConfiguration(scope, table).join();
+        KeyValueTableConfiguration read = ControllerSupport.controller(ctx).getKeyValueTableConfiguration(scope, table).join();
         ctx.observe("rollover", read.getRolloverSizeBytes());
         equal(rollover, read.getRolloverSizeBytes(), "rolloverSizeBytes read back");
     }
@@ -120,7 +121,7 @@ public class KeyValueTableChecks {
         ctx.observe("listed after delete", KvtSupport.listed(manager, scope).contains(table));
         ctx.observe("delete again", manager.deleteKeyValueTable(scope, table));
         ctx.observe("delete of a never created table", manager.deleteKeyValueTable(scope, ctx.unique("absent")));
-        ControllerImpl controller = KvtSupport.controller(ctx);
+        ControllerImpl controller = ControllerSupport.controller(ctx);
         ctx.observe("configuration after delete",
                 Ctx.thrown(() -> controller.getKeyValueTableConfiguration(scope, table).join()));
         ctx.observe("open after delete", KvtSupport.failure(() -> open(ctx, scope, table)));

@@ -3,8 +3,6 @@ package io.pgcontroller.conformance;
 import io.pravega.client.KeyValueTableFactory;
 import io.pravega.client.admin.KeyValueTableInfo;
 import io.pravega.client.admin.KeyValueTableManager;
-import io.pravega.client.control.impl.ControllerImpl;
-import io.pravega.client.control.impl.ControllerImplConfig;
 import io.pravega.client.tables.IteratorItem;
 import io.pravega.client.tables.KeyValueTable;
 import io.pravega.client.tables.KeyValueTableClientConfiguration;
@@ -20,8 +18,6 @@ import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.Callable;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 
 import static io.pgcontroller.conformance.Ctx.require;
 
@@ -65,17 +61,6 @@ final class KvtSupport {
         return ctx.closeLater(factory.forKeyValueTable(table, config));
     }
 
-    /**
-     * The controller client itself: {@code getKeyValueTableConfiguration} is not on the manager in 0.13,
-     * only on the controller API the table client reads it with.
-     */
-    static ControllerImpl controller(Ctx ctx) {
-        ScheduledExecutorService executor = Executors.newScheduledThreadPool(2);
-        ctx.closeLater(executor::shutdownNow);
-        return ctx.closeLater(new ControllerImpl(
-                ControllerImplConfig.builder().clientConfig(ctx.clientConfig()).build(), executor));
-    }
-
     static List<String> listed(KeyValueTableManager manager, String scope) {
         List<String> names = new ArrayList<>();
         Iterator<KeyValueTableInfo> tables = manager.listKeyValueTables(scope);
@@ -98,19 +83,16 @@ final class KvtSupport {
      * wrapper such as RetriesExhaustedException.
      */
     static String failure(Ctx.ThrowingRunnable action) {
-        try {
+        return answer(() -> {
             action.run();
             return "none";
-        } catch (Exception e) {
-            return describe(e);
-        }
+        });
     }
 
     private static String describe(Throwable e) {
-        for (Throwable cause = e; cause != null; cause = cause.getCause()) {
-            if (cause instanceof StatusRuntimeException status) {
-                return "StatusRuntimeException " + status.getStatus().getCode();
-            }
+        StatusRuntimeException status = Ctx.find(e, StatusRuntimeException.class);
+        if (status != null) {
+            return "StatusRuntimeException " + status.getStatus().getCode();
         }
         String outer = Ctx.rootClass(e);
         Throwable deepest = e;

@@ -1,16 +1,14 @@
 package io.pgcontroller.conformance;
 
 import io.pravega.client.admin.StreamManager;
-import io.pravega.client.stream.EventStreamWriter;
 
 import java.util.ArrayList;
 import java.util.List;
 
+import static io.pgcontroller.conformance.Ctx.answer;
 import static io.pgcontroller.conformance.Ctx.equal;
 import static io.pgcontroller.conformance.Ctx.require;
-import static io.pgcontroller.conformance.StreamManagerSupport.answer;
 import static io.pgcontroller.conformance.StreamManagerSupport.expect;
-import static io.pgcontroller.conformance.StreamManagerSupport.refused;
 
 /**
  * StreamManager's scopes: create, check, list, delete (empty, missing, holding a stream),
@@ -57,11 +55,11 @@ public class ScopeChecks {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 1);
-        refused(ctx, "deleteScope", answer(() -> manager.deleteScope(scope)));
+        ctx.observeRefusal("deleteScope", () -> manager.deleteScope(scope));
         expect(ctx, "scope exists after", true, manager.checkScopeExists(scope));
         expect(ctx, "stream exists after", true, manager.checkStreamExists(scope, stream));
         require(manager.sealStream(scope, stream), "sealStream answered false");
-        refused(ctx, "deleteScope with a sealed stream", answer(() -> manager.deleteScope(scope)));
+        ctx.observeRefusal("deleteScope with a sealed stream", () -> manager.deleteScope(scope));
     }
 
     @Check
@@ -69,8 +67,8 @@ public class ScopeChecks {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
         List<String> streams = List.of(ctx.newStream(scope, 1), ctx.newStream(scope, 2), ctx.newStream(scope, 3));
-        EventStreamWriter<String> writer = StreamManagerSupport.writer(ctx, scope, streams.get(1));
-        StreamManagerSupport.write(writer, 0, 10);
+        EventSupport.write(EventSupport.writer(ctx, ctx.clientFactory(scope), streams.get(1)),
+                StreamManagerSupport.events(0, 10));
         require(manager.sealStream(scope, streams.get(0)), "sealStream answered false");
         require(manager.sealStream(scope, streams.get(1)), "sealStream answered false");
         expect(ctx, "deleted", true, manager.deleteScopeRecursive(scope));
@@ -88,8 +86,8 @@ public class ScopeChecks {
     @Check
     public void illegalScopeNameIsRefused(Ctx ctx) {
         StreamManager manager = ctx.streamManager();
-        refused(ctx, "createScope", answer(() -> manager.createScope("bad/" + ctx.unique("scope"))));
-        refused(ctx, "deleteScope", answer(() -> manager.deleteScope("bad/" + ctx.unique("scope"))));
+        ctx.observeRefusal("createScope", () -> manager.createScope("bad/" + ctx.unique("scope")));
+        ctx.observeRefusal("deleteScope", () -> manager.deleteScope("bad/" + ctx.unique("scope")));
         // checkScopeExists does not validate on the client, so this one reaches the server.
         expect(ctx, "checkScopeExists", "false", answer(() -> manager.checkScopeExists("bad/" + ctx.unique("scope"))));
     }

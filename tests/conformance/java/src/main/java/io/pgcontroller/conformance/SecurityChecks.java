@@ -18,11 +18,10 @@ import java.net.URI;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
+import static io.pgcontroller.conformance.Ctx.ANSWER_SECONDS;
+import static io.pgcontroller.conformance.Ctx.answer;
 import static io.pgcontroller.conformance.Ctx.equal;
 import static io.pgcontroller.conformance.Ctx.require;
-import static io.pgcontroller.conformance.SecuritySupport.ANSWER_SECONDS;
-import static io.pgcontroller.conformance.SecuritySupport.answer;
-import static io.pgcontroller.conformance.SecuritySupport.refused;
 
 /**
  * Authentication, authorization and TLS (profile "secure": both servers with auth and TLS on,
@@ -39,8 +38,7 @@ public class SecurityChecks {
     public void defaultCredentialsCreateWriteAndReadOverTls(Ctx ctx) throws Exception {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 2);
-        List<String> events = SecuritySupport.events("e", EVENTS);
-        SecuritySupport.write(ctx, ctx.clientConfig(), scope, stream, events);
+        List<String> events = SecuritySupport.write(ctx, ctx.clientConfig(), scope, stream, "e", EVENTS);
         List<String> read = SecuritySupport.read(ctx, ctx.clientConfig(), scope, stream, EVENTS);
         equal(events, read, "events read back (one routing key, so in order)");
         ctx.observe("read", read.size());
@@ -52,9 +50,9 @@ public class SecurityChecks {
         Server server = ctx.server();
         String scope = ctx.unique("conf");
         StreamManager wrongPassword = manager(ctx, new DefaultCredentials(server.password() + "x", server.user()));
-        refused(ctx, "createScope, wrong password", () -> wrongPassword.createScope(scope));
+        ctx.observeRefusal("createScope, wrong password", () -> wrongPassword.createScope(scope));
         StreamManager unknown = manager(ctx, new DefaultCredentials(server.password(), ctx.unique("nobody")));
-        refused(ctx, "createScope, unknown account", () -> unknown.createScope(scope));
+        ctx.observeRefusal("createScope, unknown account", () -> unknown.createScope(scope));
         equal(false, ctx.streamManager().checkScopeExists(scope), "the refused createScope created the scope");
     }
 
@@ -62,11 +60,11 @@ public class SecurityChecks {
     public void noCredentialsAreRefused(Ctx ctx) {
         String scope = ctx.newScope();
         StreamManager anonymous = manager(ctx, null);
-        refused(ctx, "createScope", () -> anonymous.createScope(ctx.unique("conf")));
-        refused(ctx, "checkScopeExists", () -> anonymous.checkScopeExists(scope));
-        refused(ctx, "createStream", () -> anonymous.createStream(scope, ctx.unique("s"),
+        ctx.observeRefusal("createScope", () -> anonymous.createScope(ctx.unique("conf")));
+        ctx.observeRefusal("checkScopeExists", () -> anonymous.checkScopeExists(scope));
+        ctx.observeRefusal("createStream", () -> anonymous.createStream(scope, ctx.unique("s"),
                 StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(1)).build()));
-        refused(ctx, "listScopes", () -> anonymous.listScopes().hasNext());
+        ctx.observeRefusal("listScopes", () -> anonymous.listScopes().hasNext());
     }
 
     /**
@@ -78,21 +76,21 @@ public class SecurityChecks {
     public void tokenOfAMethodNoHandlerServesIsRefused(Ctx ctx) {
         String scope = ctx.newScope();
         StreamManager bearer = manager(ctx, new BearerToken("conformance-" + ctx.unique("token")));
-        refused(ctx, "createScope", () -> bearer.createScope(ctx.unique("conf")));
-        refused(ctx, "checkScopeExists", () -> bearer.checkScopeExists(scope));
+        ctx.observeRefusal("createScope", () -> bearer.createScope(ctx.unique("conf")));
+        ctx.observeRefusal("checkScopeExists", () -> bearer.checkScopeExists(scope));
     }
 
     /** The client validates the controller's certificate against its trust store, the JVM's CAs here. */
     @Check(profile = "secure")
     public void clientNotTrustingTheCaIsRefused(Ctx ctx) {
         ClientConfig config = SecuritySupport.withDefaultTrust(ctx.server(), ctx.controllerUri());
-        ControllerImpl controller = SecuritySupport.singleAttemptController(ctx, config);
+        ControllerImpl controller = ControllerSupport.singleAttemptController(ctx, config);
         Exception failure = failure(() -> controller.createScope(ctx.unique("conf")).get(ANSWER_SECONDS, TimeUnit.SECONDS));
         require(failure != null, "createScope through an untrusted certificate succeeded");
         ctx.observe("createScope", answer(() -> {
             throw failure;
         }));
-        ctx.observe("handshake failed", SecuritySupport.find(failure, SSLHandshakeException.class) != null);
+        ctx.observe("handshake failed", Ctx.find(failure, SSLHandshakeException.class) != null);
     }
 
     @Check(profile = "secure")
@@ -101,8 +99,8 @@ public class SecurityChecks {
         URI plain = URI.create("tcp://" + tls.getHost() + ":" + tls.getPort());
         ClientConfig config = ClientConfig.builder().controllerURI(plain)
                 .credentials(new DefaultCredentials(ctx.server().password(), ctx.server().user())).build();
-        ControllerImpl controller = SecuritySupport.singleAttemptController(ctx, config);
-        refused(ctx, "createScope", () -> controller.createScope(ctx.unique("conf")).get(ANSWER_SECONDS, TimeUnit.SECONDS));
+        ControllerImpl controller = ControllerSupport.singleAttemptController(ctx, config);
+        ctx.observeRefusal("createScope", () -> controller.createScope(ctx.unique("conf")).get(ANSWER_SECONDS, TimeUnit.SECONDS));
     }
 
     /**
@@ -135,14 +133,13 @@ public class SecurityChecks {
         String stream = ctx.unique("s");
         ctx.observe("createStream in its scope", answer(() -> manager.createStream(own, stream,
                 StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(1)).build())));
-        List<String> events = SecuritySupport.events("l", EVENTS);
-        SecuritySupport.write(ctx, limited, own, stream, events);
+        List<String> events = SecuritySupport.write(ctx, limited, own, stream, "l", EVENTS);
         equal(events, SecuritySupport.read(ctx, limited, own, stream, EVENTS), "events the limited account read");
         ctx.observe("listStreams in its scope", answer(() -> manager.listStreams(own).hasNext()));
-        refused(ctx, "createScope", () -> manager.createScope(SecuritySupport.LIMITED_SCOPE_PREFIX + ctx.unique("")));
-        refused(ctx, "createStream elsewhere", () -> manager.createStream(other, ctx.unique("s"),
+        ctx.observeRefusal("createScope", () -> manager.createScope(SecuritySupport.LIMITED_SCOPE_PREFIX + ctx.unique("")));
+        ctx.observeRefusal("createStream elsewhere", () -> manager.createStream(other, ctx.unique("s"),
                 StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(1)).build()));
-        refused(ctx, "checkScopeExists elsewhere", () -> manager.checkScopeExists(other));
+        ctx.observeRefusal("checkScopeExists elsewhere", () -> manager.checkScopeExists(other));
         ctx.observe("listScopes", answer(() -> manager.listScopes().hasNext()));
     }
 
@@ -157,14 +154,14 @@ public class SecurityChecks {
         ClientConfig viewer = viewerConfig(ctx);
         StreamManager manager = ctx.closeLater(StreamManager.create(viewer));
         ctx.observe("checkStreamExists", answer(() -> manager.checkStreamExists(scope, stream)));
-        refused(ctx, "createStream", () -> manager.createStream(scope, ctx.unique("s"),
+        ctx.observeRefusal("createStream", () -> manager.createStream(scope, ctx.unique("s"),
                 StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(1)).build()));
-        refused(ctx, "sealStream", () -> manager.sealStream(scope, stream));
+        ctx.observeRefusal("sealStream", () -> manager.sealStream(scope, stream));
         // The controller client itself, tried once: a writer retries a refused token for minutes.
-        ControllerImpl controller = SecuritySupport.singleAttemptController(ctx, viewer);
+        ControllerImpl controller = ControllerSupport.singleAttemptController(ctx, viewer);
         ctx.observe("read token granted", answer(() -> !controller.getOrRefreshDelegationTokenFor(scope, stream,
                 AccessOperation.READ).get(ANSWER_SECONDS, TimeUnit.SECONDS).isEmpty()));
-        refused(ctx, "write token", () -> controller.getOrRefreshDelegationTokenFor(scope, stream,
+        ctx.observeRefusal("write token", () -> controller.getOrRefreshDelegationTokenFor(scope, stream,
                 AccessOperation.WRITE).get(ANSWER_SECONDS, TimeUnit.SECONDS));
     }
 
@@ -177,8 +174,7 @@ public class SecurityChecks {
     public void viewerReadsThroughItsReaderGroup(Ctx ctx) throws Exception {
         String scope = viewerScope(ctx);
         String stream = ctx.newStream(scope, 1);
-        List<String> events = SecuritySupport.events("v", EVENTS);
-        SecuritySupport.write(ctx, ctx.clientConfig(), scope, stream, events);
+        List<String> events = SecuritySupport.write(ctx, ctx.clientConfig(), scope, stream, "v", EVENTS);
         ClientConfig viewer = viewerConfig(ctx);
         String read = answer(() -> SecuritySupport.read(ctx, viewer, scope, stream, EVENTS));
         ctx.observe("read", read);

@@ -3,6 +3,7 @@ package io.pgcontroller.conformance;
 import io.pravega.client.admin.StreamInfo;
 import io.pravega.client.admin.StreamManager;
 import io.pravega.client.control.impl.Controller;
+import io.pravega.client.stream.EventStreamReader;
 import io.pravega.client.stream.EventStreamWriter;
 import io.pravega.client.stream.RetentionPolicy;
 import io.pravega.client.stream.ScalingPolicy;
@@ -16,15 +17,22 @@ import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
 
+import static io.pgcontroller.conformance.Ctx.ANSWER_SECONDS;
+import static io.pgcontroller.conformance.Ctx.answer;
 import static io.pgcontroller.conformance.Ctx.equal;
 import static io.pgcontroller.conformance.Ctx.require;
-import static io.pgcontroller.conformance.StreamManagerSupport.ANSWER_SECONDS;
-import static io.pgcontroller.conformance.StreamManagerSupport.answer;
+import static io.pgcontroller.conformance.EventSupport.fromHead;
+import static io.pgcontroller.conformance.EventSupport.readUpTo;
+import static io.pgcontroller.conformance.EventSupport.readerOfNewGroup;
+import static io.pgcontroller.conformance.EventSupport.write;
+import static io.pgcontroller.conformance.EventSupport.writer;
+import static io.pgcontroller.conformance.StreamManagerSupport.events;
 import static io.pgcontroller.conformance.StreamManagerSupport.expect;
+import static io.pgcontroller.conformance.StreamManagerSupport.head;
 import static io.pgcontroller.conformance.StreamManagerSupport.info;
 import static io.pgcontroller.conformance.StreamManagerSupport.positions;
-import static io.pgcontroller.conformance.StreamManagerSupport.refused;
 import static io.pgcontroller.conformance.StreamManagerSupport.streamNames;
+import static io.pgcontroller.conformance.StreamManagerSupport.tail;
 import static io.pgcontroller.conformance.StreamManagerSupport.totalOffset;
 
 /**
@@ -56,7 +64,7 @@ public class StreamChecks {
     @Check
     public void createStreamInAMissingScopeIsRefused(Ctx ctx) {
         String scope = ctx.unique("absent");
-        refused(ctx, "createStream", answer(() -> ctx.streamManager().createStream(scope, ctx.unique("s"), fixed(1))));
+        ctx.observeRefusal("createStream", () -> ctx.streamManager().createStream(scope, ctx.unique("s"), fixed(1)));
         expect(ctx, "scope exists after", false, ctx.streamManager().checkScopeExists(scope));
     }
 
@@ -134,7 +142,7 @@ public class StreamChecks {
                 .timestampAggregationTimeout(45_000)
                 .rolloverSizeBytes(8L << 20)
                 .build();
-        Controller controller = StreamManagerSupport.controller(ctx);
+        Controller controller = ControllerSupport.controller(ctx);
         require(controller.createStream(scope, stream, config).get(ANSWER_SECONDS, TimeUnit.SECONDS), "createStream answered false");
         StreamConfiguration stored = controller.getStreamConfiguration(scope, stream).get(ANSWER_SECONDS, TimeUnit.SECONDS);
         equal(config, stored, "stored configuration");
@@ -209,7 +217,7 @@ public class StreamChecks {
     @Check
     public void updateMissingStreamIsRefused(Ctx ctx) {
         String scope = ctx.newScope();
-        refused(ctx, "updateStream", answer(() -> ctx.streamManager().updateStream(scope, ctx.unique("absent"), fixed(2))));
+        ctx.observeRefusal("updateStream", () -> ctx.streamManager().updateStream(scope, ctx.unique("absent"), fixed(2)));
     }
 
     @Check
@@ -228,10 +236,10 @@ public class StreamChecks {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 2);
         StreamCut head = info(ctx, scope, stream).getHeadStreamCut();
-        EventStreamWriter<String> writer = StreamManagerSupport.writer(ctx, scope, stream);
-        StreamManagerSupport.write(writer, 0, 20);
+        EventStreamWriter<String> writer = writer(ctx, ctx.clientFactory(scope), stream);
+        write(writer, events(0, 20));
         StreamInfo afterSome = info(ctx, scope, stream);
-        StreamManagerSupport.write(writer, 20, 40);
+        write(writer, events(20, 40));
         StreamInfo afterMore = info(ctx, scope, stream);
         equal(head, afterMore.getHeadStreamCut(), "head after writes");
         require(totalOffset(afterSome.getTailStreamCut()) > 0, "tail did not move: " + afterSome.getTailStreamCut());
@@ -243,22 +251,21 @@ public class StreamChecks {
     @Check
     public void fetchStreamInfoOfAMissingStreamFails(Ctx ctx) {
         String scope = ctx.newScope();
-        refused(ctx, "missing stream", answer(() -> info(ctx, scope, ctx.unique("absent"))));
+        ctx.observeRefusal("missing stream", () -> info(ctx, scope, ctx.unique("absent")));
     }
 
     @Check
     public void truncateStreamMovesTheHeadToTheCut(Ctx ctx) throws Exception {
-        StreamManager manager = ctx.streamManager();
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamWriter<String> writer = StreamManagerSupport.writer(ctx, scope, stream);
-        StreamManagerSupport.write(writer, 0, 30);
-        StreamCut cut = info(ctx, scope, stream).getTailStreamCut();
-        List<String> afterCut = StreamManagerSupport.write(writer, 30, 50);
-        expect(ctx, "truncated", true, manager.truncateStream(scope, stream, cut));
-        equal(cut, info(ctx, scope, stream).getHeadStreamCut(), "head after truncation");
+        ScopedStream target = ctx.newScopedStream(2);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        write(writer, events(0, 30));
+        StreamCut cut = tail(ctx, target);
+        List<String> afterCut = write(writer, events(30, 50));
+        expect(ctx, "truncated", true, ctx.streamManager().truncateStream(target.scope(), target.name(), cut));
+        equal(cut, head(ctx, target), "head after truncation");
         // Within a segment the events before the cut come first, so any of them read would show here.
-        equal(new TreeSet<>(afterCut), new TreeSet<>(StreamManagerSupport.read(ctx, scope, stream, afterCut.size())),
+        EventStreamReader<String> reader = readerOfNewGroup(ctx, target, fromHead(target.stream()));
+        equal(new TreeSet<>(afterCut), new TreeSet<>(readUpTo(reader, afterCut.size(), Duration.ofSeconds(ANSWER_SECONDS))),
                 "events read from the head");
     }
 
@@ -267,25 +274,25 @@ public class StreamChecks {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 2);
-        EventStreamWriter<String> writer = StreamManagerSupport.writer(ctx, scope, stream);
-        StreamManagerSupport.write(writer, 0, 5);
+        EventStreamWriter<String> writer = writer(ctx, ctx.clientFactory(scope), stream);
+        write(writer, events(0, 5));
         expect(ctx, "sealed", true, manager.sealStream(scope, stream));
         expect(ctx, "sealed again", true, manager.sealStream(scope, stream));
         StreamInfo info = info(ctx, scope, stream);
         expect(ctx, "info sealed", true, info.isSealed());
         expect(ctx, "tail segments", 0, positions(info.getTailStreamCut()).size());
-        refused(ctx, "write by an open writer", answer(
-                () -> writer.writeEvent("key", "late").get(ANSWER_SECONDS, TimeUnit.SECONDS)));
-        refused(ctx, "new writer", answer(() -> StreamManagerSupport.writer(ctx, scope, stream)
-                .writeEvent("key", "late").get(ANSWER_SECONDS, TimeUnit.SECONDS)));
-        refused(ctx, "updateStream", answer(() -> manager.updateStream(scope, stream, fixed(3))));
-        refused(ctx, "truncateStream", answer(() -> manager.truncateStream(scope, stream, info.getHeadStreamCut())));
+        ctx.observeRefusal("write by an open writer",
+                () -> writer.writeEvent("key", "late").get(ANSWER_SECONDS, TimeUnit.SECONDS));
+        ctx.observeRefusal("new writer", () -> writer(ctx, ctx.clientFactory(scope), stream)
+                .writeEvent("key", "late").get(ANSWER_SECONDS, TimeUnit.SECONDS));
+        ctx.observeRefusal("updateStream", () -> manager.updateStream(scope, stream, fixed(3)));
+        ctx.observeRefusal("truncateStream", () -> manager.truncateStream(scope, stream, info.getHeadStreamCut()));
     }
 
     @Check
     public void sealMissingStreamIsRefused(Ctx ctx) {
         String scope = ctx.newScope();
-        refused(ctx, "sealStream", answer(() -> ctx.streamManager().sealStream(scope, ctx.unique("absent"))));
+        ctx.observeRefusal("sealStream", () -> ctx.streamManager().sealStream(scope, ctx.unique("absent")));
     }
 
     @Check
@@ -309,7 +316,7 @@ public class StreamChecks {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 1);
-        refused(ctx, "deleteStream", answer(() -> manager.deleteStream(scope, stream)));
+        ctx.observeRefusal("deleteStream", () -> manager.deleteStream(scope, stream));
         expect(ctx, "exists after", true, manager.checkStreamExists(scope, stream));
     }
 
@@ -324,12 +331,12 @@ public class StreamChecks {
     public void zeroMinimumSegmentsIsRefused(Ctx ctx) {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
-        refused(ctx, "ScalingPolicy.fixed(0)", answer(() -> ScalingPolicy.fixed(0)));
+        ctx.observeRefusal("ScalingPolicy.fixed(0)", () -> ScalingPolicy.fixed(0));
         // The builder does not validate, so this reaches the server.
         ScalingPolicy zero = ScalingPolicy.builder().scaleType(ScalingPolicy.ScaleType.FIXED_NUM_SEGMENTS).minNumSegments(0).build();
         String stream = ctx.unique("s");
-        refused(ctx, "createStream", answer(() -> manager.createStream(scope, stream,
-                StreamConfiguration.builder().scalingPolicy(zero).build())));
+        ctx.observeRefusal("createStream", () -> manager.createStream(scope, stream,
+                StreamConfiguration.builder().scalingPolicy(zero).build()));
         // Pravega leaves the stream it failed to create behind, half made.
         ctx.observe("exists after", manager.checkStreamExists(scope, stream));
     }
@@ -338,7 +345,7 @@ public class StreamChecks {
     public void illegalStreamNameIsRefused(Ctx ctx) {
         StreamManager manager = ctx.streamManager();
         String scope = ctx.newScope();
-        refused(ctx, "createStream", answer(() -> manager.createStream(scope, "bad/name", fixed(1))));
+        ctx.observeRefusal("createStream", () -> manager.createStream(scope, "bad/name", fixed(1)));
         // checkStreamExists does not validate on the client, so this one reaches the server.
         expect(ctx, "checkStreamExists", "false", answer(() -> manager.checkStreamExists(scope, "bad/name")));
     }

@@ -201,12 +201,9 @@ public class SynchronizerChecks {
         return revisions;
     }
 
+    /** A revisioned client of a new stream of its own. */
     private static RevisionedStreamClient<String> revisionedClient(Ctx ctx) {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        SynchronizerClientFactory factory = ctx.closeLater(SynchronizerClientFactory.withScope(scope, ctx.clientConfig()));
-        return ctx.closeLater(factory.createRevisionedStreamClient(stream, new UTF8StringSerializer(),
-                SynchronizerConfig.builder().build()));
+        return new Synchronizers(ctx).revisionedClient();
     }
 
     /** Synchronizers on one new stream, each with a factory of its own (as separate processes would have). */

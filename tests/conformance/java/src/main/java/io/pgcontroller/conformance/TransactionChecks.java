@@ -1,7 +1,9 @@
 package io.pgcontroller.conformance;
 
+import io.pgcontroller.conformance.EventSupport.Keyed;
 import io.pravega.client.EventStreamClientFactory;
 import io.pravega.client.control.impl.Controller;
+import io.pravega.client.stream.EventStreamReader;
 import io.pravega.client.stream.EventStreamWriter;
 import io.pravega.client.stream.EventWriterConfig;
 import io.pravega.client.stream.Stream;
@@ -24,7 +26,17 @@ import java.util.concurrent.TimeUnit;
 
 import static io.pgcontroller.conformance.Ctx.equal;
 import static io.pgcontroller.conformance.Ctx.require;
-import static io.pgcontroller.conformance.WriterSupport.STRINGS;
+import static io.pgcontroller.conformance.EventSupport.READ_WITHIN;
+import static io.pgcontroller.conformance.EventSupport.STRINGS;
+import static io.pgcontroller.conformance.EventSupport.readEachOnceInKeyOrder;
+import static io.pgcontroller.conformance.EventSupport.readExactly;
+import static io.pgcontroller.conformance.EventSupport.readRemaining;
+import static io.pgcontroller.conformance.EventSupport.writer;
+import static io.pgcontroller.conformance.WriterSupport.NOTHING_MORE;
+import static io.pgcontroller.conformance.WriterSupport.interleaved;
+import static io.pgcontroller.conformance.WriterSupport.keys;
+import static io.pgcontroller.conformance.WriterSupport.observeNothingAfterTheLast;
+import static io.pgcontroller.conformance.WriterSupport.readerFromStart;
 
 /**
  * TransactionalEventStreamWriter: commit (with and without a timestamp) and when its events become
@@ -33,114 +45,96 @@ import static io.pgcontroller.conformance.WriterSupport.STRINGS;
  * sealed stream, and commits and aborts repeated on a finished transaction.
  */
 public class TransactionChecks {
-    private static final Duration READ_WITHIN = Duration.ofSeconds(60);
     private static final Duration COMPLETES_WITHIN = Duration.ofSeconds(60);
-    private static final Duration NOTHING_MORE = Duration.ofSeconds(1);
     private static final EventWriterConfig DEFAULTS = EventWriterConfig.builder().build();
     /** Events per group in the ordering check. */
     private static final int GROUP = 4;
 
     @Check
     public void committedEventsBecomeVisibleOnlyAfterTheCommit(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        List<String> keys = WriterChecks.keys("t", 3);
+        ScopedStream target = ctx.newScopedStream(2);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, target);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        List<String> keys = keys("t", 3);
 
         Transaction<String> txn = txnWriter.beginTxn();
         ctx.observe("status after begin", txn.checkStatus());
-        writeRange(txn, keys, 0, 10);
+        write(txn, interleaved(keys, 0, 10));
         txn.flush();
         ctx.observe("status after flush", txn.checkStatus());
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
         ctx.observe("events before the commit", eventsBeforeMarkers(writer, reader, keys));
 
         txn.commit();
-        List<Transaction.Status> seen = WriterSupport.awaitStatus(txn, Transaction.Status.COMMITTED, COMPLETES_WITHIN);
-        requireCommitting(seen);
-        List<String> read = reader.read(30, READ_WITHIN);
-        WriterSupport.requireInOrder(read, keys, 10);
-        ctx.observe("events after the commit", read.size());
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        requireCommitting(awaitStatus(txn, Transaction.Status.COMMITTED));
+        ctx.observe("events after the commit", readEachOnceInKeyOrder(reader, interleaved(keys, 0, 10)).size());
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     @Check
     public void aCommitWithATimestampCommits(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
-        Transaction<String> txn = txnWriter.beginTxn();
-        writeRange(txn, List.of("c"), 0, 10);
+        ScopedStream target = ctx.newScopedStream(1);
+        Transaction<String> txn = txnWriter(ctx, target).beginTxn();
+        List<Keyed> events = interleaved(List.of("c"), 0, 10);
+        write(txn, events);
         txn.commit(System.currentTimeMillis());
-        requireCommitting(WriterSupport.awaitStatus(txn, Transaction.Status.COMMITTED, COMPLETES_WITHIN));
+        requireCommitting(awaitStatus(txn, Transaction.Status.COMMITTED));
         ctx.observe("status", txn.checkStatus());
 
-        List<String> read = WriterSupport.reader(ctx, factory, scope, stream).read(10, READ_WITHIN);
-        WriterSupport.requireInOrder(read, List.of("c"), 10);
+        readEachOnceInKeyOrder(readerFromStart(ctx, target), events);
     }
 
     @Check
     public void abortedEventsAreNeverVisible(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        List<String> keys = WriterChecks.keys("a", 3);
+        ScopedStream target = ctx.newScopedStream(2);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, target);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        List<String> keys = keys("a", 3);
 
         Transaction<String> txn = txnWriter.beginTxn();
-        writeRange(txn, keys, 0, 10);
+        write(txn, interleaved(keys, 0, 10));
         txn.flush();
         txn.abort();
-        List<Transaction.Status> seen = WriterSupport.awaitStatus(txn, Transaction.Status.ABORTED, COMPLETES_WITHIN);
+        List<Transaction.Status> seen = awaitStatus(txn, Transaction.Status.ABORTED);
         require(seen.stream().allMatch(s -> s == Transaction.Status.ABORTING || s == Transaction.Status.ABORTED),
                 "statuses after abort: " + seen);
         ctx.observe("status", txn.checkStatus());
         ctx.observe("write after abort", Ctx.thrown(() -> txn.writeEvent("a0", "a0:99")));
         // The markers follow the abort: had the aborted events been merged, they would come before them.
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
         ctx.observe("events read", eventsBeforeMarkers(writer, reader, keys));
-        ctx.observe("events after the markers", reader.readRemaining(NOTHING_MORE).size());
+        ctx.observe("events after the markers", readRemaining(reader, NOTHING_MORE).size());
     }
 
     /** Another writer's handle on an open transaction writes into the same transaction and commits it. */
     @Check
     public void getTxnContinuesAnOpenTransaction(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventWriterConfig config = DEFAULTS;
-        Transaction<String> first = txnWriter(ctx, factory, stream, config).beginTxn();
-        List<String> keys = WriterChecks.keys("g", 2);
-        writeRange(first, keys, 0, 5);
+        ScopedStream target = ctx.newScopedStream(2);
+        Transaction<String> first = txnWriter(ctx, target).beginTxn();
+        List<String> keys = keys("g", 2);
+        write(first, interleaved(keys, 0, 5));
         first.flush();
 
-        Transaction<String> second = txnWriter(ctx, factory, stream, config).getTxn(first.getTxnId());
+        Transaction<String> second = txnWriter(ctx, target).getTxn(first.getTxnId());
         ctx.observe("status through getTxn", second.checkStatus());
         equal(first.getTxnId(), second.getTxnId(), "getTxn's transaction id");
-        writeRange(second, keys, 5, 10);
+        write(second, interleaved(keys, 5, 10));
         second.commit();
-        requireCommitting(WriterSupport.awaitStatus(second, Transaction.Status.COMMITTED, COMPLETES_WITHIN));
+        requireCommitting(awaitStatus(second, Transaction.Status.COMMITTED));
         ctx.observe("status seen by the first handle", first.checkStatus());
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        WriterSupport.requireInOrder(reader.read(20, READ_WITHIN), keys, 10);
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        readEachOnceInKeyOrder(reader, interleaved(keys, 0, 10));
+        observeNothingAfterTheLast(ctx, reader);
         // getTxn of a committed transaction gives a closed handle: it refuses writes without asking the server.
-        Transaction<String> closed = txnWriter(ctx, factory, stream, config).getTxn(first.getTxnId());
+        Transaction<String> closed = txnWriter(ctx, target).getTxn(first.getTxnId());
         ctx.observe("write through getTxn of a committed txn", Ctx.thrown(() -> closed.writeEvent("g0", "g0:99")));
     }
 
     /** The controller answers UNKNOWN for an id it never issued; the client turns that into gRPC NOT_FOUND. */
     @Check
     public void getTxnOfAnUnknownIdFails(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, ctx.newScopedStream(1));
         // The stream has had a transaction, so the ids below are unknown, not merely the first.
         txnWriter.beginTxn().abort();
         long low = ThreadLocalRandom.current().nextLong() | 1L << 40;
@@ -156,17 +150,15 @@ public class TransactionChecks {
     public void aTransactionNobodyPingsIsAbortedWhenItsLeaseExpires(Ctx ctx) throws Exception {
         ctx.observe("client config with a 9999 ms lease",
                 Ctx.thrown(() -> EventWriterConfig.builder().transactionTimeoutTime(9999).build()));
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream,
+        ScopedStream target = ctx.newScopedStream(1);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, target.factory(), target.name(),
                 EventWriterConfig.builder().transactionTimeoutTime(10_000).build());
         Transaction<String> txn = txnWriter.beginTxn();
-        writeRange(txn, List.of("l"), 0, 5);
+        write(txn, interleaved(List.of("l"), 0, 5));
         txn.flush();
         txnWriter.close();
         long closedAt = System.nanoTime();
-        List<Transaction.Status> seen = WriterSupport.awaitStatus(txn, Transaction.Status.ABORTED, COMPLETES_WITHIN);
+        List<Transaction.Status> seen = awaitStatus(txn, Transaction.Status.ABORTED);
         long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - closedAt);
         require(seen.get(0) == Transaction.Status.OPEN, "not open right after its writer closed: " + seen);
         ctx.observe("status", txn.checkStatus());
@@ -180,7 +172,7 @@ public class TransactionChecks {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 1);
         // One attempt: Pravega answers a refused lease with UNKNOWN, which the client would retry for a minute.
-        Controller controller = WriterSupport.controller(ctx, WriterSupport.executor(ctx), 1);
+        Controller controller = ControllerSupport.singleAttemptController(ctx, ctx.clientConfig());
         for (long lease : new long[] {5_000, 9_999, 10_000, 600_000, 600_001}) {
             boolean accepted = Ctx.thrown(() -> controller.createTransaction(Stream.of(scope, stream), lease)
                     .get(30, TimeUnit.SECONDS)).equals("none");
@@ -196,35 +188,31 @@ public class TransactionChecks {
      */
     @Check
     public void aTransactionOpenedBeforeAScaleIsCommittedAfterTheNewEpochsEvents(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        ScheduledExecutorService executor = WriterSupport.executor(ctx);
-        Controller controller = WriterSupport.controller(ctx, executor, 10);
+        ScopedStream target = ctx.newScopedStream(1);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, target);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        ScheduledExecutorService executor = ctx.executor();
+        Controller controller = ControllerSupport.controller(ctx);
         String key = "o";
 
         writeGroup(writer, key, "pre");
         Transaction<String> before = txnWriter.beginTxn();
         writeGroup(before, key, "txnA");
-        WriterSupport.scale(controller, executor, scope, stream, List.of(WriterSupport.segmentId(0, 0)),
+        ControllerSupport.scale(controller, executor, target.stream(), List.of(ControllerSupport.segmentId(0, 0)),
                 Map.of(0.0, 0.5, 0.5, 1.0));
         writeGroup(writer, key, "post");
         Transaction<String> after = txnWriter.beginTxn();
         writeGroup(after, key, "txnB");
         before.commit();
-        WriterSupport.awaitStatus(before, Transaction.Status.COMMITTED, COMPLETES_WITHIN);
+        awaitStatus(before, Transaction.Status.COMMITTED);
         after.commit();
-        WriterSupport.awaitStatus(after, Transaction.Status.COMMITTED, COMPLETES_WITHIN);
+        awaitStatus(after, Transaction.Status.COMMITTED);
         writeGroup(writer, key, "last");
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(5 * GROUP, READ_WITHIN);
-        String order = groupOrder(read);
+        String order = groupOrder(readExactly(readerFromStart(ctx, target), 5 * GROUP, READ_WITHIN));
         ctx.observe("order", order);
         equal("pre,post,txnA,txnB,last", order, "order of the groups for one key");
-        ctx.observe("segments after the commits", controller.getCurrentSegments(scope, stream)
+        ctx.observe("segments after the commits", controller.getCurrentSegments(target.scope(), target.name())
                 .get(30, TimeUnit.SECONDS).getSegments().size());
     }
 
@@ -234,11 +222,11 @@ public class TransactionChecks {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 1);
         // One attempt: both servers answer createTransaction on a sealed stream with a code the client retries.
-        Controller controller = WriterSupport.controller(ctx, WriterSupport.executor(ctx), 1);
+        Controller controller = ControllerSupport.singleAttemptController(ctx, ctx.clientConfig());
         EventStreamClientFactory factory = ctx.closeLater(new ClientFactoryImpl(scope, controller, ctx.clientConfig()));
         TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
         Transaction<String> open = txnWriter.beginTxn();
-        writeRange(open, List.of("z"), 0, 5);
+        write(open, interleaved(List.of("z"), 0, 5));
         open.flush();
 
         ctx.observe("seal", ctx.streamManager().sealStream(scope, stream));
@@ -250,35 +238,37 @@ public class TransactionChecks {
     /** A transaction's end is final: commit is idempotent, abort of a committed one and commit of an aborted one fail. */
     @Check
     public void aFinishedTransactionStaysFinished(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, factory, stream, DEFAULTS);
-        Controller controller = WriterSupport.controller(ctx, WriterSupport.executor(ctx), 1);
-        Stream target = Stream.of(scope, stream);
+        ScopedStream target = ctx.newScopedStream(1);
+        TransactionalEventStreamWriter<String> txnWriter = txnWriter(ctx, target);
+        Controller controller = ControllerSupport.singleAttemptController(ctx, ctx.clientConfig());
+        Stream stream = target.stream();
 
         Transaction<String> committed = txnWriter.beginTxn();
-        writeRange(committed, List.of("d"), 0, 3);
+        List<Keyed> events = interleaved(List.of("d"), 0, 3);
+        write(committed, events);
         committed.commit();
-        WriterSupport.awaitStatus(committed, Transaction.Status.COMMITTED, COMPLETES_WITHIN);
+        awaitStatus(committed, Transaction.Status.COMMITTED);
         ctx.observe("commit again (same handle)", Ctx.thrown(committed::commit));
-        ctx.observe("commit again (controller)", Ctx.thrown(() -> controller.commitTransaction(target, "w", null,
+        ctx.observe("commit again (controller)", Ctx.thrown(() -> controller.commitTransaction(stream, "w", null,
                 committed.getTxnId()).get(30, TimeUnit.SECONDS)));
-        ctx.observe("abort after commit (controller)", Ctx.thrown(() -> controller.abortTransaction(target,
+        ctx.observe("abort after commit (controller)", Ctx.thrown(() -> controller.abortTransaction(stream,
                 committed.getTxnId()).get(30, TimeUnit.SECONDS)));
         ctx.observe("status after both", committed.checkStatus());
 
         Transaction<String> aborted = txnWriter.beginTxn();
         aborted.abort();
-        WriterSupport.awaitStatus(aborted, Transaction.Status.ABORTED, COMPLETES_WITHIN);
-        ctx.observe("commit after abort (controller)", Ctx.thrown(() -> controller.commitTransaction(target, "w", null,
+        awaitStatus(aborted, Transaction.Status.ABORTED);
+        ctx.observe("commit after abort (controller)", Ctx.thrown(() -> controller.commitTransaction(stream, "w", null,
                 aborted.getTxnId()).get(30, TimeUnit.SECONDS)));
-        ctx.observe("abort again (controller)", Ctx.thrown(() -> controller.abortTransaction(target,
+        ctx.observe("abort again (controller)", Ctx.thrown(() -> controller.abortTransaction(stream,
                 aborted.getTxnId()).get(30, TimeUnit.SECONDS)));
         ctx.observe("status of the aborted", aborted.checkStatus());
 
-        List<String> read = WriterSupport.reader(ctx, factory, scope, stream).read(3, READ_WITHIN);
-        WriterSupport.requireInOrder(read, List.of("d"), 3);
+        readEachOnceInKeyOrder(readerFromStart(ctx, target), events);
+    }
+
+    private static TransactionalEventStreamWriter<String> txnWriter(Ctx ctx, ScopedStream target) {
+        return txnWriter(ctx, target.factory(), target.name(), DEFAULTS);
     }
 
     private static TransactionalEventStreamWriter<String> txnWriter(Ctx ctx, EventStreamClientFactory factory, String stream,
@@ -286,12 +276,24 @@ public class TransactionChecks {
         return ctx.closeLater(factory.createTransactionalEventWriter(ctx.unique("tw"), stream, STRINGS, config));
     }
 
-    private static void writeRange(Transaction<String> txn, List<String> keys, int from, int to) throws TxnFailedException {
-        for (int seq = from; seq < to; seq++) {
-            for (String key : keys) {
-                txn.writeEvent(key, key + ":" + seq);
-            }
+    /** Writes {@code events} into the transaction, each under its key. */
+    private static void write(Transaction<String> txn, List<Keyed> events) throws TxnFailedException {
+        for (Keyed event : events) {
+            txn.writeEvent(event.key(), event.event());
         }
+    }
+
+    /** Polls the transaction until it reaches {@code wanted}; every status seen on the way is recorded. */
+    private static List<Transaction.Status> awaitStatus(Transaction<?> txn, Transaction.Status wanted) throws Exception {
+        List<Transaction.Status> seen = new ArrayList<>();
+        Ctx.eventually(COMPLETES_WITHIN, "transaction status " + wanted, () -> {
+            Transaction.Status status = txn.checkStatus();
+            if (seen.isEmpty() || seen.get(seen.size() - 1) != status) {
+                seen.add(status);
+            }
+            return status == wanted;
+        });
+        return seen;
     }
 
     /** {@link #GROUP} events {@code group.i} of one key, acknowledged before this returns. */
@@ -327,14 +329,15 @@ public class TransactionChecks {
      * transaction's events merged before a marker of their key would come before it. Returns how
      * many events other than the markers were read.
      */
-    private static int eventsBeforeMarkers(EventStreamWriter<String> writer, WriterSupport.Reader<String> reader,
+    private static int eventsBeforeMarkers(EventStreamWriter<String> writer, EventStreamReader<String> reader,
                                            List<String> keys) throws Exception {
         Set<String> pending = new HashSet<>();
         for (String key : keys) {
             pending.add("marker-" + key);
             writer.writeEvent(key, "marker-" + key).get(30, TimeUnit.SECONDS);
         }
-        List<String> read = reader.readThrough(event -> pending.remove(event) && pending.isEmpty(), READ_WITHIN);
+        List<String> read = EventSupport.readThrough(reader, event -> pending.remove(event) && pending.isEmpty(),
+                READ_WITHIN);
         return read.size() - keys.size();
     }
 

@@ -1,6 +1,5 @@
 package io.pgcontroller.conformance;
 
-import io.pravega.client.EventStreamClientFactory;
 import io.pravega.client.SynchronizerClientFactory;
 import io.pravega.client.control.impl.ControllerImpl;
 import io.pravega.client.segment.impl.Segment;
@@ -11,6 +10,7 @@ import io.pravega.client.stream.EventRead;
 import io.pravega.client.stream.EventStreamReader;
 import io.pravega.client.stream.EventStreamWriter;
 import io.pravega.client.stream.EventWriterConfig;
+import io.pravega.client.stream.ReaderGroup;
 import io.pravega.client.stream.ReaderGroupConfig;
 import io.pravega.client.stream.Stream;
 import io.pravega.client.stream.StreamCut;
@@ -30,11 +30,12 @@ import java.util.TreeMap;
 import java.util.stream.Collectors;
 
 import static io.pgcontroller.conformance.Ctx.require;
+import static io.pgcontroller.conformance.EventSupport.requireExactlyOnce;
+import static io.pgcontroller.conformance.EventSupport.write;
+import static io.pgcontroller.conformance.EventSupport.writer;
 import static io.pgcontroller.conformance.ReaderGroupSupport.events;
 import static io.pgcontroller.conformance.ReaderGroupSupport.index;
-import static io.pgcontroller.conformance.ReaderGroupSupport.requireExactlyOnce;
-import static io.pgcontroller.conformance.ReaderGroupSupport.tail;
-import static io.pgcontroller.conformance.ReaderGroupSupport.write;
+import static io.pgcontroller.conformance.StreamManagerSupport.tail;
 
 /**
  * Watermarks: writers noting time (noteTime, automaticallyNoteTime), the controller's answers to
@@ -48,35 +49,32 @@ public class WatermarkChecks {
 
     @Check(timeoutSeconds = 240) // two watermark periods or more
     public void noteTimeYieldsWatermarksOfTheNotedTimesAtTheWriterPosition(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamWriter<String> writer = ReaderGroupSupport.writer(ctx, ctx.clientFactory(scope), stream);
-        RevisionedStreamClient<Watermark> marks = markClient(ctx, scope, stream);
-        write(writer, 0, 10);
+        ScopedStream target = ctx.newScopedStream(2);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        RevisionedStreamClient<Watermark> marks = markClient(ctx, target);
+        write(writer, events(0, 10));
         writer.noteTime(1_000);
         Watermark first = awaitMarks(marks, 1).get(0);
         ctx.observe("first", bounds(first));
-        ctx.observe("first cut is the writer's position", offsets(first).equals(offsets(tail(ctx, scope, stream))));
+        ctx.observe("first cut is the writer's position", offsets(first).equals(offsets(tail(ctx, target))));
 
         // A time older than the writer's last is refused by the controller: no watermark for it.
         writer.noteTime(500);
-        write(writer, 10, 20);
+        write(writer, events(10, 20));
         writer.noteTime(2_000);
         List<Watermark> all = awaitMarks(marks, 2);
         ctx.observe("all", all.stream().map(WatermarkChecks::bounds).toList());
-        ctx.observe("second cut is the writer's position", offsets(all.get(1)).equals(offsets(tail(ctx, scope, stream))));
+        ctx.observe("second cut is the writer's position", offsets(all.get(1)).equals(offsets(tail(ctx, target))));
     }
 
     @Check(timeoutSeconds = 180) // the writer notes every 5 s, the controller computes every 10 s
     public void automaticallyNotedTimeYieldsAWatermarkOfTheWriterClock(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = ctx.closeLater(factory.createEventWriter(stream, ReaderGroupSupport.STRINGS,
-                EventWriterConfig.builder().automaticallyNoteTime(true).build()));
-        RevisionedStreamClient<Watermark> marks = markClient(ctx, scope, stream);
+        ScopedStream target = ctx.newScopedStream(1);
+        EventStreamWriter<String> writer = ctx.closeLater(target.factory().createEventWriter(target.name(),
+                EventSupport.STRINGS, EventWriterConfig.builder().automaticallyNoteTime(true).build()));
+        RevisionedStreamClient<Watermark> marks = markClient(ctx, target);
         long before = System.currentTimeMillis();
-        write(writer, 0, 5);
+        write(writer, events(0, 5));
         ctx.observe("noteTime on an automatic writer", Ctx.thrown(() -> writer.noteTime(before)));
         Watermark first = awaitMarks(marks, 1).get(0);
         long after = System.currentTimeMillis();
@@ -88,7 +86,7 @@ public class WatermarkChecks {
     public void writerMarksMustAdvanceInTimeAndPosition(Ctx ctx) {
         String scope = ctx.newScope();
         String stream = ctx.newStream(scope, 1);
-        ControllerImpl controller = ReaderGroupSupport.controller(ctx);
+        ControllerImpl controller = ControllerSupport.controller(ctx);
         Stream key = Stream.of(scope, stream);
         String writer = "w1";
         ctx.observe("first", noteAnswer(controller, writer, key, 100, 10));
@@ -104,41 +102,38 @@ public class WatermarkChecks {
 
     @Check(timeoutSeconds = 300) // two watermarks, a scale between them, then a bounded read
     public void readerBetweenTwoWatermarksAcrossAScaleSeesTimesInItsWindow(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = ReaderGroupSupport.writer(ctx, factory, stream);
-        RevisionedStreamClient<Watermark> marks = markClient(ctx, scope, stream);
+        ScopedStream target = ctx.newScopedStream(1);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        RevisionedStreamClient<Watermark> marks = markClient(ctx, target);
         // Event e<i> is written at time i.
-        write(writer, 1, 11);
+        write(writer, events(1, 11));
         writer.noteTime(10);
         Watermark before = awaitMarks(marks, 1).get(0);
-        ReaderGroupSupport.scale(ReaderGroupSupport.controller(ctx), Stream.of(scope, stream), List.of(0L),
-                Map.of(0.0, 0.5, 0.5, 1.0), ReaderGroupSupport.executor(ctx));
-        write(writer, 11, 21);
+        ControllerSupport.scale(ControllerSupport.controller(ctx), ctx.executor(), target.stream(), List.of(0L),
+                Map.of(0.0, 0.5, 0.5, 1.0));
+        write(writer, events(11, 21));
         writer.noteTime(20);
         Watermark after = awaitMarks(marks, 2).get(1);
         ctx.observe("watermarks", List.of(bounds(before), bounds(after)));
         ctx.observe("segments of the second cut", after.getStreamCut().size());
 
         // Automatic checkpoints let the reader move from the sealed segment to its successors.
-        String name = ctx.unique("rg");
-        ReaderGroupSupport.group(ctx, ctx.readerGroupManager(scope), name, ReaderGroupConfig.builder()
-                .stream(Stream.of(scope, stream), cut(scope, stream, before), cut(scope, stream, after))
+        ReaderGroup group = ReaderGroupSupport.newGroup(ctx, target, ReaderGroupConfig.builder()
+                .stream(target.stream(), cut(target, before), cut(target, after))
                 .automaticCheckpointIntervalMillis(1_000).build());
-        EventStreamReader<String> reader = ReaderGroupSupport.reader(ctx, factory, "r1", name);
+        EventStreamReader<String> reader = ReaderGroupSupport.reader(ctx, target, "r1", group);
         List<String> read = new ArrayList<>();
         boolean allInWindow = true;
         boolean upperBoundSeen = false;
         long deadline = System.nanoTime() + MARK_WITHIN.toNanos();
         while (read.size() < 10) {
             require(System.nanoTime() < deadline, "read " + read);
-            EventRead<String> next = reader.readNextEvent(ReaderGroupSupport.READ_TIMEOUT_MS);
+            EventRead<String> next = reader.readNextEvent(EventSupport.READ_TIMEOUT_MS);
             if (next.getEvent() == null) {
                 continue;
             }
             read.add(next.getEvent());
-            TimeWindow window = reader.getCurrentTimeWindow(Stream.of(scope, stream));
+            TimeWindow window = reader.getCurrentTimeWindow(target.stream());
             long time = index(next.getEvent());
             allInWindow &= (window.getLowerTimeBound() == null || window.getLowerTimeBound() <= time)
                     && (window.getUpperTimeBound() == null || time <= window.getUpperTimeBound());
@@ -150,9 +145,10 @@ public class WatermarkChecks {
         ctx.observe("nothing past the second watermark", nextEvent(reader));
     }
 
-    private static RevisionedStreamClient<Watermark> markClient(Ctx ctx, String scope, String stream) {
-        SynchronizerClientFactory factory = ctx.closeLater(SynchronizerClientFactory.withScope(scope, ctx.clientConfig()));
-        return ctx.closeLater(factory.createRevisionedStreamClient(NameUtils.getMarkStreamForStream(stream),
+    private static RevisionedStreamClient<Watermark> markClient(Ctx ctx, ScopedStream target) {
+        SynchronizerClientFactory factory = ctx.closeLater(SynchronizerClientFactory.withScope(target.scope(),
+                ctx.clientConfig()));
+        return ctx.closeLater(factory.createRevisionedStreamClient(NameUtils.getMarkStreamForStream(target.name()),
                 new WatermarkSerializer(), SynchronizerConfig.builder().build()));
     }
 
@@ -182,10 +178,10 @@ public class WatermarkChecks {
                 .collect(Collectors.toMap(entry -> entry.getKey().getSegmentId(), Map.Entry::getValue)));
     }
 
-    private static StreamCut cut(String scope, String stream, Watermark mark) {
-        return new StreamCutImpl(Stream.of(scope, stream), mark.getStreamCut().entrySet().stream()
-                .collect(Collectors.toMap(entry -> new Segment(scope, stream, entry.getKey().getSegmentId()),
-                        Map.Entry::getValue)));
+    private static StreamCut cut(ScopedStream target, Watermark mark) {
+        return new StreamCutImpl(target.stream(), mark.getStreamCut().entrySet().stream()
+                .collect(Collectors.toMap(entry -> new Segment(target.scope(), target.name(),
+                        entry.getKey().getSegmentId()), Map.Entry::getValue)));
     }
 
     /** The controller's answer to a mark of segment 0 at {@code offset}: "none" or the refusal's status. */

@@ -1,12 +1,14 @@
 package io.pgcontroller.conformance;
 
-import io.pravega.client.EventStreamClientFactory;
+import io.pgcontroller.conformance.EventSupport.Keyed;
 import io.pravega.client.control.impl.Controller;
+import io.pravega.client.stream.EventStreamReader;
 import io.pravega.client.stream.EventStreamWriter;
 import io.pravega.client.stream.EventWriterConfig;
 import io.pravega.client.stream.Serializer;
 import io.pravega.client.stream.impl.ByteArraySerializer;
 
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -20,7 +22,16 @@ import java.util.concurrent.TimeUnit;
 
 import static io.pgcontroller.conformance.Ctx.equal;
 import static io.pgcontroller.conformance.Ctx.require;
-import static io.pgcontroller.conformance.WriterSupport.STRINGS;
+import static io.pgcontroller.conformance.EventSupport.READ_WITHIN;
+import static io.pgcontroller.conformance.EventSupport.STRINGS;
+import static io.pgcontroller.conformance.EventSupport.readEachOnceInKeyOrder;
+import static io.pgcontroller.conformance.EventSupport.readExactly;
+import static io.pgcontroller.conformance.EventSupport.writeAsync;
+import static io.pgcontroller.conformance.EventSupport.writer;
+import static io.pgcontroller.conformance.WriterSupport.interleaved;
+import static io.pgcontroller.conformance.WriterSupport.keys;
+import static io.pgcontroller.conformance.WriterSupport.observeNothingAfterTheLast;
+import static io.pgcontroller.conformance.WriterSupport.readerFromStart;
 
 /**
  * EventStreamWriter: routing keys and each key's order over several segments, events without a
@@ -28,56 +39,43 @@ import static io.pgcontroller.conformance.WriterSupport.STRINGS;
  * enableLargeEvents), and a writer that keeps writing while its stream scales.
  */
 public class WriterChecks {
-    private static final Duration READ_WITHIN = Duration.ofSeconds(60);
-    /** Long enough for a reader of a few segments to have seen every one of them. */
-    private static final Duration NOTHING_MORE = Duration.ofSeconds(1);
     private static final int MAX_EVENT = Serializer.MAX_EVENT_SIZE;
 
     @Check
     public void routingKeysKeepEachKeysOrderAcrossSegments(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 4);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        List<String> keys = keys("k", 6);
-        awaitAll(writeInterleaved(writer, keys, 50));
+        ScopedStream target = ctx.newScopedStream(4);
+        List<Keyed> written = interleaved(keys("k", 6), 0, 50);
+        awaitAll(writeAsync(writer(ctx, target), written));
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(300, READ_WITHIN);
-        WriterSupport.requireInOrder(read, keys, 50);
-        ctx.observe("events read", read.size());
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        ctx.observe("events read", readEachOnceInKeyOrder(reader, written).size());
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     @Check
     public void eventsWithoutARoutingKeyAreAllDelivered(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 3);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
+        ScopedStream target = ctx.newScopedStream(3);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        List<String> written = EventSupport.numbered("nokey:", 0, 60);
         List<CompletableFuture<Void>> acks = new ArrayList<>();
-        List<String> written = new ArrayList<>();
-        for (int i = 0; i < 60; i++) {
-            written.add("nokey:" + i);
-            acks.add(writer.writeEvent("nokey:" + i));
+        for (String event : written) {
+            acks.add(writer.writeEvent(event));
         }
         awaitAll(acks);
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(written.size(), READ_WITHIN);
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        List<String> read = readExactly(reader, written.size(), READ_WITHIN);
         // Without a key no order is promised, only that each event arrives once.
         equal(new HashSet<>(written), new HashSet<>(read), "events read");
         ctx.observe("events read", read.size());
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     /** noteTime is fire-and-forget (the controller's answer is only logged): the writer goes on writing. */
     @Check
     public void noteTimeIsAcceptedAndTheWriterGoesOn(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = ctx.closeLater(factory.createEventWriter("w1", stream, STRINGS,
+        ScopedStream target = ctx.newScopedStream(2);
+        EventStreamWriter<String> writer = ctx.closeLater(target.factory().createEventWriter("w1", target.name(), STRINGS,
                 EventWriterConfig.builder().build()));
         writer.writeEvent("k", "k:0").get(30, TimeUnit.SECONDS);
         long now = System.currentTimeMillis();
@@ -85,8 +83,7 @@ public class WriterChecks {
         ctx.observe("noteTime later", Ctx.thrown(() -> writer.noteTime(now + 1000)));
         writer.writeEvent("k", "k:1").get(30, TimeUnit.SECONDS);
 
-        List<String> read = WriterSupport.reader(ctx, factory, scope, stream).read(2, READ_WITHIN);
-        equal(List.of("k:0", "k:1"), read, "events read");
+        equal(List.of("k:0", "k:1"), readExactly(readerFromStart(ctx, target), 2, READ_WITHIN), "events read");
     }
 
     /**
@@ -97,30 +94,25 @@ public class WriterChecks {
      */
     @Check
     public void flushReturnsOnceEveryEventIsStored(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 3);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        List<String> keys = keys("f", 4);
-        List<CompletableFuture<Void>> acks = writeInterleaved(writer, keys, 50);
+        ScopedStream target = ctx.newScopedStream(3);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        List<Keyed> written = interleaved(keys("f", 4), 0, 50);
+        List<CompletableFuture<Void>> acks = writeAsync(writer, written);
         writer.flush();
-        long stored = WriterSupport.tailBytes(ctx, scope, stream);
+        long stored = StreamManagerSupport.totalOffset(StreamManagerSupport.tail(ctx, target));
         ctx.observe("bytes stored when flush returned", stored);
-        equal(eventBytes(keys, 50), stored, "bytes in the segments when flush returned");
+        equal(eventBytes(written), stored, "bytes in the segments when flush returned");
         awaitAll(acks);
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(200, READ_WITHIN);
-        WriterSupport.requireInOrder(read, keys, 50);
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        readEachOnceInKeyOrder(reader, written);
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     @Check
     public void aClosedWriterRefusesWrites(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
+        ScopedStream target = ctx.newScopedStream(1);
+        EventStreamWriter<String> writer = writer(ctx, target);
         writer.writeEvent("k", "k:0").get(30, TimeUnit.SECONDS);
         writer.close();
         ctx.observe("writeEvent after close", Ctx.thrown(() -> writer.writeEvent("k", "k:1")));
@@ -128,53 +120,47 @@ public class WriterChecks {
         ctx.observe("flush after close", Ctx.thrown(writer::flush));
         ctx.observe("close again", Ctx.thrown(writer::close));
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        equal(List.of("k:0"), reader.read(1, READ_WITHIN), "events read");
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        equal(List.of("k:0"), readExactly(reader, 1, READ_WITHIN), "events read");
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     @Check
     public void pooledWritersShareConnectionsAndKeepTheirOrder(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 3);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
+        ScopedStream target = ctx.newScopedStream(3);
         EventWriterConfig pooled = EventWriterConfig.builder().enableConnectionPooling(true).build();
-        EventStreamWriter<String> first = ctx.closeLater(factory.createEventWriter(stream, STRINGS, pooled));
-        EventStreamWriter<String> second = ctx.closeLater(factory.createEventWriter(stream, STRINGS, pooled));
-        List<String> keys = keys("p", 4);
+        EventStreamWriter<String> first = ctx.closeLater(target.factory().createEventWriter(target.name(), STRINGS, pooled));
+        EventStreamWriter<String> second = ctx.closeLater(target.factory().createEventWriter(target.name(), STRINGS, pooled));
+        // Each writer keeps each key's order, and no order holds between the two writers: the
+        // events of the first writer are keyed a-<key> here, those of the second b-<key>.
+        List<Keyed> written = new ArrayList<>();
         List<CompletableFuture<Void>> acks = new ArrayList<>();
-        for (int seq = 0; seq < 25; seq++) {
-            for (String key : keys) {
-                acks.add(first.writeEvent(key, "a-" + key + ":" + seq));
-                acks.add(second.writeEvent(key, "b-" + key + ":" + seq));
-            }
+        for (Keyed event : interleaved(keys("p", 4), 0, 25)) {
+            written.add(new Keyed("a-" + event.key(), "a-" + event.event()));
+            acks.add(first.writeEvent(event.key(), "a-" + event.event()));
+            written.add(new Keyed("b-" + event.key(), "b-" + event.event()));
+            acks.add(second.writeEvent(event.key(), "b-" + event.event()));
         }
         awaitAll(acks);
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(200, READ_WITHIN);
-        List<String> labels = new ArrayList<>();
-        keys.forEach(key -> labels.addAll(List.of("a-" + key, "b-" + key)));
-        WriterSupport.requireInOrder(read, labels, 25);
-        ctx.observe("events read", read.size());
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        ctx.observe("events read", readEachOnceInKeyOrder(reader, written).size());
+        observeNothingAfterTheLast(ctx, reader);
     }
 
     /** Events above 8 MiB go through a transient segment merged into the stream's segment. */
     @Check(timeoutSeconds = 180) // 17 MiB written and read back (twice: serve and Pravega)
     public void largeEventsRoundTripWhenEnabled(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<byte[]> writer = ctx.closeLater(factory.createEventWriter(stream, new ByteArraySerializer(),
-                EventWriterConfig.builder().enableLargeEvents(true).build()));
+        ScopedStream target = ctx.newScopedStream(1);
+        EventStreamWriter<byte[]> writer = ctx.closeLater(target.factory().createEventWriter(target.name(),
+                new ByteArraySerializer(), EventWriterConfig.builder().enableLargeEvents(true).build()));
         List<byte[]> written = List.of(bytes(10, 1), bytes(MAX_EVENT + 1, 2), bytes(10, 3), bytes(9 * 1024 * 1024, 4));
         for (byte[] event : written) {
             writer.writeEvent("k", event).get(60, TimeUnit.SECONDS);
         }
 
-        List<byte[]> read = WriterSupport.reader(ctx, factory, scope, stream, new ByteArraySerializer())
-                .read(written.size(), Duration.ofSeconds(90));
+        List<byte[]> read = readExactly(readerFromStart(ctx, target, new ByteArraySerializer()), written.size(),
+                Duration.ofSeconds(90));
         List<Integer> sizes = new ArrayList<>();
         for (int i = 0; i < written.size(); i++) {
             require(Arrays.equals(written.get(i), read.get(i)), "event " + i + " read back with other bytes");
@@ -185,84 +171,49 @@ public class WriterChecks {
 
     @Check
     public void anEventAbove8MiBIsRefusedWithoutLargeEvents(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 1);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<byte[]> writer = ctx.closeLater(factory.createEventWriter(stream, new ByteArraySerializer(),
-                EventWriterConfig.builder().build()));
+        ScopedStream target = ctx.newScopedStream(1);
+        EventStreamWriter<byte[]> writer = ctx.closeLater(target.factory().createEventWriter(target.name(),
+                new ByteArraySerializer(), EventWriterConfig.builder().build()));
         byte[] tooLarge = bytes(MAX_EVENT + 1, 5);
         ctx.observe("8 MiB + 1", Ctx.thrown(() -> writer.writeEvent("k", tooLarge).get(60, TimeUnit.SECONDS)));
         // The largest event an ordinary append carries: 8 MiB of data behind its 8-byte header.
         byte[] largest = bytes(MAX_EVENT, 6);
         ctx.observe("8 MiB", Ctx.thrown(() -> writer.writeEvent("k", largest).get(60, TimeUnit.SECONDS)));
 
-        List<byte[]> read = WriterSupport.reader(ctx, factory, scope, stream, new ByteArraySerializer())
-                .read(1, READ_WITHIN);
+        List<byte[]> read = readExactly(readerFromStart(ctx, target, new ByteArraySerializer()), 1, READ_WITHIN);
         require(Arrays.equals(largest, read.get(0)), "the 8 MiB event read back with other bytes");
     }
 
     /** Scales the stream while the writer writes: the writer moves to the successors, each key stays in order. */
     @Check
     public void aWriterKeepsEachKeysOrderWhileItsStreamScales(Ctx ctx) throws Exception {
-        String scope = ctx.newScope();
-        String stream = ctx.newStream(scope, 2);
-        EventStreamClientFactory factory = ctx.clientFactory(scope);
-        EventStreamWriter<String> writer = WriterSupport.writer(ctx, factory, stream);
-        ScheduledExecutorService executor = WriterSupport.executor(ctx);
-        Controller controller = WriterSupport.controller(ctx, executor, 10);
+        ScopedStream target = ctx.newScopedStream(2);
+        EventStreamWriter<String> writer = writer(ctx, target);
+        ScheduledExecutorService executor = ctx.executor();
+        Controller controller = ControllerSupport.controller(ctx);
         List<String> keys = keys("s", 6);
-        List<CompletableFuture<Void>> acks = new ArrayList<>(writeRange(writer, keys, 0, 20));
+        List<CompletableFuture<Void>> acks = new ArrayList<>(writeAsync(writer, interleaved(keys, 0, 20)));
         // Segment 0 ([0, 0.5)) splits in two while the next events are on their way.
-        CompletableFuture<Boolean> scale = controller.scaleStream(io.pravega.client.stream.Stream.of(scope, stream),
-                List.of(WriterSupport.segmentId(0, 0)), Map.of(0.0, 0.25, 0.25, 0.5), executor).getFuture();
-        acks.addAll(writeRange(writer, keys, 20, 40));
+        CompletableFuture<Boolean> scale = controller.scaleStream(target.stream(),
+                List.of(ControllerSupport.segmentId(0, 0)), Map.of(0.0, 0.25, 0.25, 0.5), executor).getFuture();
+        acks.addAll(writeAsync(writer, interleaved(keys, 20, 40)));
         ctx.observe("scale", scale.get(60, TimeUnit.SECONDS));
-        acks.addAll(writeRange(writer, keys, 40, 60));
+        acks.addAll(writeAsync(writer, interleaved(keys, 40, 60)));
         awaitAll(acks);
-        ctx.observe("segments after the scale", controller.getCurrentSegments(scope, stream)
+        ctx.observe("segments after the scale", controller.getCurrentSegments(target.scope(), target.name())
                 .get(30, TimeUnit.SECONDS).getSegments().size());
 
-        WriterSupport.Reader<String> reader = WriterSupport.reader(ctx, factory, scope, stream);
-        List<String> read = reader.read(keys.size() * 60, READ_WITHIN);
-        WriterSupport.requireInOrder(read, keys, 60);
-        ctx.observe("events after the last", reader.readRemaining(NOTHING_MORE).size());
+        EventStreamReader<String> reader = readerFromStart(ctx, target);
+        readEachOnceInKeyOrder(reader, interleaved(keys, 0, 60));
+        observeNothingAfterTheLast(ctx, reader);
     }
 
-    static List<String> keys(String prefix, int count) {
-        List<String> keys = new ArrayList<>();
-        for (int i = 0; i < count; i++) {
-            keys.add(prefix + i);
-        }
-        return keys;
+    /** What events take in a segment: each its UTF-8 bytes behind an 8-byte header. */
+    private static long eventBytes(List<Keyed> events) {
+        return events.stream().mapToLong(event -> 8 + event.event().getBytes(StandardCharsets.UTF_8).length).sum();
     }
 
-    /** Events {@code key:seq}, one of each key in turn, so that the keys' events interleave on the wire. */
-    static List<CompletableFuture<Void>> writeInterleaved(EventStreamWriter<String> writer, List<String> keys, int perKey) {
-        return writeRange(writer, keys, 0, perKey);
-    }
-
-    static List<CompletableFuture<Void>> writeRange(EventStreamWriter<String> writer, List<String> keys, int from, int to) {
-        List<CompletableFuture<Void>> acks = new ArrayList<>();
-        for (int seq = from; seq < to; seq++) {
-            for (String key : keys) {
-                acks.add(writer.writeEvent(key, key + ":" + seq));
-            }
-        }
-        return acks;
-    }
-
-    /** What {@code key:seq} events take in a segment: each its UTF-8 bytes behind an 8-byte header. */
-    static long eventBytes(List<String> keys, int perKey) {
-        long total = 0;
-        for (int seq = 0; seq < perKey; seq++) {
-            for (String key : keys) {
-                total += 8 + (key + ":" + seq).getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
-            }
-        }
-        return total;
-    }
-
-    static void awaitAll(List<CompletableFuture<Void>> acks) throws Exception {
+    private static void awaitAll(List<CompletableFuture<Void>> acks) throws Exception {
         CompletableFuture.allOf(acks.toArray(new CompletableFuture<?>[0])).get(60, TimeUnit.SECONDS);
     }
 
