@@ -74,7 +74,7 @@ def start_standalone(
         f"-Dsinglenode.configurationFile={config}",
         f"-Dlogback.configurationFile={ORACLE / 'logback.xml'}",
         "-cp",
-        classpath(ORACLE, package=False),
+        classpath(ORACLE, package=True),
         "io.pravega.local.LocalPravegaEmulator",
     ]
     with open(log_path, "wb") as log_file:

@@ -89,6 +89,8 @@ def prepare_secure(work_dir: Path) -> SecureSetup:
         *("--tls-key-file", str(certs.server_key)),
         *("--tls-trust-file", str(certs.ca_cert)),
         *("--segment-store-host", "localhost"),
+        # The token credential of SecurityChecks (Pravega standalone gets the same handler in Java).
+        *("--auth-handlers", "tests.conformance.token_plugin:make"),
     )
     standalone_properties = {
         "singlenode.security.auth.enable": "true",

@@ -26,13 +26,16 @@ import static io.pgcontroller.conformance.Ctx.require;
 /**
  * Authentication, authorization and TLS (profile "secure": both servers with auth and TLS on,
  * set up by tests/conformance/secure.py): the runner's account works end to end over TLS with
- * host names validated; a wrong password, an unknown account, no credentials and a token of a
- * method no handler serves are refused; a client that does not trust the CA, or speaks plain
+ * host names validated, and so does a Bearer token of the suite's own handler; a wrong password,
+ * an unknown account or token, no credentials and a token of a method no handler serves are
+ * refused; a client that does not trust the CA, or speaks plain
  * text, does not get through; the controller list is open without credentials; and the ACLs of
  * an account limited to some scopes, and of one that may only read, are enforced.
  */
 public class SecurityChecks {
     private static final int EVENTS = 20;
+    /** The one token the suite's Bearer handlers know (TokenAuthHandler.java, token_plugin.py). */
+    private static final String SUITE_TOKEN = "conformance-bearer-token";
 
     @Check(profile = "secure")
     public void defaultCredentialsCreateWriteAndReadOverTls(Ctx ctx) throws Exception {
@@ -68,16 +71,45 @@ public class SecurityChecks {
     }
 
     /**
-     * A credential of a method other than Basic ("Bearer" and a token): both servers serve only
-     * Basic here (Pravega's password handler; serve without --auth-handlers), so it is refused
-     * like no credentials at all.
+     * A credential of a method no handler serves ("Negotiate" and a token): both servers serve
+     * Basic and the suite's Bearer handler only, so it is refused like no credentials at all.
      */
     @Check(profile = "secure")
     public void tokenOfAMethodNoHandlerServesIsRefused(Ctx ctx) {
         String scope = ctx.newScope();
-        StreamManager bearer = manager(ctx, new BearerToken("conformance-" + ctx.unique("token")));
-        ctx.observeRefusal("createScope", () -> bearer.createScope(ctx.unique("conf")));
-        ctx.observeRefusal("checkScopeExists", () -> bearer.checkScopeExists(scope));
+        StreamManager negotiate = manager(ctx, new TokenCredential("Negotiate", "conformance-" + ctx.unique("token")));
+        ctx.observeRefusal("createScope", () -> negotiate.createScope(ctx.unique("conf")));
+        ctx.observeRefusal("checkScopeExists", () -> negotiate.checkScopeExists(scope));
+    }
+
+    /**
+     * A token-based credential: the method "Bearer", served on both servers by the suite's own
+     * handler (tests/conformance/token_plugin.py through serve's --auth-handlers; the same handler
+     * in Java on Pravega's class path), which knows one token. It creates, writes and reads as the
+     * password account does, and delegation tokens reach the segment stores for it alike.
+     */
+    @Check(profile = "secure")
+    public void bearerTokenOfAHandlerCreatesWritesAndReads(Ctx ctx) throws Exception {
+        ClientConfig bearer = SecuritySupport.withCredentials(ctx.server(), new TokenCredential("Bearer", SUITE_TOKEN));
+        StreamManager manager = ctx.closeLater(StreamManager.create(bearer));
+        String scope = ctx.unique("conf");
+        String stream = ctx.unique("s");
+        ctx.observe("createScope", manager.createScope(scope));
+        ctx.observe("createStream", manager.createStream(scope, stream,
+                StreamConfiguration.builder().scalingPolicy(ScalingPolicy.fixed(2)).build()));
+        List<String> events = SecuritySupport.write(ctx, bearer, scope, stream, "t", EVENTS);
+        List<String> read = SecuritySupport.read(ctx, bearer, scope, stream, EVENTS);
+        equal(events, read, "events read back with the bearer token (one routing key, so in order)");
+        ctx.observe("read", read.size());
+    }
+
+    /** A Bearer token its handler does not know is refused as a wrong password is. */
+    @Check(profile = "secure")
+    public void unknownBearerTokenIsRefused(Ctx ctx) {
+        String scope = ctx.newScope();
+        StreamManager stranger = manager(ctx, new TokenCredential("Bearer", SUITE_TOKEN + "-" + ctx.unique("x")));
+        ctx.observeRefusal("createScope", () -> stranger.createScope(ctx.unique("conf")));
+        ctx.observeRefusal("checkScopeExists", () -> stranger.checkScopeExists(scope));
     }
 
     /** The client validates the controller's certificate against its trust store, the JVM's CAs here. */
@@ -204,11 +236,11 @@ public class SecurityChecks {
         }
     }
 
-    /** A credential of the method "Bearer", as an OAuth or OIDC plugin would take one. */
-    private record BearerToken(String token) implements Credentials {
+    /** A credential of another method than Basic, as an OAuth or OIDC plugin would take one. */
+    private record TokenCredential(String method, String token) implements Credentials {
         @Override
         public String getAuthenticationType() {
-            return "Bearer";
+            return method;
         }
 
         @Override
