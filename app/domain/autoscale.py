@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, fields
@@ -28,6 +27,7 @@ from app.domain.scale_rules import (
     split_ranges,
     validate_scale,
 )
+from app.domain.segment_names import parse_stream_segment_name as parse_segment_name
 from app.domain.validation import check_timestamp
 
 _MAX_ID = 2**63 - 1  # ids, timestamps and counts travel as Java longs
@@ -382,21 +382,15 @@ class MuteRecord:
         return MuteRecord(0, timestamp)
 
 
-_SEGMENT_PART = re.compile(r"(\d+)\.#epoch\.(\d+)", re.ASCII)
-
-
 def parse_stream_segment_name(name: str) -> tuple[str, str, int] | None:
-    """`scope/stream/<number>.#epoch.<epoch>` -> (scope, stream, segment id); None for any other
-    segment (transaction, table or malformed), which never takes part in auto-scaling."""
-    if "#transaction." in name:
+    """A stream segment's name -> (scope, stream, segment id); None for any other segment
+    (transaction, table or malformed), which never takes part in auto-scaling. The grammar is
+    segment_names.parse_stream_segment_name's."""
+    parsed = parse_segment_name(name)
+    if parsed is None:
         return None
-    parts = name.split("/")
-    if len(parts) != 3 or not parts[0] or not parts[1]:
-        return None
-    match = _SEGMENT_PART.fullmatch(parts[2])
-    if match is None or int(match[1]) >= 2**32 or int(match[2]) >= 2**31:
-        return None
-    return parts[0], parts[1], make_segment_id(int(match[1]), int(match[2]))
+    scope, stream, number, epoch = parsed
+    return scope, stream, make_segment_id(number, epoch)
 
 
 # endregion

@@ -7,6 +7,8 @@ import struct
 from functools import lru_cache
 from typing import Final
 
+from app.domain.segment_names import primary_segment_name
+
 _MASK64: Final = (1 << 64) - 1
 _MASK32: Final = (1 << 32) - 1
 _INT_MIN: Final = -(1 << 31)
@@ -19,12 +21,6 @@ _FMIX2: Final = 0xC4CEB9FE1A85EC53
 
 _LCG_MULTIPLIER: Final = 2862933555777941757
 _TWO_POW_31: Final = 2147483648.0
-
-_TRANSACTION_DELIMITER: Final = "#transaction."
-_TRANSIENT_DELIMITER: Final = "#transient."
-_EPOCH_DELIMITER: Final = ".#epoch."
-# Both ids open with two 64-bit values in 16 hex digits each; Java checks only for >= 32 chars, not digits.
-_ID_LENGTH: Final = 32
 
 _METADATA_PREFIX: Final = "_system/containers/metadata_"
 _STORAGE_METADATA_PREFIX: Final = "_system/containers/storage_metadata_"
@@ -118,35 +114,10 @@ def consistent_hash(input_: int, buckets: int) -> int:
         candidate = int(step)
 
 
-def _delimiter_position(name: str, delimiter: str) -> int:
-    pos = name.rfind(delimiter)
-    if pos < 0:
-        return -1
-    tail = name[pos + len(delimiter) :]
-    # Java counts the id length in UTF-16 units, so an astral char in the id counts twice.
-    if len(tail) < _ID_LENGTH and len(_utf16_units(tail)) // 2 < _ID_LENGTH:
-        return -1
-    return pos
-
-
 def segment_base_name(qualified_name: str) -> str:
-    """The string Pravega hashes: transaction/transient suffixes, then the epoch suffix, stripped.
-
-    ``scope/stream/3.#epoch.2#transaction.<32 hex>`` -> ``scope/stream/3``; names without the
-    suffixes (``scope/_tables``) come back unchanged.
-    """
-    name = qualified_name
-    # Java strips these recursively, so nested suffixes all go; only the last occurrence is ever examined.
-    # Both delimiters start with "#t", which lets plain segment names skip the two searches.
-    while "#t" in name:
-        pos = _delimiter_position(name, _TRANSACTION_DELIMITER)
-        if pos < 0:
-            pos = _delimiter_position(name, _TRANSIENT_DELIMITER)
-            if pos < 0:
-                break
-        name = name[:pos]
-    pos = name.rfind(_EPOCH_DELIMITER)
-    return name if pos < 0 else name[:pos]
+    """The string Pravega hashes (NameUtils#extractPrimaryStreamSegmentName): transaction and
+    transient suffixes, then the epoch suffix, stripped; see segment_names.primary_segment_name."""
+    return primary_segment_name(qualified_name)
 
 
 def _is_java_decimal_digit(ch: str) -> bool:

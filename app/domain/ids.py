@@ -1,8 +1,12 @@
 """Segment ids and qualified segment names.
 
 A segment id is `(creation_epoch << 32) | number` and keeps that value for the segment's
-whole life; the qualified name always carries the epoch suffix, even for epoch 0.
+whole life; the qualified name always carries the epoch suffix, even for epoch 0 (the name's
+grammar is segment_names.py's).
 """
+
+from app.domain.segment_names import stream_segment_name
+from app.domain.segment_names import transaction_segment_name as transaction_segment_name
 
 _LOW_32 = 0xFFFFFFFF
 
@@ -20,16 +24,8 @@ def number_of(segment: int) -> int:
 
 
 def qualified_segment_name(scope: str, stream: str, segment: int) -> str:
-    return f"{scope}/{stream}/{number_of(segment)}.#epoch.{epoch_of(segment)}"
+    return stream_segment_name(scope, stream, number_of(segment), epoch_of(segment))
 
 
 def qualified_stream_name(scope: str, stream: str) -> str:
     return f"{scope}/{stream}"
-
-
-def transaction_segment_name(segment_name: str, txn_high: int, txn_low: int) -> str:
-    """Pravega's name of a transaction's segment under `segment_name` (its parent, named with the
-    transaction's epoch): the two id halves in 16 lowercase hex digits each, two's complement."""
-    return (
-        f"{segment_name}#transaction.{txn_high & 0xFFFFFFFFFFFFFFFF:016x}{txn_low & 0xFFFFFFFFFFFFFFFF:016x}"
-    )

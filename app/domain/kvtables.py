@@ -13,11 +13,9 @@ from app.domain.errors import InvalidInput, OperationNotAllowed
 from app.domain.ids import epoch_of, number_of
 from app.domain.limits import MAX_BYTES, MAX_SEGMENTS_PER_EPOCH
 from app.domain.records import SegmentRecord
+from app.domain.segment_names import kvt_stream_name as kvt_stream_name
+from app.domain.segment_names import table_segment_name as _table_segment_name
 from app.domain.validation import check_range
-
-# NameUtils.KVTABLE_SUFFIX: a table's segments live under the pseudo-stream "<kvt>_kvtable",
-# which can never clash with a user stream ("_" is not allowed inside user names).
-KVTABLE_SUFFIX = "_kvtable"
 
 # The segment store refuses fixed-key table segments with longer keys
 # (FixedKeyLengthTableSegmentLayout#ensureValidKeyLength, AttributeId.MAX_LENGTH). Java's
@@ -81,14 +79,9 @@ def check_kvt_transition(current: KvtState, new: KvtState) -> None:
         raise OperationNotAllowed(f"key-value table state cannot move from {current.value} to {new.value}")
 
 
-def kvt_stream_name(kvt: str) -> str:
-    """The pseudo-stream of a table: its segments' middle name and its request key."""
-    return f"{kvt}{KVTABLE_SUFFIX}"
-
-
 def table_segment_name(scope: str, kvt: str, segment: int) -> str:
-    """NameUtils#getQualifiedTableSegmentName: `scope/<kvt>_kvtable/<n>.#epoch.<e>`."""
-    return f"{scope}/{kvt_stream_name(kvt)}/{number_of(segment)}.#epoch.{epoch_of(segment)}"
+    """NameUtils#getQualifiedTableSegmentName of the table's segment with id `segment`."""
+    return _table_segment_name(scope, kvt, number_of(segment), epoch_of(segment))
 
 
 def safe_starting_number(last_deleted_number: int | None) -> int:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.domain.segment_names import kvt_stream_name
 from app.security import acl
 from app.security.acl import Permission
 from app.security.tokens import TokenSigner, stream_resource
-
-# NameUtils.KVTABLE_SUFFIX: a key-value table's segments live under the stream "<kvt>_kvtable".
-_KVTABLE_SUFFIX = "_kvtable"
 
 # The caller's permission on a resource string (`prn::/scope:X/stream:Y`), looked up in the ACL of
 # the principal of the call being answered (`app.security.authn.caller_permission` in `serve`).
@@ -58,7 +56,7 @@ class DelegationTokens:
         """A token for a key-value table: authorized on the table's own resource, claimed on
         the stream its segments live under (so the store's matching covers them), as Pravega
         claims reader groups' streams."""
-        claim = stream_resource(scope, kvt + _KVTABLE_SUFFIX)
+        claim = stream_resource(scope, kvt_stream_name(kvt))
         return self._token(acl.of_key_value_table(scope, kvt), claim, wanted)
 
     def _token(

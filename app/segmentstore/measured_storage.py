@@ -23,15 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from app.domain.segment_names import has_transaction_delimiter, has_transient_delimiter
 from app.ports import Clock
 from app.segmentstore import storage as st
 from app.segmentstore.autoscaler import AutoScaleMonitor
 
 log = logging.getLogger("pgcontroller.autoscaler")
 
-# Pravega's name markers of the segments merged into stream segments.
-_TRANSACTION: Final = "#transaction."
-_TRANSIENT: Final = "#transient."
 # A transaction may stay open a day (the controller's longest execution bound); its tally is
 # dropped if nothing touched it for longer (merged through another store after a container move).
 TALLY_EXPIRY_MS: Final = 2 * 86_400_000
@@ -48,7 +46,7 @@ class _Tally:
 
 
 def _mergeable(name: str) -> bool:
-    return _TRANSACTION in name or _TRANSIENT in name
+    return has_transaction_delimiter(name) or has_transient_delimiter(name)
 
 
 Observation = list[Any]
@@ -187,7 +185,7 @@ class MeasuredStorage:
             if tally is None:
                 continue  # merged already, or its appends went to another store
             # A transient segment holds one (large) event, whatever its appends were.
-            events = 1 if _TRANSIENT in source else tally.events
+            events = 1 if has_transient_delimiter(source) else tally.events
             counted = self.monitor.record_transaction(target, events, tally.size, tally.created_at)
             if not counted and self.monitor.wants_policy(target):
                 self._load_policy(target)

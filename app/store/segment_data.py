@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.domain.segment_names import has_transient_delimiter
 from app.ports import Clock
 from app.segmentstore.storage import (
     NULL_ATTRIBUTE_VALUE,
@@ -37,8 +38,6 @@ from app.store.db import Connection, Database, Row
 from app.store.segment_tables import PgTableSegments
 
 _SQL = queries.load("segment_data")
-# Pravega's transient segment names: `<parent>#transient.<writer id>.<random>`.
-TRANSIENT_MARKER = "#transient."
 
 # Pravega's AttributeUpdateType codes (a merge's conditional attribute updates).
 NONE, REPLACE, REPLACE_IF_GREATER, ACCUMULATE, REPLACE_IF_EQUALS = 0, 1, 2, 3, 4
@@ -333,7 +332,7 @@ def _plan_merge(target: str, sources: Sequence[str], row: Row, present: dict[str
         # A transient segment is merged once, by the connection that created it: when it is gone
         # it was deleted (its connection closed, or an orphan sweep found it), never merged, and
         # answering "merged" would acknowledge a large event that was lost.
-        if name not in present and name != target and TRANSIENT_MARKER in name:
+        if name not in present and name != target and has_transient_delimiter(name):
             raise NoSuchSegment(name)
     if not present:
         return _MergePlan([length] * len(sources), [], [], length)

@@ -8,14 +8,12 @@ and every change that can end a parked tail read wakes that segment's readers.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 
+from app.domain.segment_names import has_transaction_delimiter
 from app.segmentstore import storage as st
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.wire import commands as wc
-
-# The transaction segments' name marker (Pravega's NameUtils.TRANSACTION_DELIMITER).
-TRANSACTION_MARKER: Final = "#transaction."
 
 Handler = Callable[[Any], Awaitable[wc.Command]]
 
@@ -53,7 +51,7 @@ class Handlers:
     # --- stream segments ------------------------------------------------------------------------
 
     async def create_segment(self, cmd: wc.CreateSegment) -> wc.Command:
-        kind: st.SegmentKind = "transaction" if TRANSACTION_MARKER in cmd.segment else "stream"
+        kind: st.SegmentKind = "transaction" if has_transaction_delimiter(cmd.segment) else "stream"
         await self._storage.create_segment(
             cmd.segment, kind, cmd.scale_type, cmd.target_rate, cmd.rollover_size_bytes
         )

@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import Final
 
+from app.domain.segment_names import transient_segment_name
 from app.segmentstore import storage as st
 
 log = logging.getLogger(__name__)
@@ -21,12 +22,13 @@ TAG_HEX: Final = 4  # the tag's hex digits, at the start of the name's random pa
 
 
 def transient_name(parent: str, writer_id: int, tag: int | None = None) -> str:
-    """Pravega's name: `<parent>#transient.<writer id, 32 hex>.<random, 32 hex>`; with `tag`, the
-    random part starts with it (4 hex), the rest stays random."""
+    """Pravega's name of a transient segment under `parent` (segment_names.transient_segment_name),
+    its random part 32 hex digits; with `tag`, the random part starts with it (4 hex), the rest
+    stays random."""
     random = uuid.uuid4().hex
     if tag is not None:
         random = f"{tag:0{TAG_HEX}x}{random[TAG_HEX:]}"
-    return f"{parent}#transient.{writer_id:032x}.{random}"
+    return transient_segment_name(parent, writer_id, random)
 
 
 def transient_tag(name: str) -> int | None:
