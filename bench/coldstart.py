@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import free_port
+from app.testing.ports import free_port
 
 
 def rss_mb(pid: int) -> float:

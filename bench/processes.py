@@ -40,8 +40,9 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.service import SERVICE_NAME
+from app.testing.ports import free_port
 from app.testing.served import ServedProcess, start_served
-from bench._common import create_fixed_stream, free_port, throwaway_database
+from bench._common import create_fixed_stream, throwaway_database
 from bench._h2load import grpc_body, latencies_ms, run_h2load, run_h2load_spread
 
 SEGMENTS = 10

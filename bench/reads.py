@@ -21,8 +21,9 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.ports import free_port
 from app.testing.served import start_served
-from bench._common import LoadResult, closed_loop, free_port, throwaway_database
+from bench._common import LoadResult, closed_loop, throwaway_database
 
 
 async def measure(port: int, label: str, seconds: float, in_flight: int) -> list[LoadResult]:

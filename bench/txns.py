@@ -60,12 +60,12 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.ports import free_port
 from app.testing.served import start_served
 from bench._common import (
     LoadResult,
     closed_loop,
     create_fixed_stream,
-    free_port,
     percentile,
     preload_statements,
     throwaway_cluster,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -73,14 +72,6 @@ class Served:
         """A command against this controller, through the environment as an operator sets it."""
         addresses = {"PGCONTROLLER_CONTROLLER_URI": self.controller, "PGCONTROLLER_REST_URL": self.rest_url}
         return await pgcontroller(*argv, env={**addresses, **(env or {})})
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.fixture

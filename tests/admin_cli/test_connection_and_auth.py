@@ -9,7 +9,8 @@ import asyncio
 
 from app.security.passwords import hash_password
 from app.store.accounts import PgAccountStore
-from tests.admin_cli.conftest import Served, free_port, pgcontroller
+from app.testing.ports import free_port
+from tests.admin_cli.conftest import Served, pgcontroller
 
 
 async def test_an_unreachable_controller_is_named_in_one_line() -> None:

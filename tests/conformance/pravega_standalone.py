@@ -5,25 +5,19 @@ resolves, in a JVM of its own that the kernel stops when the test process dies."
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.testing.ports import free_port
 from app.wiring.supervisor import die_with_parent
 from tests.conformance.maven import ORACLE, classpath
 
 READY_LINE = "Pravega Sandbox is running locally now"
 # Five seconds on an idle machine; a minute and more beside a full parallel suite on two cores.
 READY_TIMEOUT_S = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from app.testing.ports import free_port
 from app.testing.served import ServedProcess, start_served
 from app.wiring.supervisor import die_with_parent
 from tests.conformance.maven import CONFORMANCE, SUITE, classpath
-from tests.conformance.pravega_standalone import free_port
 from tests.support.dataplane import restart_on_same_ports
 
 REGISTRY = CONFORMANCE / "registry"

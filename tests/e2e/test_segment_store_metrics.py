@@ -23,6 +23,7 @@ from app.segmentstore.wire import commands as wc
 from app.services.containers import ContainerMapService
 from app.store.cluster import PgClusterStore
 from app.store.containers import PgContainerMapStore
+from app.testing.ports import free_port
 from tests.segmentstore.server_harness import Client, event, wid
 from tests.support.stores import StoreProcess, eventually, serves, start_store
 
@@ -58,12 +59,6 @@ async def give_it_every_container(pool: Any, store: StoreProcess) -> None:
 def refused(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_a_store_process_publishes_its_traffic_and_probes_and_closes_them_on_stop(
