@@ -33,7 +33,14 @@ PRELUDE = textwrap.dedent(
 
 
 async def run_client(controller_uri: str, body: str, timeout_s: float = 90.0) -> Any:
-    script = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(result))\n"
+    # The script leaves by os._exit once its result is out: tearing the client's runtime down can
+    # block or crash (a SIGSEGV in a reader-group scenario, once in the differential test's first
+    # dozen runs), which says nothing of the server; a crash before the result still fails.
+    script = (
+        PRELUDE
+        + textwrap.dedent(body)
+        + "\nprint('RESULT ' + json.dumps(result), flush=True)\nimport os\nos._exit(0)\n"
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
