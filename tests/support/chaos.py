@@ -84,6 +84,9 @@ class ChaosOptions:
     warmup_s: float = 8.0
     # No fault starts in the last `quiet_s` of the workload: the last victim is back before it ends.
     quiet_s: float = 15.0
+    # The workload goes on past `seconds` (to at most this many) until every kind of fault has
+    # happened once: on a loaded machine a victim can take far longer to be back than planned.
+    max_seconds: float | None = None
     fault_gap_s: tuple[float, float] = (12.0, 25.0)
     down_s: tuple[float, float] = (0.5, 3.0)
     fault_kinds: tuple[str, ...] = FAULT_KINDS
@@ -512,6 +515,7 @@ class ChaosRun:
         self.txn_prefix: dict[str, tuple[str, str]] = {}
         self.ack_log: list[tuple[float, str]] = []
         self.started = 0.0
+        self.end = 0.0
         self.readers: dict[str, ClientProcess] = {}
 
     def ack(self, kind: str, count: int = 1, at: float | None = None) -> None:
@@ -549,10 +553,10 @@ class ChaosRun:
             pumps = await self._start_clients()
             await self._start_readers()
             self.started = time.monotonic()
-            end = self.started + o.seconds
+            self.end = self.started + o.seconds
             sampler_stop = asyncio.Event()
             sampler = asyncio.create_task(self._sample_buckets(sampler_stop))
-            await asyncio.gather(self._faults(end), self._admin(admin, end))
+            await asyncio.gather(self._faults(), self._admin(admin))
             self.log("chaos: workload over; settling")
             self.stop_file.touch()
             await self._finish_clients(pumps)
@@ -624,32 +628,44 @@ class ChaosRun:
             self.readers[stream] = await ClientProcess.start(
                 "read", self.o.work, uri=self.cluster.served(self.cluster.controllers[0]).grpc_uri,
                 scope=SCOPE, stream=stream, group=f"readers-{stream}", readers=2,
-                deadline_s=self.o.seconds + 4 * self.o.settle_s, out=str(self.o.work / f"read-{stream}.json"),
+                deadline_s=(self.o.max_seconds or self.o.seconds) + 4 * self.o.settle_s,
+                out=str(self.o.work / f"read-{stream}.json"),
             )  # fmt: skip
 
-    async def _faults(self, end: float) -> None:
+    async def _faults(self) -> None:
         """Faults in the fixed order of `fault_kinds` and fixed victims (the members alternate), at
-        seeded random times; each fault's victims are back before the next fault."""
+        seeded random times; each fault's victims are back before the next fault. With
+        `max_seconds`, the workload is extended until every kind has happened once."""
         o = self.o
         rng = random.Random(o.seed)
-        fault_end = end - o.quiet_s
         await asyncio.sleep(max(0.0, self.started + o.warmup_s - time.monotonic()))
         index = 0
         while True:
             gap = rng.uniform(*o.fault_gap_s) if index else rng.uniform(0, o.fault_gap_s[0])
-            down = rng.uniform(*o.down_s)
-            if time.monotonic() + gap + down >= fault_end:
-                return
             kind = o.fault_kinds[index % len(o.fault_kinds)]
             round_ = index // len(o.fault_kinds)
-            if kind.startswith("pause-"):
-                down = rng.uniform(*o.pause_s)
-                if time.monotonic() + gap + down >= fault_end:
-                    return
+            down = rng.uniform(*(o.pause_s if kind.startswith("pause-") else o.down_s))
+            if not self._fault_fits(gap + down, first_round=index < len(o.fault_kinds)):
+                return
             await asyncio.sleep(gap)
             fault = await self._fault(kind, round_, down)
             fault.back = time.monotonic()
             index += 1
+
+    def _fault_fits(self, seconds: float, first_round: bool) -> bool:
+        """Whether a fault held `seconds` from now ends before the quiet end of the workload,
+        extending the workload (up to `max_seconds`) for a kind that has not happened yet."""
+        o, now = self.o, time.monotonic()
+        if now + seconds < self.end - o.quiet_s:
+            return True
+        if not first_round or o.max_seconds is None:
+            return False
+        needed = now + seconds + o.quiet_s
+        if needed > self.started + o.max_seconds:
+            return False
+        self.end = needed
+        self.log(f"chaos: workload extended to {needed - self.started:.0f} s for a fault kind yet to happen")
+        return True
 
     async def _fault(self, kind: str, round_: int, down: float) -> Fault:
         """Injects one fault and holds it `down` seconds; the victims are back on return."""
@@ -693,12 +709,12 @@ class ChaosRun:
                 member.down = False
         return fault
 
-    async def _admin(self, admin: Admin, end: float) -> None:
+    async def _admin(self, admin: Admin) -> None:
         """Scales, updates, truncations and reader groups in a fixed rotation over the streams."""
         rng = random.Random(self.o.seed + 1)
         ops = (self._scale, self._update, self._truncate, self._reader_group)
         n = 0
-        while time.monotonic() < end:
+        while time.monotonic() < self.end:
             info = pb.StreamInfo(scope=SCOPE, stream=self.streams[(n // len(ops)) % len(self.streams)])
             await ops[n % len(ops)](admin, info, n, rng)
             n += 1
@@ -978,8 +994,9 @@ async def run_chaos(options: ChaosOptions) -> ChaosReport:
 # 80 s of workload, the last 10 s without faults, each wait after it bounded by settle_s:
 # generous for a loaded machine, each failing with what it waited for.
 COMMON: dict[str, Any] = dict(
-    seconds=80, streams=2, writers=2, txn_workers=1, writer_rate=50, warmup_s=5, quiet_s=10, settle_s=150
-)
+    seconds=80, max_seconds=160, streams=2, writers=2, txn_workers=1, writer_rate=50, warmup_s=5, quiet_s=10,
+    settle_s=150,
+)  # fmt: skip
 
 
 async def run_logged(work: Path, **faults: Any) -> tuple[ChaosReport, str]:
