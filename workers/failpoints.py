@@ -9,8 +9,10 @@ passes until the file PATH exists and parks from then on (a test arms it mid-run
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("pgcontroller.failpoints")
 
@@ -47,3 +49,12 @@ async def failpoint(name: str) -> None:
         return
     log.warning("failpoint %s reached: parking this workflow until the process dies", name)
     await asyncio.Event().wait()
+
+
+def failpoint_hook(name: str) -> Callable[[], Awaitable[None]] | None:
+    """The point `name` as a callable a composition injects into a hot path, or None when the
+    process started without it: the hot path's None check is then all it costs. Read once, at
+    composition, so a point on a hot path is named by PGCONTROLLER_FAILPOINTS only."""
+    if name not in _ENABLED:
+        return None
+    return functools.partial(failpoint, name)

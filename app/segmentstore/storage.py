@@ -7,7 +7,7 @@ changed nothing. The server maps each error below to one wire reply.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
@@ -21,6 +21,10 @@ MAX_TABLE_KEY_BYTES: Final = 8192
 MAX_TABLE_VALUE_BYTES: Final = 1024 * 1024 - 8192
 
 SegmentKind = Literal["stream", "transaction", "table", "transient"]
+
+# Awaited after an append commits and before its result goes back (the composition's failpoint:
+# a crash test parks an append there, stored but not acknowledged).
+AfterAppend = Callable[[], Awaitable[None]]
 
 
 class StorageError(Exception):

@@ -18,6 +18,7 @@ from app.domain.segment_names import has_transient_delimiter
 from app.ports import Clock
 from app.segmentstore.storage import (
     NULL_ATTRIBUTE_VALUE,
+    AfterAppend,
     AppendResult,
     AttributeCheckFailed,
     AttributeUpdate,
@@ -82,8 +83,9 @@ def _updated_value(target: str, update: AttributeUpdate, current: int) -> int:
 class PgSegmentStorage(PgTableSegments):
     """Stream, transaction and transient segments here; table segments in PgTableSegments."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, after_append: AfterAppend | None = None) -> None:
         super().__init__(db, clock)
+        self._after_append = after_append
         self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
             self._merge_alone, self._merge_many
         )
@@ -146,8 +148,12 @@ class PgSegmentStorage(PgTableSegments):
         previous_number = NULL_ATTRIBUTE_VALUE if previous is None else int(previous)
         new_length = row["new_length"]
         if new_length is None:
-            return AppendResult(int(row["length"]), last_event_number, previous_number, duplicate=True)
-        return AppendResult(int(new_length), last_event_number, previous_number, duplicate=False)
+            result = AppendResult(int(row["length"]), last_event_number, previous_number, duplicate=True)
+        else:
+            result = AppendResult(int(new_length), last_event_number, previous_number, duplicate=False)
+        if self._after_append is not None:
+            await self._after_append()
+        return result
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
         row = _stream_row(name, await self._db.fetchrow(_SQL["read"], name, offset, max(0, max_length)))

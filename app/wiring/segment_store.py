@@ -28,7 +28,6 @@ from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.tokens import TokenGate
-from app.segmentstore.storage import AppendResult
 from app.settings import Settings
 from app.store.cache import RecordCache
 from app.store.containers import PgContainerMapStore
@@ -37,7 +36,7 @@ from app.store.notifications import PgListener
 from app.store.segment_data import PgSegmentStorage
 from app.wiring.autoscale import measured_storage
 from app.wiring.resources import Contribution, Resources
-from workers.failpoints import failpoint
+from workers.failpoints import failpoint_hook
 
 _ANY_INTERFACE = ("", "0.0.0.0", "::")
 log = logging.getLogger("pgcontroller.segment-store")
@@ -88,25 +87,6 @@ def _key(settings: Settings) -> bytes:
     return settings.token_signing_key
 
 
-class _FailpointStorage(PgSegmentStorage):
-    """The failpoint `segmentstore.append.before_ack` sits between an append's commit and its
-    DataAppended, the window a crash test needs to prove that a writer reconnecting after a
-    crash is told the stored event number (and does not append those events twice)."""
-
-    async def append(
-        self,
-        name: str,
-        writer_id: int,
-        data: bytes,
-        last_event_number: int,
-        num_events: int,
-        expected_offset: int | None,
-    ) -> AppendResult:
-        result = await super().append(name, writer_id, data, last_event_number, num_events, expected_offset)
-        await failpoint("segmentstore.append.before_ack")
-        return result
-
-
 def _peers(settings: Settings) -> StorePeers | None:
     group = settings.segment_store_group
     if group is None:
@@ -122,7 +102,10 @@ async def _start_measured_server(
     others send it what they measure)."""
     tls = server_context(settings, ())
     forward = peers.observe if peers is not None and not peers.judges else None
-    storage = measured_storage(_FailpointStorage(pool, clock), settings, pool, clock, forward)
+    # A crash test's window between an append's commit and its DataAppended (a writer that
+    # reconnects after the crash must be told the stored event number, not append twice).
+    after_append = failpoint_hook("segmentstore.append.before_ack")
+    storage = measured_storage(PgSegmentStorage(pool, clock, after_append), settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)
     storage.start()
