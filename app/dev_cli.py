@@ -1,4 +1,4 @@
-"""`pgcontroller dev seed`: the command line over the history generator (app/store/seed.py), and
+"""`pgcontroller dev seed`: the command line over the history generator (app/dev/seed.py), and
 `pgcontroller dev certs DIR`: a throwaway CA and certificates (app/security/certs.py).
 
 Progress goes to stderr at most every two seconds; the summary is the last line of stdout, as
@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app.dev.history_gen import ScaleMix, SeedSpec, TxnMix
 from app.domain.errors import DomainError, InvalidInput
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres
 from app.settings import add_setting
-from app.store.history_gen import ScaleMix, SeedSpec, TxnMix
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -161,7 +161,7 @@ def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
     if args.one_stream_epochs is not None:
         if epochs_per_stream is not None or args.total_epochs is not None:
             raise InvalidInput("--one-stream-epochs gives the one stream's epochs: no other epoch count")
-        epochs_per_stream = 1  # the base the stream grows from (app/store/long_history.py)
+        epochs_per_stream = 1  # the base the stream grows from (app/dev/long_history.py)
     if epochs_per_stream is None and args.total_epochs is None:
         epochs_per_stream = 100
     return SeedSpec(
@@ -208,7 +208,7 @@ def _run_certs(args: argparse.Namespace) -> int:
 
 
 def _run_seed(args: argparse.Namespace) -> int:
-    from app.store.seed import SeedProgress, seed_history
+    from app.dev.seed import SeedProgress, seed_history
 
     try:
         spec = _spec(args, int(time.time() * 1000))
@@ -232,7 +232,7 @@ def _run_seed(args: argparse.Namespace) -> int:
 
     async def run(url: str) -> int:
         if args.one_stream_epochs is not None:
-            from app.store.long_history import seed_long_stream
+            from app.dev.long_history import seed_long_stream
 
             summary = await seed_long_stream(
                 url,

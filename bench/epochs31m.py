@@ -38,7 +38,7 @@ from grpclib.client import Channel
 import pgurl
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
-from app.store.long_history import LongStreamGrower, ReplacementHistory
+from app.dev.long_history import LongStreamGrower, ReplacementHistory
 from app.testing.served import start_served
 from bench._common import percentile, throwaway_cluster
 

@@ -45,8 +45,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import pgurl
-from app.store.history_gen import SeedSpec
-from app.store.seed import seed_history
+from app.dev.history_gen import SeedSpec
+from app.dev.seed import seed_history
 from bench._common import throwaway_database
 from spark.config import PipelineConfig, default_jdbc_jar
 from spark.jdbc import IdRange, jdbc_target, partition_count, query_rows

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 
 import pgurl
-from app.store.history_gen import SeedSpec
-from app.store.long_history import LongStreamGrower, seed_long_stream
+from app.dev.history_gen import SeedSpec
+from app.dev.long_history import LongStreamGrower, seed_long_stream
 from bench._common import throwaway_cluster
 
 END = 1_800_000_000_000

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncpg
 
 import pgurl
-from app.store.history_gen import SeedSpec
-from app.store.seed import SeedSummary, seed_history
+from app.dev.history_gen import SeedSpec
+from app.dev.seed import SeedSummary, seed_history
 from bench._common import throwaway_database
 
 TEN_MILLION = 10_000_000

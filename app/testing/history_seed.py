@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.store.long_history import LongStreamGrower
+from app.dev.long_history import LongStreamGrower
 
 # --- a long epoch history, written straight into the tables ------------------------------------
 #
@@ -16,7 +16,7 @@ from app.store.long_history import LongStreamGrower
 # numbered as a real scale would number it (one above the highest so far), one ms after the
 # epoch before. So for e >= 2 the active set of epoch e is {id(e - 1), id(e)}, and id(e) is sealed
 # in epoch e + 2. The rows are those `pgcontroller dev seed --one-stream-epochs` grows
-# (app/store/long_history.py), the segment store's rows aside (left as the API made them).
+# (app/dev/long_history.py), the segment store's rows aside (left as the API made them).
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
--- The history generator (`pgcontroller dev seed`, app/store/seed.py). The bulk rows go in with
+-- The history generator (`pgcontroller dev seed`, app/dev/seed.py). The bulk rows go in with
 -- COPY; these are the reads and reservations around it. Each block's name is the method running it.
 
 -- name: request_buckets
@@ -39,7 +39,7 @@ SELECT ARRAY(SELECT nextval('txn_counter') FROM generate_series(1, $1::int)) AS 
 ANALYZE streams, epochs, segments, sealed_size_shards, retention_set, truncation_history, completed_txns,
     completed_txn_details, transactions;
 
--- The one long stream (`dev seed --one-stream-epochs`, app/store/long_history.py), grown inside
+-- The one long stream (`dev seed --one-stream-epochs`, app/dev/long_history.py), grown inside
 -- PostgreSQL. Epoch e >= 1 seals one of the two active segments and creates one of the same key
 -- range (side (e - 1) % 2: 0 the low range, 1 the high), numbered one above every number before,
 -- at creation time t0 + e * step. So the active set of epoch e >= 2 is {new(e - 1), new(e)} and

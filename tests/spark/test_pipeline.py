@@ -19,12 +19,12 @@ import pytest
 from matplotlib import image as mpimg
 from pyspark.sql import SparkSession
 
+from app.dev.history_gen import SeedSpec
+from app.dev.seed import seed_history
 from app.domain.ids import qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnStatus
 from app.services.stream_updates import UpdateOutcome
-from app.store.history_gen import SeedSpec
-from app.store.seed import seed_history
 from app.testing.controller import Services, running_controller
 from spark.facts import DAILY, STREAM_DAILY
 from spark.pipeline import DAY_MS, day_start_ms, read_since, utc_date

@@ -17,9 +17,9 @@ from pyspark.sql import SparkSession
 
 import pgurl
 from app.cli import main
+from app.dev.history_gen import SeedSpec
+from app.dev.seed import seed_history
 from app.store.analysts import AnalystLimits, create_analyst
-from app.store.history_gen import SeedSpec
-from app.store.seed import seed_history
 from spark.config import ANALYST_GROUP
 from spark.marts import TABLE_DDL
 from spark.state import Control, MartsForbidden

@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from app.dev.history_gen import SeedSpec
+from app.dev.long_history import seed_long_stream
 from app.store import queries
-from app.store.history_gen import SeedSpec
-from app.store.long_history import seed_long_stream
 
 EPOCHS = 5_000
 SPEC = SeedSpec(streams=1, epochs_per_stream=1, start_ms=1_700_000_000_000, span_ms=86_400_000)

@@ -15,9 +15,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.store.history_gen import SeedSpec
-from app.store.long_history import seed_long_stream
-from app.store.seed import seed_history
+from app.dev.history_gen import SeedSpec
+from app.dev.long_history import seed_long_stream
+from app.dev.seed import seed_history
 from tests.store.test_reporting_views import History, fetch
 from tests.store.test_reporting_views import history as history  # the module's fixture
 

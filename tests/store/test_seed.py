@@ -1,4 +1,4 @@
-"""`pgcontroller dev seed` (app/store/seed.py over app/store/history_gen.py): a seeded history,
+"""`pgcontroller dev seed` (app/dev/seed.py over app/dev/history_gen.py): a seeded history,
 read back through the real stores and services, keeps every invariant the workflows keep and
 replays through the domain's own scale, rolling-transaction and truncation rules; a running
 controller serves it and its workflows carry on from it; a failed run leaves whole streams only.
@@ -24,6 +24,17 @@ import pytest
 
 import workers.handlers.common as workflow_common
 from app.api.grpc.proto import controller_pb2 as pb
+from app.dev.history_gen import (
+    Rows,
+    ScaleMix,
+    SeedSpec,
+    StreamHistory,
+    StreamIds,
+    StreamSlot,
+    TxnMix,
+    stream_slots,
+)
+from app.dev.seed import COLUMNS, seed_history
 from app.domain.containers import java_string_hash
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
 from app.domain.ids import epoch_of, number_of, qualified_segment_name, transaction_segment_name
@@ -55,20 +66,9 @@ from app.domain.streamcuts import (
 )
 from app.domain.txns import DEFAULT_TXN_LIMITS, TxnId, TxnRecord, TxnStatus, commits_in_place, rolling_epochs
 from app.services import truncation as truncation_service
-from app.store.history_gen import (
-    Rows,
-    ScaleMix,
-    SeedSpec,
-    StreamHistory,
-    StreamIds,
-    StreamSlot,
-    TxnMix,
-    stream_slots,
-)
 from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
 from app.store.schema import metadata
-from app.store.seed import COLUMNS, seed_history
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
 from app.testing.controller import running_controller

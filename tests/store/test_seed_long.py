@@ -1,4 +1,4 @@
-"""The one long stream of `pgcontroller dev seed --one-stream-epochs` (app/store/long_history.py):
+"""The one long stream of `pgcontroller dev seed --one-stream-epochs` (app/dev/long_history.py):
 its rows are those the controller's own scale workflow writes for the same scales, an
 interrupted run resumes to the same rows as an uninterrupted one, and the command reports it.
 """
@@ -15,12 +15,12 @@ import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.dev.history_gen import SeedSpec
+from app.dev.long_history import LongStreamGrower, ReplacementHistory, seed_long_stream
+from app.dev.seed import SeedProgress
 from app.domain.errors import AlreadyExists
 from app.domain.ids import qualified_segment_name
 from app.domain.records import SEALED_SIZE_SHARD_EPOCHS
-from app.store.history_gen import SeedSpec
-from app.store.long_history import LongStreamGrower, ReplacementHistory, seed_long_stream
-from app.store.seed import SeedProgress
 from app.testing.controller import running_controller
 from app.testing.history_seed import seed_replacement_history
 from app.testing.scale import scale_request

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.domain.txns import TxnLimits
-from app.store.history_gen import (
+from app.dev.history_gen import (
     COMMIT_ORDER_PENDING,
     Rows,
     ScaleMix,
@@ -24,6 +23,7 @@ from app.store.history_gen import (
     TxnMix,
     stream_slots,
 )
+from app.domain.txns import TxnLimits
 
 HOUR = 3_600_000
 BASE = SeedSpec(

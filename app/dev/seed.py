@@ -1,4 +1,4 @@
-"""Writes generated histories (`pgcontroller dev seed`, app/store/history_gen.py) straight into
+"""Writes generated histories (`pgcontroller dev seed`, app/dev/history_gen.py) straight into
 the tables with COPY, a group of whole streams per transaction.
 
 A crash or an error rolls back only the group in flight, so the database holds complete streams
@@ -19,14 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
-from app.domain.ids import transaction_segment_name
-from app.domain.names import mark_stream_name
-from app.domain.records import ScopeState
-from app.store import queries
-from app.store.db import Connection, PgSession, connect
-from app.store.errors import translated
-from app.store.history_gen import (
+from app.dev.history_gen import (
     COMMIT_ORDER_PENDING,
     Rows,
     SeedSpec,
@@ -36,6 +29,13 @@ from app.store.history_gen import (
     scope_names,
     stream_slots,
 )
+from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
+from app.domain.ids import transaction_segment_name
+from app.domain.names import mark_stream_name
+from app.domain.records import ScopeState
+from app.store import queries
+from app.store.db import Connection, PgSession, connect
+from app.store.errors import translated
 from app.store.migrate import ensure_schema
 from app.store.pool import asyncpg_dsn
 

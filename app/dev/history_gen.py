@@ -200,7 +200,7 @@ class StreamIds:
 @dataclass
 class Rows:
     """Rows waiting to be written, one list per table, in the column order the store declares
-    (app/store/seed.py COLUMNS). Transaction ids are ordinals into the counter values the store
+    (app/dev/seed.py COLUMNS). Transaction ids are ordinals into the counter values the store
     reserves for this batch (`txn_ids` of them), so the global counter stays the only source;
     likewise a commit's commit_order is COMMIT_ORDER_PENDING until the store numbers it."""
 

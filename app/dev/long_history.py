@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.dev.history_gen import SeedSpec, stream_slots
+from app.dev.seed import SeedProgress, SeedSummary, seed_history
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput
 from app.domain.ids import qualified_segment_name
 from app.domain.records import SEALED_SIZE_SHARD_EPOCHS
 from app.store import queries
 from app.store.db import PgSession, connect
 from app.store.errors import translated
-from app.store.history_gen import SeedSpec, stream_slots
 from app.store.migrate import ensure_schema
 from app.store.pool import asyncpg_dsn
-from app.store.seed import SeedProgress, SeedSummary, seed_history
 
 _SQL = queries.load("seed")
 DEFAULT_CHUNK_EPOCHS = 1_000_000
