@@ -10,8 +10,8 @@ from app.domain.names import require_not_internal_scope, require_present
 from app.domain.records import ScopeState, StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.metrics.record import failures, operation, outcome_is
-from app.ports import Clock, RequestQueue, ScopeStore, StreamStore
-from app.services.completion import parked_request, wait_until
+from app.ports import ScopeStore
+from app.services.stream_workflow import StreamWorkflows
 
 _CONFLICT_ATTEMPTS = 20
 
@@ -31,20 +31,12 @@ class DeleteScopeOutcome(enum.Enum):
 
 
 class Deletion:
-    def __init__(
-        self,
-        scopes: ScopeStore,
-        streams: StreamStore,
-        requests: RequestQueue,
-        clock: Clock,
-        *,
-        completion_timeout_s: float,
-    ) -> None:
+    def __init__(self, scopes: ScopeStore, workflows: StreamWorkflows) -> None:
         self._scopes = scopes
-        self._streams = streams
-        self._requests = requests
-        self._clock = clock
-        self._timeout_s = completion_timeout_s
+        self._workflows = workflows
+        self._streams = workflows.streams
+        self._requests = workflows.requests
+        self._clock = workflows.clock
 
     @operation("stream", "deleted", "delete_failed", outcome_is(DeleteStreamOutcome.SUCCESS))
     async def delete_stream(self, scope: str, name: str) -> DeleteStreamOutcome:
@@ -68,11 +60,12 @@ class Deletion:
             )
         )
         try:
-            await wait_until(
+            await self._workflows.wait(
+                RequestKind.DELETE_STREAM,
+                scope,
+                name,
+                since,
                 lambda: self._is_gone(scope, name, creation_time),
-                f"deletion of stream {scope}/{name}",
-                timeout_s=self._timeout_s,
-                failed=parked_request(self._requests, scope, name, RequestKind.DELETE_STREAM, since),
             )
         except FinalFailure:
             return DeleteStreamOutcome.FAILURE  # parked: the stream stays, sealed
@@ -110,11 +103,8 @@ class Deletion:
         else:
             return DeleteScopeOutcome.FAILURE
         try:
-            await wait_until(
-                lambda: self._scope_gone(scope),
-                f"recursive deletion of scope {scope}",
-                timeout_s=self._timeout_s,
-                failed=parked_request(self._requests, scope, "", RequestKind.DELETE_SCOPE, since),
+            await self._workflows.wait(
+                RequestKind.DELETE_SCOPE, scope, "", since, lambda: self._scope_gone(scope)
             )
         except FinalFailure:
             return DeleteScopeOutcome.FAILURE  # parked: the scope is ACTIVE again

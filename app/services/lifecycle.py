@@ -10,6 +10,7 @@ from app.services.history import HistoryQueries
 from app.services.scaling import Scaling
 from app.services.sealing import Sealing
 from app.services.stream_updates import StreamUpdates
+from app.services.stream_workflow import StreamWorkflows
 from app.services.truncation import Truncation
 
 
@@ -32,17 +33,12 @@ class StreamLifecycle:
         completion_timeout_s: float,
         seal_busy_first_s: float,
     ) -> StreamLifecycle:
+        workflows = StreamWorkflows(streams, clock, requests, completion_timeout_s)
         return StreamLifecycle(
-            updates=StreamUpdates(streams, clock, requests, completion_timeout_s=completion_timeout_s),
+            updates=StreamUpdates(workflows),
             scaling=Scaling(streams, clock, requests),
-            truncation=Truncation(streams, clock, requests, completion_timeout_s=completion_timeout_s),
-            sealing=Sealing(
-                streams,
-                clock,
-                requests,
-                completion_timeout_s=completion_timeout_s,
-                busy_first_s=seal_busy_first_s,
-            ),
-            deletion=Deletion(scopes, streams, requests, clock, completion_timeout_s=completion_timeout_s),
+            truncation=Truncation(workflows),
+            sealing=Sealing(workflows, busy_first_s=seal_busy_first_s),
+            deletion=Deletion(scopes, workflows),
             history=HistoryQueries(streams),
         )

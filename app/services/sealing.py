@@ -11,28 +11,17 @@ from app.domain.records import StreamState
 from app.domain.requests import NewRequest, RequestKind
 from app.domain.states import is_allowed
 from app.metrics.record import operation, outcome_is
-from app.ports import Clock, RequestQueue, StreamStore
-from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import UpdateOutcome
+from app.services.stream_workflow import StreamWorkflows
 
 SEAL_ATTEMPTS = 10
 
 
 class Sealing:
-    def __init__(
-        self,
-        streams: StreamStore,
-        clock: Clock,
-        requests: RequestQueue,
-        *,
-        completion_timeout_s: float,
-        busy_first_s: float,
-        busy_cap_s: float = 10.0,
-    ) -> None:
-        self._streams = streams
-        self._clock = clock
-        self._requests = requests
-        self._timeout_s = completion_timeout_s
+    def __init__(self, workflows: StreamWorkflows, *, busy_first_s: float, busy_cap_s: float = 10.0) -> None:
+        self._workflows = workflows
+        self._streams = workflows.streams
+        self._clock = workflows.clock
         self._busy = (busy_first_s, busy_cap_s)
 
     @operation("stream", "sealed", "seal_failed", outcome_is(UpdateOutcome.SUCCESS))
@@ -43,11 +32,8 @@ class Sealing:
         try:
             if not await self._request_sealing(scope, name):
                 return UpdateOutcome.FAILURE
-            await wait_until(
-                lambda: self._is_sealed(scope, name),
-                f"sealing of stream {scope}/{name}",
-                timeout_s=self._timeout_s,
-                failed=parked_request(self._requests, scope, name, RequestKind.SEAL_STREAM, since),
+            await self._workflows.wait(
+                RequestKind.SEAL_STREAM, scope, name, since, lambda: self._is_sealed(scope, name)
             )
         except FinalFailure:
             return UpdateOutcome.FAILURE  # parked: the stream is ACTIVE again

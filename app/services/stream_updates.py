@@ -12,8 +12,7 @@ from app.domain.records import StreamConfig, StreamState
 from app.domain.requests import NewRequest, RequestKind, config_payload
 from app.domain.scale_rules import ranges_replace_sealed, segment_count_update
 from app.metrics.record import operation, outcome_is
-from app.ports import Clock, RequestQueue, StreamStore
-from app.services.completion import parked_request, wait_until
+from app.services.stream_workflow import StreamWorkflows
 
 # A seal requested or done: the stream never returns to ACTIVE, so an update or truncation
 # cannot run on it any more (its workflow ends such a request unapplied, or as Pravega's does).
@@ -30,18 +29,10 @@ class UpdateOutcome(enum.Enum):
 
 
 class StreamUpdates:
-    def __init__(
-        self,
-        streams: StreamStore,
-        clock: Clock,
-        requests: RequestQueue,
-        *,
-        completion_timeout_s: float,
-    ) -> None:
-        self._streams = streams
-        self._clock = clock
-        self._requests = requests
-        self._timeout_s = completion_timeout_s
+    def __init__(self, workflows: StreamWorkflows) -> None:
+        self._workflows = workflows
+        self._streams = workflows.streams
+        self._clock = workflows.clock
 
     @operation("stream", "updated", "update_failed", outcome_is(UpdateOutcome.SUCCESS))
     async def update_stream(self, scope: str, name: str, config: StreamConfig) -> UpdateOutcome:
@@ -68,11 +59,8 @@ class StreamUpdates:
                 await self._streams.set_config(scope, name, config, True, record.version, request=request)
             except WriteConflict:
                 return UpdateOutcome.FAILURE
-            await wait_until(
-                lambda: self._is_updated(scope, name, config),
-                f"update of stream {scope}/{name}",
-                timeout_s=self._timeout_s,
-                failed=parked_request(self._requests, scope, name, RequestKind.UPDATE_STREAM, since),
+            await self._workflows.wait(
+                RequestKind.UPDATE_STREAM, scope, name, since, lambda: self._is_updated(scope, name, config)
             )
             # A seal that overtook the update: its workflow ended it unapplied.
             if (await self._streams.get_state(scope, name)).value in CLOSED_BY_SEAL:

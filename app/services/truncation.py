@@ -19,24 +19,15 @@ from app.domain.streamcuts import (
 )
 from app.domain.validation import check_truncation_cut
 from app.metrics.record import operation, outcome_is
-from app.ports import Clock, RequestQueue, StreamStore
-from app.services.completion import parked_request, wait_until
 from app.services.stream_updates import CLOSED_BY_SEAL, UpdateOutcome
+from app.services.stream_workflow import StreamWorkflows
 
 
 class Truncation:
-    def __init__(
-        self,
-        streams: StreamStore,
-        clock: Clock,
-        requests: RequestQueue,
-        *,
-        completion_timeout_s: float,
-    ) -> None:
-        self._streams = streams
-        self._clock = clock
-        self._requests = requests
-        self._timeout_s = completion_timeout_s
+    def __init__(self, workflows: StreamWorkflows) -> None:
+        self._workflows = workflows
+        self._streams = workflows.streams
+        self._clock = workflows.clock
 
     @operation("stream", "truncated", "truncate_failed", outcome_is(UpdateOutcome.SUCCESS))
     async def truncate_stream(self, scope: str, name: str, cut: Mapping[int, int]) -> UpdateOutcome:
@@ -72,11 +63,8 @@ class Truncation:
                 await self._streams.set_truncation(scope, name, record, previous.version, request=request)
             except WriteConflict:
                 return UpdateOutcome.FAILURE
-            await wait_until(
-                lambda: self._is_truncated(scope, name),
-                f"truncation of stream {scope}/{name}",
-                timeout_s=self._timeout_s,
-                failed=parked_request(self._requests, scope, name, RequestKind.TRUNCATE_STREAM, since),
+            await self._workflows.wait(
+                RequestKind.TRUNCATE_STREAM, scope, name, since, lambda: self._is_truncated(scope, name)
             )
         except FinalFailure:
             return UpdateOutcome.FAILURE  # parked: the stream's truncation is as it was
