@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.store.dsn import connect_args
-from app.store.schema import metadata
 from migrations.reporting import build_reporting, drop_reporting
+from migrations.schema import metadata
 
 config = context.config
 

@@ -21,8 +21,9 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.store import migrate, schema
+from app.store import migrate
 from app.store.pool import asyncpg_dsn
+from migrations import schema
 from tests.support.db import with_database
 
 
@@ -93,7 +94,7 @@ async def test_upgrade_to_head_matches_the_declared_schema(empty_db_url: str) ->
     assert await user_tables(empty_db_url) == DECLARED_TABLES | {"alembic_version"}
     assert await stamped_revision(empty_db_url) == migrate.head_revision()
     diff = await schema_diff(empty_db_url)
-    assert diff == [], f"migrations and app/store/schema.py disagree: {diff}"
+    assert diff == [], f"migrations and migrations/schema.py disagree: {diff}"
 
 
 async def test_compare_detects_drift(empty_db_url: str) -> None:

@@ -68,11 +68,11 @@ from app.domain.txns import DEFAULT_TXN_LIMITS, TxnId, TxnRecord, TxnStatus, com
 from app.services import truncation as truncation_service
 from app.store.pool import create_pool
 from app.store.retention import PgRetentionStore
-from app.store.schema import metadata
 from app.store.streams import PgStreamStore
 from app.store.txns import PgTxnStore
 from app.testing.controller import running_controller
 from app.testing.scale import scale_request
+from migrations.schema import metadata
 from tests.api.conftest import served
 
 DAY = 86_400_000

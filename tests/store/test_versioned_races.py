@@ -31,8 +31,8 @@ from app.domain.records import (
 from app.domain.requests import NewRequest, Processor, RequestKind
 from app.domain.txns import TxnId
 from app.ports import CommitBatch
-from app.store import schema
 from app.testing.controller import Services, running_controller
+from migrations import schema
 
 SCOPE = "racescope"
 STREAM = "racestream"
