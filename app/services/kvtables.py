@@ -40,20 +40,18 @@ class DeleteKvtOutcome(enum.Enum):
 
 
 def create_request(record: KvtRecord, now_ms: int) -> NewRequest:
-    # Keyed by the table's pseudo-stream, so a table's requests run serially and never share a
-    # key with a user stream; the payload names the incarnation the request is about.
-    return NewRequest(
-        RequestKind.CREATE_KVT,
-        record.scope,
-        kvt_stream_name(record.name),
-        now_ms,
-        payload={"kvt": record.name, "id": record.id},
-    )
+    return _table_request(RequestKind.CREATE_KVT, record, now_ms)
 
 
 def delete_request(record: KvtRecord, now_ms: int) -> NewRequest:
+    return _table_request(RequestKind.DELETE_KVT, record, now_ms)
+
+
+def _table_request(kind: RequestKind, record: KvtRecord, now_ms: int) -> NewRequest:
+    # Keyed by the table's pseudo-stream, so a table's requests run serially and never share a
+    # key with a user stream; the payload names the incarnation the request is about.
     return NewRequest(
-        RequestKind.DELETE_KVT,
+        kind,
         record.scope,
         kvt_stream_name(record.name),
         now_ms,
