@@ -1,32 +1,27 @@
-"""Real services over a real database, wired by app.wiring exactly as `serve` wires them (minus the
-servers), from test settings, with the background loops running unless `workers=False`."""
+"""A real controller over a real database for tests: composed and run by `open_process`, the entry
+`serve` uses (the same components: the embedded segment store joined to the cluster, the
+background loops, the metadata-store probe), without what belongs to an OS process of its own
+(signals, the ready file, the shutdown watchdog) and without the gRPC and REST listeners, which
+`serving` starts on loopback ports. The background loops run unless `workers=False`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.clock import SystemClock
 from app.ports import ControllerEndpoint
+from app.process import HARNESS, Role, Runtime, open_process
 from app.services.health import HealthService
 from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
-from app.wiring import (
-    Controller,
-    Servers,
-    open_resources,
-    start_embedded_segment_store,
-    start_servers,
-    wire,
-    with_embedded_store,
-)
+from app.wiring import Controller, Servers, start_servers
 
 # Short polls and retries so a test waits for little. Pravega's test transaction configuration
 # (lease 10 ms .. 30 s) so timeouts happen within a test; the expiry grace is small for the same
@@ -60,17 +55,25 @@ class FixedCluster:
 
 @dataclass
 class Services:
-    """The wired Controller, plus a fixed cluster view for getControllerServerList."""
+    """The wired Controller and the process it runs in, plus a fixed cluster view for
+    getControllerServerList."""
 
-    controller: Controller
+    runtime: Runtime
     cluster: FixedCluster
-    # The background loops' tasks by name (empty with workers=False), for tests of their health.
-    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    @property
+    def controller(self) -> Controller:
+        assert self.runtime.controller is not None
+        return self.runtime.controller
+
+    @property
+    def tasks(self) -> Mapping[str, asyncio.Task[None]]:
+        """The background tasks by name (the loops only with workers=True), for tests of their health."""
+        return self.runtime.loops.tasks
 
     def loop_running(self, name: str) -> bool | None:
         """True while the named loop runs, False once it ended, None when it never started."""
-        task = self.tasks.get(name)
-        return None if task is None else not task.done()
+        return self.runtime.loops.running(name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.controller, name)
@@ -81,43 +84,23 @@ async def running_controller(
     url: str, *, completion_timeout_s: float = 30.0, workers: bool = True, **overrides: Any
 ) -> AsyncIterator[Services]:
     """`overrides` are Settings fields (e.g. instance_id, rebalance_delay_s)."""
-    pool = await create_pool(url, min_size=1, max_size=TEST_SETTINGS.pool_max_size)
-    tasks: list[asyncio.Task[None]] = []
-    controller: Controller | None = None
-    store_server = None
-    try:
-        settings = await _settings(pool, url, {"completion_timeout_s": completion_timeout_s, **overrides})
-        store_server = await start_embedded_segment_store(settings, pool, SystemClock())
-        settings = with_embedded_store(settings, store_server)
-        controller = wire(settings, open_resources(settings, url, pool))
-        services = Services(controller, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
+    settings = await _settings(url, {"completion_timeout_s": completion_timeout_s, **overrides})
+    async with open_process(settings, Role.CONTROLLER, replace(HARNESS, workers=workers)) as runtime:
+        services = Services(runtime, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
         if workers:
-            services.tasks.update(
-                {name: asyncio.create_task(loop(), name=name) for name, loop in controller.loops().items()}
-            )
-            tasks = list(services.tasks.values())
-            await asyncio.wait_for(controller.listener.connected.wait(), 10)
-            await asyncio.wait_for(controller.cluster_node.first_round.wait(), 10)
+            await asyncio.wait_for(services.controller.listener.connected.wait(), 10)
+            await asyncio.wait_for(services.controller.cluster_node.first_round.wait(), 10)
         yield services
-    finally:
-        if workers and controller is not None:
-            await controller.stop_workers(5)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if controller is not None:
-            await controller.storage.client.close()
-        if store_server is not None:
-            await store_server.close()
-        await pool.close()
 
 
-async def _settings(pool: Any, url: str, overrides: dict[str, Any]) -> Settings:
+async def _settings(url: str, overrides: dict[str, Any]) -> Settings:
     """The test settings for this database: its cluster's bucket and container counts, as `serve`
     would have joined them, and a fresh member id unless one is given."""
-    cluster = await PgClusterStore(pool).get_settings()
+    pool = await create_pool(url, min_size=1, max_size=1)
+    try:
+        cluster = await PgClusterStore(pool).get_settings()
+    finally:
+        await pool.close()
     fields: dict[str, Any] = {
         "db_url": url,
         "instance_id": new_member_id(),

@@ -12,8 +12,9 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.domain.hosts import HostAddress
 from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
@@ -35,6 +36,7 @@ from app.store.db import Database
 from app.store.notifications import PgListener
 from app.store.segment_data import PgSegmentStorage
 from app.wiring.autoscale import measured_storage
+from app.wiring.loops import BackgroundLoops
 from app.wiring.resources import Contribution, Resources
 from workers.failpoints import failpoint_hook
 
@@ -128,11 +130,13 @@ async def _start_measured_server(
 
 class RunningStore:
     """A listening segment store and, when it is a cluster member, its membership: registration,
-    heartbeats, and the container map it follows (its own notification connection)."""
+    heartbeats, and the container map it follows (its own notification connection). Its
+    background tasks run under the process's supervision (`loops`)."""
 
     def __init__(
         self,
         server: SegmentStoreServer,
+        loops: BackgroundLoops,
         membership: StoreMembership | None = None,
         listener: PgListener | None = None,
         orphans: OrphanTransients | None = None,
@@ -142,6 +146,7 @@ class RunningStore:
         self.membership = membership
         self.orphans = orphans
         self.peers = peers
+        self._loops = loops
         self._listener = listener
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -153,24 +158,29 @@ class RunningStore:
         """Registers, reads the map, then follows it and heartbeats in the background; sweeps
         the orphan transient segments of the containers it gains (of all, without a map)."""
         if self.orphans is not None:
-            self._tasks.append(asyncio.create_task(self.orphans.run(), name="segment-store-orphans"))
+            self._start("segment-store-orphans", self.orphans.run)
         if self.membership is None:
             return
         await self.membership.start()
         if self._listener is not None:
             self._listener.on_cluster_change(self.membership.changed)
             self._listener.on_connected(self.membership.wake)
-            self._tasks.append(asyncio.create_task(self._listener.run(), name="segment-store-listener"))
-        self._tasks.append(asyncio.create_task(self.membership.run(), name="segment-store-membership"))
+            self._start("segment-store-listener", self._listener.run)
+        self._start("segment-store-membership", self.membership.run)
+
+    def _start(self, name: str, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._tasks.append(self._loops.start(name, task))
 
     def died(self) -> BaseException | None:
-        """The failure of a background task that ended, if any (they run until cancelled)."""
+        """The failure of a background task that died, if any (they run until cancelled)."""
         for task in self._tasks:
-            if task.done() and not task.cancelled():
-                return task.exception() or RuntimeError(f"{task.get_name()} ended")
+            failure = self._loops.failure(task.get_name())
+            if failure is not None:
+                return failure
         return None
 
     async def close(self) -> None:
+        # Cancelled here too: a start that failed half-way has not reached the process's cancel.
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -184,7 +194,12 @@ class RunningStore:
 
 
 async def start_segment_store(
-    settings: Settings, pool: Database, clock: Clock, url: str, static_hosts: Sequence[HostAddress]
+    settings: Settings,
+    pool: Database,
+    clock: Clock,
+    loops: BackgroundLoops,
+    url: str,
+    static_hosts: Sequence[HostAddress],
 ) -> RunningStore:
     """A segment store that joins the cluster: it registers its address, heartbeats, and serves
     only the containers the map gives it (containers the map does not name go to `static_hosts`,
@@ -230,7 +245,7 @@ async def start_segment_store(
         grace_ms=int(settings.segment_store_expiry_s * 1000),
         group=(peers.index, peers.size) if peers is not None else None,
     )
-    store = RunningStore(server, membership, PgListener(url, RecordCache()), orphans, peers)
+    store = RunningStore(server, loops, membership, PgListener(url, RecordCache()), orphans, peers)
     try:
         await store.join()
     except BaseException:
@@ -240,23 +255,14 @@ async def start_segment_store(
 
 
 async def start_embedded_segment_store(
-    settings: Settings, pool: Database, clock: Clock, url: str | None = None
+    settings: Settings, pool: Database, clock: Clock, loops: BackgroundLoops, url: str
 ) -> RunningStore | None:
-    """The embedded segment store, listening (None with --no-embedded-segment-store). Given the
-    database `url` it joins the cluster as any `pgcontroller segment-store` does (its own address
-    is the static host until the leader's first map); without, it serves every segment."""
+    """The embedded segment store, listening (None with --no-embedded-segment-store): it joins
+    the cluster as any `pgcontroller segment-store` does (its own address is the static host
+    until the leader's first map)."""
     if settings.no_embedded_segment_store:
         return None
-    if url is not None:
-        return await start_segment_store(settings, pool, clock, url, ())
-    sweep = PgSegmentStorage(pool, clock)
-    started = clock.now_ms()
-    server = await _start_measured_server(settings, pool, clock)
-    # No map: the transient segments older than this store are orphans of an earlier process.
-    orphans = OrphanTransients(sweep, clock, server.live_transients, None, grace_ms=0, started_ms=started)
-    store = RunningStore(server, orphans=orphans)
-    await store.join()
-    return store
+    return await start_segment_store(settings, pool, clock, loops, url, ())
 
 
 def embedded_store_address(settings: Settings, server: SegmentStoreServer) -> HostAddress:
