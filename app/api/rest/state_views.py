@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -36,15 +36,30 @@ DEFAULT_WAIT_MS = 30_000
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
-def _resource_json(states: ResourceStates) -> dict[str, Any]:
+class _Versioned(Protocol):
+    """A participant's states of one resource, or the view aggregated from them."""
+
+    @property
+    def state_name(self) -> str: ...
+    @property
+    def resource(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def updated_at(self) -> int: ...
+
+
+def _versioned_json(states: _Versioned) -> dict[str, Any]:
     return {
-        "participant": states.participant,
         "stateName": states.state_name,
         "resource": states.resource,
         "version": states.version,
         "updatedAt": states.updated_at,
-        "partitions": states.partitions,
     }
+
+
+def _resource_json(states: ResourceStates) -> dict[str, Any]:
+    return {"participant": states.participant, **_versioned_json(states), "partitions": states.partitions}
 
 
 def _participant_json(summary: ParticipantSummary) -> dict[str, Any]:
@@ -57,23 +72,11 @@ def _participant_json(summary: ParticipantSummary) -> dict[str, Any]:
 
 
 def _view_summary_json(view: ViewSummary) -> dict[str, Any]:
-    return {
-        "stateName": view.state_name,
-        "resource": view.resource,
-        "version": view.version,
-        "updatedAt": view.updated_at,
-        "partitionCount": view.partition_count,
-    }
+    return {**_versioned_json(view), "partitionCount": view.partition_count}
 
 
 def _view_json(view: CustomizedView) -> dict[str, Any]:
-    return {
-        "stateName": view.state_name,
-        "resource": view.resource,
-        "version": view.version,
-        "updatedAt": view.updated_at,
-        "partitions": view.partitions,
-    }
+    return {**_versioned_json(view), "partitions": view.partitions}
 
 
 def _config_json(config: StateViewConfig) -> dict[str, Any]:
