@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.segmentstore.storage import AppendRequest
 from app.store.db import Database
 from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
@@ -52,12 +53,12 @@ async def bench(db: Database, calls: int, block: bytes) -> None:
 
     async def appends(name: str, writer: int) -> None:
         for n in range(1, calls + 1):
-            await storage.append(f"b/s/{name}", writer, block, n, 500, None)
+            await storage.append(AppendRequest(f"b/s/{name}", writer, block, n, 500))
 
     # Warm-up (connections, caches, the relations' first extensions), not reported.
     await storage.create_segment("b/s/warm", "stream", 0, 0, 0)
     for n in range(1, 21):
-        await storage.append("b/s/warm", 9, block, n, 500, None)
+        await storage.append(AppendRequest("b/s/warm", 9, block, n, 500))
     await timed("bare INSERT, one writer", calls, size, lambda: bare("bare"))
     await timed("PgSegmentStorage.append, one writer", calls, size, lambda: appends("one", 1))
 

@@ -53,7 +53,7 @@ Observation = list[Any]
 
 
 class MeasuredStorage:
-    """Wraps the store's SegmentStorage; every call it does not observe passes straight through."""
+    """Wraps the store's SegmentStorage; every call it does not observe is handed straight on."""
 
     def __init__(
         self,
@@ -71,11 +71,6 @@ class MeasuredStorage:
         self._loading: set[str] = set()
         self._loads: set[asyncio.Task[None]] = set()
         self._next_sweep = 0
-
-    def __getattr__(self, name: str) -> Any:
-        # Reads, attributes, table segments and whatever the protocol gains later measure nothing:
-        # they reach storage as they are.
-        return getattr(self._inner, name)
 
     async def create_segment(
         self,
@@ -96,23 +91,13 @@ class MeasuredStorage:
             self._drop_stale_tallies(now)
             self._tallies[name] = _Tally(now, last_access=now)
 
-    async def append(
-        self,
-        name: str,
-        writer_id: int,
-        data: bytes,
-        last_event_number: int,
-        num_events: int,
-        expected_offset: int | None,
-    ) -> st.AppendResult:
-        result = await self._inner.append(
-            name, writer_id, data, last_event_number, num_events, expected_offset
-        )
+    async def append(self, request: st.AppendRequest) -> st.AppendResult:
+        result = await self._inner.append(request)
         if not result.duplicate:
             if self._forward is not None:
-                self._forward(["appended", name, num_events, len(data)])
-            else:
-                self._count(name, num_events, len(data))  # the hot path: no observation built
+                self._forward(["appended", request.segment, request.num_events, len(request.data)])
+            else:  # the hot path: no observation built
+                self._count(request.segment, request.num_events, len(request.data))
         return result
 
     def _observe(self, observation: Observation) -> None:
@@ -206,6 +191,58 @@ class MeasuredStorage:
     async def update_policy(self, name: str, scale_type: int, target_rate: int) -> None:
         await self._inner.update_policy(name, scale_type, target_rate)
         self._observe(["policy", name, scale_type, target_rate])
+
+    # Reads, attributes and table segments measure nothing: they reach storage as they are.
+
+    async def segment_state(self, name: str) -> st.SegmentState:
+        return await self._inner.segment_state(name)
+
+    async def writer_event_number(self, name: str, writer_id: int) -> int:
+        return await self._inner.writer_event_number(name, writer_id)
+
+    async def read(self, name: str, offset: int, max_length: int) -> st.ReadResult:
+        return await self._inner.read(name, offset, max_length)
+
+    async def truncate(self, name: str, offset: int) -> None:
+        await self._inner.truncate(name, offset)
+
+    async def get_attribute(self, name: str, attribute_id: int) -> int:
+        return await self._inner.get_attribute(name, attribute_id)
+
+    async def update_attribute(
+        self, name: str, attribute_id: int, new_value: int, expected_value: int
+    ) -> bool:
+        return await self._inner.update_attribute(name, attribute_id, new_value, expected_value)
+
+    async def create_table(self, name: str, key_length: int, rollover_size_bytes: int) -> None:
+        await self._inner.create_table(name, key_length, rollover_size_bytes)
+
+    async def delete_table(self, name: str, must_be_empty: bool) -> None:
+        await self._inner.delete_table(name, must_be_empty)
+
+    async def update_table(
+        self, name: str, entries: Sequence[st.TableEntry], table_segment_offset: int
+    ) -> list[int]:
+        return await self._inner.update_table(name, entries, table_segment_offset)
+
+    async def remove_table_keys(
+        self, name: str, keys: Sequence[tuple[bytes, int]], table_segment_offset: int
+    ) -> None:
+        await self._inner.remove_table_keys(name, keys, table_segment_offset)
+
+    async def read_table(self, name: str, keys: Sequence[bytes]) -> list[st.TableEntry]:
+        return await self._inner.read_table(name, keys)
+
+    async def read_table_page(
+        self, name: str, suggested_count: int, token: bytes, from_key: bytes, to_key: bytes
+    ) -> st.TablePage:
+        return await self._inner.read_table_page(name, suggested_count, token, from_key, to_key)
+
+    async def read_table_delta(self, name: str, from_position: int, suggested_count: int) -> st.TableDelta:
+        return await self._inner.read_table_delta(name, from_position, suggested_count)
+
+    async def table_info(self, name: str) -> st.TableInfo:
+        return await self._inner.table_info(name)
 
     def _drop_stale_tallies(self, now: int) -> None:
         """Forgets the tallies nothing touched for TALLY_EXPIRY_MS (looked for hourly at most)."""

@@ -104,6 +104,20 @@ class SegmentState:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One append as the wire server hands it down the storage chain: `data` holds `num_events`
+    events of one writer, the last numbered `last_event_number`; with `expected_offset` it is
+    conditional on the segment's length being exactly that."""
+
+    segment: str
+    writer_id: int
+    data: bytes
+    last_event_number: int
+    num_events: int
+    expected_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """`length` is the segment's length after the call; a duplicate (an event number at or below
     the writer's stored one) appends nothing and reports the current length."""
@@ -191,15 +205,7 @@ class SegmentStorage(Protocol):
         sealed segments."""
         ...
 
-    async def append(
-        self,
-        name: str,
-        writer_id: int,
-        data: bytes,
-        last_event_number: int,
-        num_events: int,
-        expected_offset: int | None,
-    ) -> AppendResult:
+    async def append(self, request: AppendRequest) -> AppendResult:
         """One transaction: refuse a sealed segment (SegmentSealed), then a wrong expected offset
         (ConditionalCheckFailed); skip a duplicate; else store the bytes at the end and the
         writer's event number."""

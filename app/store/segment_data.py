@@ -19,6 +19,7 @@ from app.ports import Clock
 from app.segmentstore.storage import (
     NULL_ATTRIBUTE_VALUE,
     AfterAppend,
+    AppendRequest,
     AppendResult,
     AttributeCheckFailed,
     AttributeUpdate,
@@ -118,24 +119,18 @@ class PgSegmentStorage(PgTableSegments):
     async def writer_event_number(self, name: str, writer_id: int) -> int:
         return await self.get_attribute(name, writer_id)
 
-    async def append(
-        self,
-        name: str,
-        writer_id: int,
-        data: bytes,
-        last_event_number: int,
-        num_events: int,
-        expected_offset: int | None,
-    ) -> AppendResult:
+    async def append(self, request: AppendRequest) -> AppendResult:
         """One statement (app/store/sql segment_data.sql `append`): one round trip per block."""
+        name, expected_offset = request.segment, request.expected_offset
+        event_number = request.last_event_number
         row = _stream_row(
             name,
             await self._db.fetchrow(
                 _SQL["append"],
                 name,
-                attribute_uuid(writer_id),
-                data,
-                last_event_number,
+                attribute_uuid(request.writer_id),
+                request.data,
+                event_number,
                 expected_offset,
                 self._clock.now_ms(),
             ),
@@ -148,9 +143,9 @@ class PgSegmentStorage(PgTableSegments):
         previous_number = NULL_ATTRIBUTE_VALUE if previous is None else int(previous)
         new_length = row["new_length"]
         if new_length is None:
-            result = AppendResult(int(row["length"]), last_event_number, previous_number, duplicate=True)
+            result = AppendResult(int(row["length"]), event_number, previous_number, duplicate=True)
         else:
-            result = AppendResult(int(new_length), last_event_number, previous_number, duplicate=False)
+            result = AppendResult(int(new_length), event_number, previous_number, duplicate=False)
         if self._after_append is not None:
             await self._after_append()
         return result

@@ -59,7 +59,7 @@ class Store:
         self, name: str, data: bytes, events: int, *, writer: int = 1, number: int | None = None
     ) -> None:
         event_number = number if number is not None else self.clock.now_ms()
-        await self.measured.append(name, writer, data, event_number, events, None)
+        await self.measured.append(st.AppendRequest(name, writer, data, event_number, events))
 
     def rates(self, name: str) -> tuple[float, float, float, float]:
         aggregates = self.monitor.rates_of(name)
@@ -139,7 +139,7 @@ async def test_a_transient_segment_is_one_event_and_an_unknown_source_counts_not
     # A transaction this store did not see written (created and filled before it started).
     stranger = target + "#transaction.00000000000000000000000000000009"
     await store.inner.create_segment(stranger, "transaction", NO_SCALING, 0, 0)
-    await store.inner.append(stranger, 5, bytes(50), 1, 50, None)
+    await store.inner.append(st.AppendRequest(stranger, 5, bytes(50), 1, 50))
     await store.measured.merge(target, [transient, stranger], [])
     assert store.settle(target) == pytest.approx(1 / ((TICK_MS + 1) / 1000))
     assert (await store.inner.segment_state(target)).length == 3050

@@ -16,6 +16,7 @@ from app.ports import SegmentStoreHost
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.transients import transient_name, transient_tag
+from app.segmentstore.storage import AppendRequest
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
@@ -34,7 +35,7 @@ async def storage(pool: Any, clock: ManualClock) -> PgSegmentStorage:
 async def transient(storage: PgSegmentStorage, n: int) -> str:
     name = f"{PARENT}#transient.{n:032x}.{n:032x}"
     await storage.create_segment(name, "transient", 0, 0, 0)
-    await storage.append(name, n, b"x" * 1000, 0, 1, None)
+    await storage.append(AppendRequest(name, n, b"x" * 1000, 0, 1))
     return name
 
 
@@ -66,7 +67,7 @@ async def test_only_provable_orphans_of_acquired_containers_are_deleted_in_batch
     # The due pass comes late (say the database was down): `after` is idle past the grace by
     # then, `recent` is not (a writer still appends to it).
     clock.advance(10 * GRACE_MS)
-    await storage.append(recent, 7, b"y", 1, 1, None)
+    await storage.append(AppendRequest(recent, 7, b"y", 1, 1))
     assert await sweep.sweep() == len(orphans)
     assert await existing(pool) == {live, recent, after}
     assert sweep.cleaned == len(orphans)

@@ -21,6 +21,7 @@ import pytest
 from app.segmentstore.autoscaler import AutoScaleMonitor
 from app.segmentstore.measured_storage import MeasuredStorage
 from app.segmentstore.server.peers import MAX_DATAGRAM, Observation, PeerError, StorePeers, socket_path
+from app.segmentstore.storage import AppendRequest
 from app.store.segment_data import PgSegmentStorage
 from tests.segmentstore.test_measured_storage import EVENTS, NO_SCALING, TICK_MS, RecordingSink, Store
 
@@ -193,8 +194,8 @@ async def test_the_judge_counts_what_a_forwarding_store_measured(
         assert store.monitor.is_tracked(name)
         for n in range(1, 11):
             store.clock.advance(500)
-            await measured.append(name, 1, b"x" * 10, n, 3, None)
-        await measured.append(txn, 2, b"y" * 10, 1, 4, None)
+            await measured.append(AppendRequest(name, 1, b"x" * 10, n, 3))
+        await measured.append(AppendRequest(txn, 2, b"y" * 10, 1, 4))
         await measured.merge(name, [txn], [])
         await settle()
         store.clock.advance(TICK_MS + 1)

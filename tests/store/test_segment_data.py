@@ -14,6 +14,7 @@ import pytest
 
 from app.segmentstore.storage import (
     NULL_ATTRIBUTE_VALUE,
+    AppendRequest,
     AppendResult,
     AttributeCheckFailed,
     AttributeUpdate,
@@ -72,7 +73,7 @@ async def create(s: PgSegmentStorage, name: str = SEG, kind: str = "stream") -> 
 async def write(
     s: PgSegmentStorage, data: bytes, n: int, *, name: str = SEG, writer: int = W1
 ) -> AppendResult:
-    return await s.append(name, writer, data, n, 1, None)
+    return await s.append(AppendRequest(name, writer, data, n, 1))
 
 
 async def content(s: PgSegmentStorage, name: str = SEG) -> bytes:
@@ -209,7 +210,7 @@ async def test_append_to_sealed_segment_is_refused(storage: PgSegmentStorage) ->
         await write(storage, b"more", 2)
     # Sealed wins over a wrong expected offset, and a duplicate is refused too.
     with pytest.raises(SegmentSealed):
-        await storage.append(SEG, W1, b"x", 2, 1, 99)
+        await storage.append(AppendRequest(SEG, W1, b"x", 2, 1, 99))
     with pytest.raises(SegmentSealed):
         await write(storage, b"abc", 1)
     assert await storage.writer_event_number(SEG, W1) == 1
@@ -218,13 +219,30 @@ async def test_append_to_sealed_segment_is_refused(storage: PgSegmentStorage) ->
 
 async def test_conditional_append(storage: PgSegmentStorage) -> None:
     await create(storage)
-    assert (await storage.append(SEG, W1, b"12345", 1, 1, 0)).length == 5
+    assert (await storage.append(AppendRequest(SEG, W1, b"12345", 1, 1, 0))).length == 5
     with pytest.raises(ConditionalCheckFailed):
-        await storage.append(SEG, W1, b"xx", 2, 1, 4)
+        await storage.append(AppendRequest(SEG, W1, b"xx", 2, 1, 4))
     # Nothing changed: the same event number succeeds at the right offset.
     assert await storage.writer_event_number(SEG, W1) == 1
-    assert await storage.append(SEG, W1, b"67", 2, 1, 5) == AppendResult(7, 2, 1, False)
+    assert await storage.append(AppendRequest(SEG, W1, b"67", 2, 1, 5)) == AppendResult(7, 2, 1, False)
     assert await content(storage) == b"1234567"
+
+
+async def test_the_after_append_hook_runs_once_an_append_is_stored_and_not_for_a_refusal(
+    db: Database, clock: ManualClock
+) -> None:
+    seen: list[bytes] = []
+
+    async def after_append() -> None:
+        seen.append(await content(PgSegmentStorage(db, clock)))
+
+    storage = PgSegmentStorage(db, clock, after_append)
+    await create(storage)
+    await write(storage, b"abc", 1)
+    await write(storage, b"abc", 1)  # a duplicate is answered, so it passes the hook too
+    with pytest.raises(ConditionalCheckFailed):
+        await storage.append(AppendRequest(SEG, W1, b"x", 2, 1, 0))
+    assert seen == [b"abc", b"abc"]
 
 
 async def test_empty_append_advances_the_writer_only(storage: PgSegmentStorage) -> None:

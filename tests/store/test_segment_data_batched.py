@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.segmentstore.storage import NoSuchSegment, SegmentAlreadyExists, SegmentSealed
+from app.segmentstore.storage import AppendRequest, NoSuchSegment, SegmentAlreadyExists, SegmentSealed
 from app.store.db import Database
 from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
@@ -116,10 +116,10 @@ async def test_a_failing_create_batch_falls_back_to_one_create_each(
 async def setup_txns(s: PgSegmentStorage, txns: int) -> None:
     for parent in PARENTS:
         await s.create_segment(parent, "stream", 0, 0, 0)
-        await s.append(parent, 1, b"head-", 1, 1, None)
+        await s.append(AppendRequest(parent, 1, b"head-", 1, 1))
         for t in range(txns):
             await s.create_segment(parent + TXN.format(t), "transaction", 0, 0, 0)
-            await s.append(parent + TXN.format(t), 2, f"t{t}".encode(), 1, 1, None)
+            await s.append(AppendRequest(parent + TXN.format(t), 2, f"t{t}".encode(), 1, 1))
 
 
 async def test_merges_into_several_targets_at_once_are_one_transaction(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workers import failpoints
-from workers.failpoints import failpoint
+from workers.failpoints import FailpointError, failpoint, failpoint_hook
 
 POINT = "test.point"
 
@@ -29,3 +29,14 @@ async def test_pause_when_passes_until_its_file_exists_then_parks(
 
 async def test_an_unnamed_point_passes() -> None:
     await asyncio.wait_for(failpoint("test.not.configured"), 5)
+
+
+async def test_a_hook_is_none_for_a_point_that_is_off_and_the_point_itself_when_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert failpoint_hook(POINT) is None
+    monkeypatch.setitem(failpoints._ENABLED, POINT, "raise")
+    hook = failpoint_hook(POINT)
+    assert hook is not None
+    with pytest.raises(FailpointError):
+        await hook()

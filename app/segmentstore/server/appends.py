@@ -79,23 +79,20 @@ class Appends:
         except MalformedCommand as exc:
             raise ProtocolViolation(str(exc)) from exc
         writer.last_event_number = cmd.last_event_number
-        return await self._store(
-            writer, cmd.writer_id, data, cmd.last_event_number, cmd.num_event, None, cmd.request_id
-        )
+        request = st.AppendRequest(writer.segment, cmd.writer_id, data, cmd.last_event_number, cmd.num_event)
+        return await self._store(request, cmd.request_id)
 
     async def conditional_block_end(self, cmd: wc.ConditionalBlockEnd) -> wc.Command:
-        writer = self._writer(cmd.writer_id)
-        return await self._store(
-            writer, cmd.writer_id, cmd.data, cmd.event_number, 1, cmd.expected_offset, cmd.request_id
-        )
+        segment = self._writer(cmd.writer_id).segment
+        request = st.AppendRequest(segment, cmd.writer_id, cmd.data, cmd.event_number, 1, cmd.expected_offset)
+        return await self._store(request, cmd.request_id)
 
     async def conditional_append(self, cmd: wc.ConditionalAppend) -> wc.Command:
         # The stored bytes are the framed event, its 8-byte header included.
-        writer = self._writer(cmd.writer_id)
+        segment = self._writer(cmd.writer_id).segment
         data = encode(cmd.event)
-        return await self._store(
-            writer, cmd.writer_id, data, cmd.event_number, 1, cmd.expected_offset, cmd.request_id
-        )
+        request = st.AppendRequest(segment, cmd.writer_id, data, cmd.event_number, 1, cmd.expected_offset)
+        return await self._store(request, cmd.request_id)
 
     def drop(self, writer_id: int) -> None:
         """Forgets a writer whose segment was sealed or is gone: it must set up again."""
@@ -107,27 +104,16 @@ class Appends:
             raise ProtocolViolation(f"writer {writer_id:032x} appends before SetupAppend")
         return writer
 
-    async def _store(
-        self,
-        writer: _Writer,
-        writer_id: int,
-        data: bytes,
-        event_number: int,
-        num_events: int,
-        expected_offset: int | None,
-        request_id: int,
-    ) -> wc.Command:
+    async def _store(self, request: st.AppendRequest, request_id: int) -> wc.Command:
         try:
-            result = await self._storage.append(
-                writer.segment, writer_id, data, event_number, num_events, expected_offset
-            )
+            result = await self._storage.append(request)
         except (st.SegmentSealed, st.NoSuchSegment):
-            self.drop(writer_id)
+            self.drop(request.writer_id)
             raise
         if not result.duplicate:
-            self._tails.notify(writer.segment)
+            self._tails.notify(request.segment)
             if self._traffic is not None:
-                self._traffic.appended(num_events, len(data))
+                self._traffic.appended(request.num_events, len(request.data))
         return wc.DataAppended(
-            writer_id, result.event_number, result.previous_event_number, request_id, result.length
+            request.writer_id, result.event_number, result.previous_event_number, request_id, result.length
         )
