@@ -8,6 +8,12 @@ order they complete; every reply echoes its request's id; nothing is sent unaske
 malformed frame, a protocol violation or an unexpected failure closes this connection only.
 What waits for a slow peer is bounded: one request's reply, one woken read's reply, and at most
 MAX_PARKED_READS parked reads.
+
+Every command is dispatched by one lookup in ROUTES, keyed by its type and built once from the
+codec's declarations: its `Route` names the flow it takes (the handshake, an append, a read, a
+create, or the plain request: ownership and token checks, then one reply), what computes its reply
+and what a refusal of it echoes. Every declared command has a route; a reply or a nested frame
+at the top level takes the plain flow, whose answer is a protocol violation.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Final, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from app.metrics.record import StoreTraffic
 from app.security.tokens import Verdict
@@ -46,21 +53,31 @@ MAX_PARKED_READS: Final = 1024
 # statement and their replies leave in one send). Beyond it a create waits its turn inline.
 MAX_CONCURRENT_CREATES: Final = 64
 
+# A route's parts, each taking the command its route is keyed by (so typed Any here).
+Serve = Callable[["Connection", Any, "Route"], Awaitable[bool]]
+Answer = Callable[["Connection", Any], Awaitable[wc.Command]]
+Echo = Callable[[Any], RefusalContext]
 
-def refusal_context(cmd: wc.Command) -> RefusalContext:
-    """What a refusal reply of `cmd` reports besides the refusal."""
-    if isinstance(cmd, wc.ReadSegment):
-        return RefusalContext(cmd.request_id, cmd.offset)
-    if isinstance(cmd, wc.TruncateSegment):
-        return RefusalContext(cmd.request_id, cmd.truncation_offset)
-    if isinstance(cmd, wc.AppendBlockEnd):
-        return RefusalContext(cmd.request_id, cmd.last_event_number, cmd.writer_id, cmd.last_event_number)
-    if isinstance(cmd, (wc.ConditionalBlockEnd, wc.ConditionalAppend)):
-        return RefusalContext(cmd.request_id, cmd.event_number, cmd.writer_id, cmd.event_number)
-    if isinstance(cmd, (wc.UpdateTableEntries, wc.RemoveTableKeys)):
-        return RefusalContext(cmd.request_id, cmd.table_segment_offset)
-    request_id = getattr(cmd, "request_id", -1)
-    return RefusalContext(request_id if isinstance(request_id, int) else -1)
+
+async def _not_a_request(_connection: Connection, cmd: wc.Command) -> wc.Command:
+    # A reply type, or a nested frame (Event, PartialEvent, Padding) at the top level.
+    raise ProtocolViolation(f"{type(cmd).__name__} is not a request")
+
+
+def _echo_request_id(cmd: Any) -> RefusalContext:
+    return RefusalContext(cmd.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a connection handles one command type. `serve`: the flow (the checks it passes, and
+    whether it answers inline, in a task of its own or later; False closes the connection);
+    `answer`: the reply it computes; `echo`: what a refusal reply reports besides the refusal
+    (the request id, and for some an offset or a writer)."""
+
+    serve: Serve
+    answer: Answer = _not_a_request
+    echo: Echo = _echo_request_id
 
 
 class Connection:
@@ -140,72 +157,107 @@ class Connection:
     async def _process(self, cmd: wc.Command) -> bool:
         """Handles one frame; False when the connection must close."""
         self._appends.expect_block_end(cmd)
-        if isinstance(cmd, wc.Hello):
-            await self._send(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
-            compatible = (
-                cmd.low_version <= wc.WIRE_VERSION and cmd.high_version >= wc.OLDEST_COMPATIBLE_VERSION
+        route = ROUTES[type(cmd)]
+        return await route.serve(self, cmd, route)
+
+    # --- the flows --------------------------------------------------------------------------------
+
+    async def _hello(self, cmd: wc.Hello, _route: Route) -> bool:
+        await self._send(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
+        compatible = cmd.low_version <= wc.WIRE_VERSION and cmd.high_version >= wc.OLDEST_COMPATIBLE_VERSION
+        if not compatible:
+            log.warning(
+                "segment store connection from %s: incompatible versions %d..%d",
+                self._peer,
+                cmd.low_version,
+                cmd.high_version,
             )
-            if not compatible:
-                log.warning(
-                    "segment store connection from %s: incompatible versions %d..%d",
-                    self._peer,
-                    cmd.low_version,
-                    cmd.high_version,
-                )
-            return compatible
-        if isinstance(cmd, wc.KeepAlive):
-            await self._send(wc.KeepAlive())
-            return True
-        if isinstance(cmd, wc.AppendBlock):
-            self._appends.append_block(cmd)
-            return True
-        wrong = self._wrong_host(cmd)
+        return compatible
+
+    async def _keep_alive(self, _cmd: wc.KeepAlive, _route: Route) -> bool:
+        await self._send(wc.KeepAlive())
+        return True
+
+    async def _append_block(self, cmd: wc.AppendBlock, _route: Route) -> bool:
+        # Checked with its AppendBlockEnd, which names the same writer.
+        self._appends.append_block(cmd)
+        return True
+
+    async def _request(self, cmd: wc.Command, route: Route) -> bool:
+        """The plain flow: refused (WrongHost, AuthTokenCheckFailed), or answered inline."""
+        refused = self._refusal(cmd, route)
+        await self._send(refused if refused is not None else await self._reply(cmd, route))
+        return True
+
+    async def _setup_append(self, cmd: wc.SetupAppend, route: Route) -> bool:
+        """The plain flow, keeping the accepted token: each of the writer's blocks re-checks its
+        expiry."""
+        refused: wc.Command | None = self._wrong_host(requested_segments(cmd), cmd, route)
+        if refused is None and self._tokens is not None:
+            verdict = self._tokens.check(cmd)
+            refused = self._token_refusal(verdict, cmd, route)
+            if refused is None and verdict is not None:
+                self._writer_tokens[cmd.writer_id] = verdict
+        await self._send(refused if refused is not None else await self._reply(cmd, route))
+        return True
+
+    async def _append(
+        self, cmd: wc.AppendBlockEnd | wc.ConditionalBlockEnd | wc.ConditionalAppend, route: Route
+    ) -> bool:
+        """An append names its writer, not a segment: ownership is its writer's segment's, and
+        its token was checked at SetupAppend (only its expiry is, here)."""
+        segment = self._appends.segment_of(cmd.writer_id)
+        wrong = self._wrong_host(() if segment is None else (segment,), cmd, route)
         if wrong is not None:
-            if isinstance(cmd, wc.AppendBlockEnd):
-                self._appends.abandon_block()
+            self._appends.abandon_block()
             await self._send(wrong)
             return True
         if self._tokens is not None:
-            refused = self._token_refusal(self._tokens, cmd)
-            if refused is False:
+            accepted = self._writer_tokens.get(cmd.writer_id)
+            if accepted is not None and not self._tokens.still_valid(accepted):
+                # Pravega's store closes the connection then too: the client connects again and
+                # sets up with a fresh token, re-sending what was not acknowledged.
+                log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
                 return False
-            if refused is not None:
-                await self._send(refused)
-                return True
-        if isinstance(cmd, wc.ReadSegment):
-            await self._read(cmd)
-            return True
-        if (
-            isinstance(cmd, wc.CreateSegment)
-            and len(self._creates) < MAX_CONCURRENT_CREATES
+        await self._send(await self._reply(cmd, route))
+        return True
+
+    async def _read_segment(self, cmd: wc.ReadSegment, route: Route) -> bool:
+        refused = self._refusal(cmd, route)
+        if refused is not None:
+            await self._send(refused)
+        else:
+            await self._read(cmd, route)
+        return True
+
+    async def _create_segment(self, cmd: wc.CreateSegment, route: Route) -> bool:
+        refused = self._refusal(cmd, route)
+        if refused is not None:
+            await self._send(refused)
+        elif (
+            len(self._creates) < MAX_CONCURRENT_CREATES
             # A peer that does not read its replies gets the inline path, which waits for them to
             # drain: what its pipelined creates queue here stays bounded.
             and not self._writer.transport.get_write_buffer_size()
         ):
-            task = asyncio.create_task(self._create_concurrently(cmd))
+            task = asyncio.create_task(self._create_concurrently(cmd, route))
             self._creates.add(task)
             task.add_done_callback(self._creates.discard)
-            return True
-        reply = await self._reply(cmd)
-        await self._send(reply)
+        else:
+            await self._send(await self._reply(cmd, route))
         return True
 
-    def _token_refusal(
-        self, tokens: TokenGate, cmd: wc.Command
-    ) -> wc.AuthTokenCheckFailed | Literal[False] | None:
-        """None: serve `cmd`; a reply: its refusal; False: close the connection, because a
-        set-up writer's token expired (Pravega's store closes it then too: the client connects
-        again and sets up with a fresh token, re-sending what was not acknowledged)."""
-        if isinstance(cmd, (wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend)):
-            accepted = self._writer_tokens.get(cmd.writer_id)
-            if accepted is not None and not tokens.still_valid(accepted):
-                log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
-                return False
-            return None
-        verdict = tokens.check(cmd)
+    # --- the checks -------------------------------------------------------------------------------
+
+    def _refusal(self, cmd: wc.Command, route: Route) -> wc.Command | None:
+        """WrongHost or AuthTokenCheckFailed when this store must not serve `cmd`; None to serve it."""
+        wrong = self._wrong_host(requested_segments(cmd), cmd, route)
+        if wrong is not None or self._tokens is None:
+            return wrong
+        return self._token_refusal(self._tokens.check(cmd), cmd, route)
+
+    def _token_refusal(self, verdict: Verdict | None, cmd: wc.Command, route: Route) -> wc.Command | None:
         if verdict is None or verdict.ok:
-            if verdict is not None and isinstance(cmd, wc.SetupAppend):
-                self._writer_tokens[cmd.writer_id] = verdict
             return None
         log.warning(
             "segment store connection from %s: %s refused, delegation token %s",
@@ -213,23 +265,92 @@ class Connection:
             type(cmd).__name__,
             verdict.outcome.value,
         )
-        return refusal(refusal_context(cmd).request_id, verdict)
+        return refusal(route.echo(cmd).request_id, verdict)
 
-    def _wrong_host(self, cmd: wc.Command) -> wc.WrongHost | None:
+    def _wrong_host(self, segments: tuple[str, ...], cmd: wc.Command, route: Route) -> wc.WrongHost | None:
         """WrongHost (no host named, as Java answers) for a request on a container this store
         does not own; the client asks the controller's getURI again."""
         if self._ownership is None:
             return None
-        segments = requested_segments(cmd)
-        if not segments and isinstance(
-            cmd, (wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend)
-        ):
-            segment = self._appends.segment_of(cmd.writer_id)
-            segments = () if segment is None else (segment,)
         for segment in segments:
             if not self._ownership.owns(segment):
-                return wc.WrongHost(refusal_context(cmd).request_id, segment, "", "")
+                return wc.WrongHost(route.echo(cmd).request_id, segment, "", "")
         return None
+
+    # --- the answers ------------------------------------------------------------------------------
+
+    async def _reply(self, cmd: wc.Command, route: Route) -> wc.Command:
+        try:
+            return await route.answer(self, cmd)
+        except st.StorageError as exc:
+            reply = refusal_reply(route.echo(cmd), exc)
+            if reply is None:
+                raise
+            return reply
+
+    async def _create_transient(self, cmd: wc.CreateTransientSegment) -> wc.Command:
+        # The parent must exist: a transient segment only ever merges into it.
+        await self._storage.segment_state(cmd.parent_segment)
+        name = transient_name(cmd.parent_segment, cmd.writer_id, self._transients.tag)
+        # Named before it exists: the orphan sweep never sees it committed and not yet ours.
+        self._transients.add(name)
+        try:
+            await self._storage.create_segment(name, "transient", 0, 0, 0)
+        except BaseException:
+            self._transients.discard(name)
+            raise
+        return wc.SegmentCreated(cmd.request_id, name)
+
+    async def _merge_segments(self, cmd: wc.MergeSegments) -> wc.Command:
+        reply = await self._handlers.merge_segments(cmd)
+        # Merged away: nothing of it is left to delete when this connection closes.
+        self._transients.discard(cmd.source)
+        return reply
+
+    async def _unsupported(
+        self, cmd: wc.LocateOffset | wc.FlushToStorage | wc.ListStorageChunks
+    ) -> wc.Command:
+        return wc.OperationUnsupported(cmd.request_id, type(cmd).__name__, "")
+
+    # --- creates in tasks of their own -------------------------------------------------------------
+
+    async def _create_concurrently(self, cmd: wc.CreateSegment, route: Route) -> None:
+        try:
+            reply = await self._reply(cmd, route)
+        except Exception:
+            log.exception("segment store connection from %s: a CreateSegment failed", self._peer)
+            self._writer.close()
+            return
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
+        self._outbox.append(encode(reply))
+
+    def _flush_outbox(self) -> None:
+        # One send for every create answered in this turn; each frame is whole, so frames never
+        # interleave with the ones _send writes.
+        frames, self._outbox = self._outbox, []
+        if frames and not self._writer.transport.is_closing():
+            self._writer.write(b"".join(frames))
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    async def _read(self, cmd: wc.ReadSegment, route: Route) -> None:
+        try:
+            outcome = await self._reads.read(cmd)
+        except st.StorageError as exc:
+            reply = refusal_reply(route.echo(cmd), exc)
+            if reply is None:
+                raise
+            outcome = reply
+        if isinstance(outcome, TailWatch) and len(self._parked) >= MAX_PARKED_READS:
+            outcome.cancel()
+            outcome = wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
+        if isinstance(outcome, TailWatch):
+            task = asyncio.create_task(self._parked_read(cmd, route, outcome))
+            self._parked[task] = cmd
+            task.add_done_callback(self._forget_parked)
+        else:
+            await self._send(outcome)
 
     def disown(self, lost: Callable[[str], bool]) -> None:
         """Reads parked on segments `lost` names answer WrongHost at once."""
@@ -248,96 +369,15 @@ class Connection:
     def _forget_parked(self, task: asyncio.Task[None]) -> None:
         self._parked.pop(task, None)
 
-    async def _reply(self, cmd: wc.Command) -> wc.Command:
-        try:
-            return await self._call(cmd)
-        except st.StorageError as exc:
-            reply = refusal_reply(refusal_context(cmd), exc)
-            if reply is None:
-                raise
-            return reply
-
-    async def _call(self, cmd: wc.Command) -> wc.Command:
-        if isinstance(cmd, wc.SetupAppend):
-            return await self._appends.setup_append(cmd)
-        if isinstance(cmd, wc.AppendBlockEnd):
-            return await self._appends.append_block_end(cmd)
-        if isinstance(cmd, wc.ConditionalBlockEnd):
-            return await self._appends.conditional_block_end(cmd)
-        if isinstance(cmd, wc.ConditionalAppend):
-            return await self._appends.conditional_append(cmd)
-        if isinstance(cmd, wc.CreateTransientSegment):
-            return await self._create_transient(cmd)
-        handler = self._handlers.by_type.get(type(cmd))
-        if handler is not None:
-            reply = await handler(cmd)
-            if isinstance(cmd, wc.MergeSegments):
-                self._transients.discard(cmd.source)
-            return reply
-        if type(cmd) in UNSUPPORTED:
-            request_id = refusal_context(cmd).request_id
-            return wc.OperationUnsupported(request_id, type(cmd).__name__, "")
-        # A reply type, or a nested frame (Event, PartialEvent, Padding) at the top level.
-        raise ProtocolViolation(f"{type(cmd).__name__} is not a request")
-
-    async def _create_concurrently(self, cmd: wc.CreateSegment) -> None:
-        try:
-            reply = await self._reply(cmd)
-        except Exception:
-            log.exception("segment store connection from %s: a CreateSegment failed", self._peer)
-            self._writer.close()
-            return
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush_outbox)
-        self._outbox.append(encode(reply))
-
-    def _flush_outbox(self) -> None:
-        # One send for every create answered in this turn; each frame is whole, so frames never
-        # interleave with the ones _send writes.
-        frames, self._outbox = self._outbox, []
-        if frames and not self._writer.transport.is_closing():
-            self._writer.write(b"".join(frames))
-
-    async def _create_transient(self, cmd: wc.CreateTransientSegment) -> wc.Command:
-        # The parent must exist: a transient segment only ever merges into it.
-        await self._storage.segment_state(cmd.parent_segment)
-        name = transient_name(cmd.parent_segment, cmd.writer_id, self._transients.tag)
-        # Named before it exists: the orphan sweep never sees it committed and not yet ours.
-        self._transients.add(name)
-        try:
-            await self._storage.create_segment(name, "transient", 0, 0, 0)
-        except BaseException:
-            self._transients.discard(name)
-            raise
-        return wc.SegmentCreated(cmd.request_id, name)
-
-    async def _read(self, cmd: wc.ReadSegment) -> None:
-        try:
-            outcome = await self._reads.read(cmd)
-        except st.StorageError as exc:
-            reply = refusal_reply(refusal_context(cmd), exc)
-            if reply is None:
-                raise
-            outcome = reply
-        if isinstance(outcome, TailWatch) and len(self._parked) >= MAX_PARKED_READS:
-            outcome.cancel()
-            outcome = wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
-        if isinstance(outcome, TailWatch):
-            task = asyncio.create_task(self._parked_read(cmd, outcome))
-            self._parked[task] = cmd
-            task.add_done_callback(self._forget_parked)
-        else:
-            await self._send(outcome)
-
-    async def _parked_read(self, cmd: wc.ReadSegment, watch: TailWatch) -> None:
+    async def _parked_read(self, cmd: wc.ReadSegment, route: Route, watch: TailWatch) -> None:
         try:
             try:
                 reply = await self._reads.wait_at_tail(cmd, watch, self._woken_reply_slot)
             except st.StorageError as exc:
-                refusal = refusal_reply(refusal_context(cmd), exc)
-                if refusal is None:
+                refused = refusal_reply(route.echo(cmd), exc)
+                if refused is None:
                     raise
-                reply = refusal
+                reply = refused
             await self._send(reply)
         except (ConnectionError, OSError):
             # The peer left while its read waited: there is nobody to answer.
@@ -354,6 +394,8 @@ class Connection:
         async with self._reply_turn:
             await self._writer.drain()
             yield
+
+    # --- sending and closing ------------------------------------------------------------------------
 
     async def _send(self, reply: wc.Command) -> None:
         # write() queues the whole frame at once, so frames from parked reads never interleave.
@@ -382,3 +424,97 @@ class Connection:
             reason,
             len(deleted),
         )
+
+
+# --- the dispatch table ---------------------------------------------------------------------------
+
+
+def _by_handlers(method: Callable[[Handlers, Any], Awaitable[wc.Command]]) -> Answer:
+    """An answer of the server's shared Handlers (requests that need no per-connection state)."""
+
+    def answer(connection: Connection, cmd: Any) -> Awaitable[wc.Command]:
+        return method(connection._handlers, cmd)
+
+    return answer
+
+
+def _by_appends(method: Callable[[Appends, Any], Awaitable[wc.Command]]) -> Answer:
+    """An answer of the connection's writers."""
+
+    def answer(connection: Connection, cmd: Any) -> Awaitable[wc.Command]:
+        return method(connection._appends, cmd)
+
+    return answer
+
+
+def _echo_read(cmd: wc.ReadSegment) -> RefusalContext:
+    return RefusalContext(cmd.request_id, cmd.offset)
+
+
+def _echo_truncation(cmd: wc.TruncateSegment) -> RefusalContext:
+    return RefusalContext(cmd.request_id, cmd.truncation_offset)
+
+
+def _echo_block_end(cmd: wc.AppendBlockEnd) -> RefusalContext:
+    return RefusalContext(cmd.request_id, cmd.last_event_number, cmd.writer_id, cmd.last_event_number)
+
+
+def _echo_conditional(cmd: wc.ConditionalBlockEnd | wc.ConditionalAppend) -> RefusalContext:
+    return RefusalContext(cmd.request_id, cmd.event_number, cmd.writer_id, cmd.event_number)
+
+
+def _echo_table_offset(cmd: wc.UpdateTableEntries | wc.RemoveTableKeys) -> RefusalContext:
+    return RefusalContext(cmd.request_id, cmd.table_segment_offset)
+
+
+def _plain(answer: Answer, echo: Echo = _echo_request_id) -> Route:
+    return Route(Connection._request, answer, echo)
+
+
+_REQUESTS: Final[dict[type[wc.Command], Route]] = {
+    # The handshake and the append path, before any check (they name no segment, carry no token).
+    wc.Hello: Route(Connection._hello),
+    wc.KeepAlive: Route(Connection._keep_alive),
+    wc.AppendBlock: Route(Connection._append_block),
+    wc.SetupAppend: Route(Connection._setup_append, _by_appends(Appends.setup_append)),
+    wc.AppendBlockEnd: Route(Connection._append, _by_appends(Appends.append_block_end), _echo_block_end),
+    wc.ConditionalBlockEnd: Route(
+        Connection._append, _by_appends(Appends.conditional_block_end), _echo_conditional
+    ),
+    wc.ConditionalAppend: Route(
+        Connection._append, _by_appends(Appends.conditional_append), _echo_conditional
+    ),
+    # Reads may park; creates may run in tasks of their own.
+    wc.ReadSegment: Route(Connection._read_segment, echo=_echo_read),
+    wc.CreateSegment: Route(Connection._create_segment, _by_handlers(Handlers.create_segment)),
+    # Requests with per-connection state: transient segments live as long as their connection.
+    wc.CreateTransientSegment: _plain(Connection._create_transient),
+    wc.MergeSegments: _plain(Connection._merge_segments),
+    # Segment administration, attributes, merges and table segments.
+    wc.SealSegment: _plain(_by_handlers(Handlers.seal_segment)),
+    wc.DeleteSegment: _plain(_by_handlers(Handlers.delete_segment)),
+    wc.TruncateSegment: _plain(_by_handlers(Handlers.truncate_segment), _echo_truncation),
+    wc.UpdateSegmentPolicy: _plain(_by_handlers(Handlers.update_segment_policy)),
+    wc.GetStreamSegmentInfo: _plain(_by_handlers(Handlers.get_stream_segment_info)),
+    wc.GetSegmentAttribute: _plain(_by_handlers(Handlers.get_segment_attribute)),
+    wc.UpdateSegmentAttribute: _plain(_by_handlers(Handlers.update_segment_attribute)),
+    wc.MergeSegmentsBatch: _plain(_by_handlers(Handlers.merge_segments_batch)),
+    wc.CreateTableSegment: _plain(_by_handlers(Handlers.create_table_segment)),
+    wc.DeleteTableSegment: _plain(_by_handlers(Handlers.delete_table_segment)),
+    wc.GetTableSegmentInfo: _plain(_by_handlers(Handlers.get_table_segment_info)),
+    wc.UpdateTableEntries: _plain(_by_handlers(Handlers.update_table_entries), _echo_table_offset),
+    wc.RemoveTableKeys: _plain(_by_handlers(Handlers.remove_table_keys), _echo_table_offset),
+    wc.ReadTable: _plain(_by_handlers(Handlers.read_table)),
+    wc.ReadTableKeys: _plain(_by_handlers(Handlers.read_table_keys)),
+    wc.ReadTableEntries: _plain(_by_handlers(Handlers.read_table_entries)),
+    wc.ReadTableEntriesDelta: _plain(_by_handlers(Handlers.read_table_entries_delta)),
+    # Checked like any request (a WrongHost or a token refusal first), then refused.
+    **{cls: _plain(Connection._unsupported) for cls in UNSUPPORTED},
+}
+
+# Every declared command's route. Replies and nested frames take the plain flow: checked as any
+# request is (one naming a segment carries no token, so with authentication on it is refused, as
+# tokens.py promises), then answered by closing the connection.
+ROUTES: Final[dict[type[wc.Command], Route]] = {
+    cls: _REQUESTS.get(cls, Route(Connection._request)) for cls in wc.COMMANDS.values()
+}

@@ -1,5 +1,6 @@
 """Requests that need no per-connection state: segment administration, attributes, merges and
-table segments, each turned into one storage call and one reply.
+table segments, each turned into one storage call and one reply (the connection's dispatch table,
+connection.ROUTES, names the method for each command type).
 
 Invariant: a reply is built only from what the storage call returned (so from committed state),
 and every change that can end a parked tail read wakes that segment's readers.
@@ -7,15 +8,10 @@ and every change that can end a parked tail read wakes that segment's readers.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from app.domain.segment_names import has_transaction_delimiter
 from app.segmentstore import storage as st
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.wire import commands as wc
-
-Handler = Callable[[Any], Awaitable[wc.Command]]
 
 
 def _entries(entries: list[st.TableEntry]) -> tuple[tuple[wc.TableKey, wc.TableValue], ...]:
@@ -26,27 +22,6 @@ class Handlers:
     def __init__(self, storage: st.SegmentStorage, tails: Tails) -> None:
         self._storage = storage
         self._tails = tails
-        self.by_type: dict[type[wc.Command], Handler] = {
-            wc.CreateSegment: self.create_segment,
-            wc.SealSegment: self.seal_segment,
-            wc.DeleteSegment: self.delete_segment,
-            wc.TruncateSegment: self.truncate_segment,
-            wc.UpdateSegmentPolicy: self.update_segment_policy,
-            wc.GetStreamSegmentInfo: self.get_stream_segment_info,
-            wc.GetSegmentAttribute: self.get_segment_attribute,
-            wc.UpdateSegmentAttribute: self.update_segment_attribute,
-            wc.MergeSegments: self.merge_segments,
-            wc.MergeSegmentsBatch: self.merge_segments_batch,
-            wc.CreateTableSegment: self.create_table_segment,
-            wc.DeleteTableSegment: self.delete_table_segment,
-            wc.GetTableSegmentInfo: self.get_table_segment_info,
-            wc.UpdateTableEntries: self.update_table_entries,
-            wc.RemoveTableKeys: self.remove_table_keys,
-            wc.ReadTable: self.read_table,
-            wc.ReadTableKeys: self.read_table_keys,
-            wc.ReadTableEntries: self.read_table_entries,
-            wc.ReadTableEntriesDelta: self.read_table_entries_delta,
-        }
 
     # --- stream segments ------------------------------------------------------------------------
 
