@@ -24,7 +24,7 @@ T = TypeVar("T")
 Check = Callable[[Any], str | None]
 # A parser turns flag or environment text into a value; a ValueError says what is required.
 Parser = Callable[[str], Any]
-# "serve": a flag of `pgcontroller serve`; "global": before or after any command (app/cli_globals.py);
+# "serve": a flag of `pgcontroller serve`; "global": before or after any command (app/cli/globals.py);
 # "segment-store": a flag of `pgcontroller segment-store` only (serve reads the others it takes too).
 Scope = Literal["serve", "global", "segment-store"]
 

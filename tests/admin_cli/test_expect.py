@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.admin_cli.common import EXIT_FAILED, EXIT_INVALID, AdminError, expect
 from app.api.grpc.proto import controller_pb2 as pb
+from app.cli.admin.common import EXIT_FAILED, EXIT_INVALID, AdminError, expect
 
 STATUS = pb.CreateScopeStatus
 REFUSALS = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.cli import build_parser
-from app.kvt_cli import kvt_command
+from app.cli.kvt import kvt_command
 from tests.kvtclient.conftest import SC, Cluster
 
 

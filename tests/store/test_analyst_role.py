@@ -16,8 +16,8 @@ from urllib.parse import quote, urlsplit
 import asyncpg
 import pytest
 
-from app.analyst_cli import parse_duration_ms
 from app.cli import main
+from app.cli.analyst import parse_duration_ms
 from app.domain.errors import AlreadyExists, IllegalState, InvalidInput, OperationNotAllowed
 from app.store import migrate
 from app.store.analysts import (

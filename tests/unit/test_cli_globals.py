@@ -9,7 +9,7 @@ import os
 import pytest
 
 from app.cli import build_parser, main
-from app.cli_globals import _commands, package_version
+from app.cli.globals import _commands, package_version
 from app.settings import resolve
 
 

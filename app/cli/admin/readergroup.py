@@ -9,7 +9,8 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from app.admin_cli.common import (
+from app.api.grpc.proto import controller_pb2 as pb
+from app.cli.admin.common import (
     EXIT_INVALID,
     AdminError,
     add_connection_options,
@@ -20,7 +21,6 @@ from app.admin_cli.common import (
     rest,
     show,
 )
-from app.api.grpc.proto import controller_pb2 as pb
 
 # ReaderGroupConfig's builder defaults in Pravega's client.
 _REFRESH_MS = 3000

@@ -1,7 +1,7 @@
 """Operator commands that talk to a running controller, as Pravega's admin CLI offers them:
 `scope`, `stream` and `readergroup` (one module per noun), over the controller's gRPC (and REST
 where gRPC has no call). Every failure is one line on stderr and exit code 1 (2: invalid input);
-credentials come from the environment only (app/admin_cli/common.py)."""
+credentials come from the environment only (app/cli/admin/common.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import asyncio
 import sys
 from typing import Any
 
-from app.admin_cli import readergroup, scope, stream
-from app.admin_cli.common import AdminError
+from app.cli.admin import readergroup, scope, stream
+from app.cli.admin.common import AdminError
 
 NOUNS = {"scope": scope, "stream": stream, "readergroup": readergroup}
 

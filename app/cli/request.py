@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from app.admin_cli.common import REST_URL_ENV, authorization
+from app.cli.admin.common import REST_URL_ENV, authorization
 
 DEFAULT_REST_URL = "http://127.0.0.1:9091"
 PARKED_PATH = "/v1/requests/parked"

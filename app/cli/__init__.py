@@ -1,7 +1,7 @@
 """The `pgcontroller` command: `serve`, `segment-store`, `db start|stop|url|upgrade|create-analyst`,
 `dev seed`, `pipeline run`, `request parked list|retry|drop`, `kvt get|put|remove|list` and
 `auth user add|update|remove|list|import`,
-and the operator commands `scope`, `stream`, `readergroup` (app/admin_cli).
+and the operator commands `scope`, `stream`, `readergroup` (app/cli/admin).
 
 Scripts rely on these shapes: `db start` returns once the database accepts connections and
 leaves it running; `db url` prints the connection URL on its last line.
@@ -16,17 +16,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.admin_cli import NOUNS as ADMIN_NOUNS
-from app.admin_cli import add_admin_parsers
-from app.analyst_cli import add_create_analyst_parser
-from app.auth_cli import add_auth_parser
-from app.cli_globals import EitherSideParser, add_either_side
-from app.dev_cli import add_dev_parser
+from app.cli.admin import NOUNS as ADMIN_NOUNS
+from app.cli.admin import add_admin_parsers
+from app.cli.analyst import add_create_analyst_parser
+from app.cli.auth import add_auth_parser
+from app.cli.dev import add_dev_parser
+from app.cli.globals import EitherSideParser, add_either_side
+from app.cli.kvt import add_kvt_parser
+from app.cli.request import add_request_parser
 from app.domain.errors import InvalidInput
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound
-from app.kvt_cli import add_kvt_parser
 from app.observability.logs import configure as configure_logging
-from app.request_cli import add_request_parser
 from app.security.tls import check_tls
 from app.settings import SettingError, Settings, add_serve_settings, add_setting, resolve
 
@@ -126,7 +126,7 @@ def _db(args: argparse.Namespace) -> int:
                 upgrade_to_head(embedded.url())
         print("database is at the latest schema", file=sys.stderr)
     elif args.db_command == "create-analyst":
-        from app.analyst_cli import run_create_analyst
+        from app.cli.analyst import run_create_analyst
 
         return run_create_analyst(args, embedded)
     return 0
@@ -167,23 +167,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "db":
             return _db(args)
         if args.command == "dev":
-            from app.dev_cli import run_dev
+            from app.cli.dev import run_dev
 
             return run_dev(args)
         if args.command == "request":
-            from app.request_cli import run_request
+            from app.cli.request import run_request
 
             return run_request(args)
         if args.command == "kvt":
-            from app.kvt_cli import run_kvt
+            from app.cli.kvt import run_kvt
 
             return run_kvt(args)
         if args.command in ADMIN_NOUNS:
-            from app.admin_cli import run_admin
+            from app.cli.admin import run_admin
 
             return run_admin(args)
         if args.command == "auth":
-            from app.auth_cli import run_auth
+            from app.cli.auth import run_auth
 
             return run_auth(args, EmbeddedPostgres(args.data_dir))
         if args.command == "pipeline":
@@ -213,7 +213,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,9 +7,9 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.admin_cli.common import EXIT_INVALID, AdminError, add_connection_options, call, done, expect, show
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.cli.admin.common import EXIT_INVALID, AdminError, add_connection_options, call, done, expect, show
 
 
 def add_parser(commands: Any) -> None:

@@ -10,7 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.admin_cli.common import (
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.cli.admin.common import (
     EXIT_INVALID,
     AdminError,
     add_connection_options,
@@ -20,8 +22,6 @@ from app.admin_cli.common import (
     qualified,
     show,
 )
-from app.api.grpc.proto import controller_pb2 as pb
-from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 
 _SCALE_TYPES = {
     "fixed": pb.ScalingPolicy.FIXED_NUM_SEGMENTS,
