@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import InvalidInput
@@ -18,6 +19,18 @@ from app.domain.records import (
     StreamConfig,
 )
 from app.domain.txns import CompletedTxn, Outcome, PingStatus, TxnId, TxnStatus
+
+_Outcome = TypeVar("_Outcome", bound=enum.Enum)
+_Status = TypeVar("_Status", bound=int)
+
+
+def statuses_by_name(
+    outcomes: type[_Outcome], statuses: type[_Status], **renamed: str
+) -> dict[_Outcome, _Status]:
+    """Each outcome's status in the contract: the one of its name, or of the name `renamed` gives
+    it (our outcome enums are named after Pravega's statuses). An outcome the contract has no
+    status for fails at import, not at its first answer."""
+    return {outcome: getattr(statuses, renamed.get(outcome.name, outcome.name)) for outcome in outcomes}
 
 
 def stream_config_from_proto(msg: pb.StreamConfig) -> StreamConfig:
@@ -101,27 +114,9 @@ def segment_range(scope: str, stream: str, segment: SegmentRecord) -> pb.Segment
 
 # --- transactions ---------------------------------------------------------------------
 
-_PING_STATUS = {
-    PingStatus.OK: pb.PingTxnStatus.OK,
-    PingStatus.LEASE_TOO_LARGE: pb.PingTxnStatus.LEASE_TOO_LARGE,
-    PingStatus.MAX_EXECUTION_TIME_EXCEEDED: pb.PingTxnStatus.MAX_EXECUTION_TIME_EXCEEDED,
-    PingStatus.DISCONNECTED: pb.PingTxnStatus.DISCONNECTED,
-    PingStatus.COMMITTED: pb.PingTxnStatus.COMMITTED,
-    PingStatus.ABORTED: pb.PingTxnStatus.ABORTED,
-    PingStatus.UNKNOWN: pb.PingTxnStatus.UNKNOWN,
-}
-_TXN_STATE = {
-    TxnStatus.UNKNOWN: pb.TxnState.UNKNOWN,
-    TxnStatus.OPEN: pb.TxnState.OPEN,
-    TxnStatus.COMMITTING: pb.TxnState.COMMITTING,
-    TxnStatus.COMMITTED: pb.TxnState.COMMITTED,
-    TxnStatus.ABORTING: pb.TxnState.ABORTING,
-    TxnStatus.ABORTED: pb.TxnState.ABORTED,
-}
-_OUTCOME = {
-    Outcome.SUCCESS: pb.TxnStatus.SUCCESS,
-    Outcome.FAILURE: pb.TxnStatus.FAILURE,
-}
+_PING_STATUS = statuses_by_name(PingStatus, pb.PingTxnStatus.Status)
+_TXN_STATE = statuses_by_name(TxnStatus, pb.TxnState.State)
+_OUTCOME = statuses_by_name(Outcome, pb.TxnStatus.Status)
 _COMPLETED = {
     TxnStatus.COMMITTED: pb.TxnResponse.COMMITTED,
     TxnStatus.ABORTED: pb.TxnResponse.ABORTED,

@@ -6,7 +6,7 @@ InvalidInput, which the service's error mapping turns into INVALID_ARGUMENT, as 
 
 from __future__ import annotations
 
-from app.api.grpc.convert import segment_range
+from app.api.grpc.convert import segment_range, statuses_by_name
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import NotFound, StoreUnavailable
 from app.domain.kvtables import KvtConfig
@@ -15,18 +15,8 @@ from app.security.delegation import DelegationTokens
 from app.security.tokens import Permission
 from app.services.kvtables import CreateKvtOutcome, DeleteKvtOutcome, KvtService
 
-_CREATE = {
-    CreateKvtOutcome.SUCCESS: pb.CreateKeyValueTableStatus.SUCCESS,
-    CreateKvtOutcome.FAILURE: pb.CreateKeyValueTableStatus.FAILURE,
-    CreateKvtOutcome.TABLE_EXISTS: pb.CreateKeyValueTableStatus.TABLE_EXISTS,
-    CreateKvtOutcome.SCOPE_NOT_FOUND: pb.CreateKeyValueTableStatus.SCOPE_NOT_FOUND,
-    CreateKvtOutcome.INVALID_TABLE_NAME: pb.CreateKeyValueTableStatus.INVALID_TABLE_NAME,
-}
-_DELETE = {
-    DeleteKvtOutcome.SUCCESS: pb.DeleteKVTableStatus.SUCCESS,
-    DeleteKvtOutcome.FAILURE: pb.DeleteKVTableStatus.FAILURE,
-    DeleteKvtOutcome.TABLE_NOT_FOUND: pb.DeleteKVTableStatus.TABLE_NOT_FOUND,
-}
+_CREATE = statuses_by_name(CreateKvtOutcome, pb.CreateKeyValueTableStatus.Status)
+_DELETE = statuses_by_name(DeleteKvtOutcome, pb.DeleteKVTableStatus.Status)
 
 
 class KvtRpcs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from app.api.grpc.convert import statuses_by_name
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.readergroups import (
     Cut,
@@ -28,23 +29,9 @@ from app.services.readergroups import (
     UpdateStatus,
 )
 
-_CREATE = {
-    CreateStatus.SUCCESS: pb.CreateReaderGroupResponse.SUCCESS,
-    CreateStatus.FAILURE: pb.CreateReaderGroupResponse.FAILURE,
-    CreateStatus.SCOPE_NOT_FOUND: pb.CreateReaderGroupResponse.SCOPE_NOT_FOUND,
-    CreateStatus.INVALID_RG_NAME: pb.CreateReaderGroupResponse.INVALID_RG_NAME,
-}
-_UPDATE = {
-    UpdateStatus.SUCCESS: pb.UpdateReaderGroupResponse.SUCCESS,
-    UpdateStatus.FAILURE: pb.UpdateReaderGroupResponse.FAILURE,
-    UpdateStatus.RG_NOT_FOUND: pb.UpdateReaderGroupResponse.RG_NOT_FOUND,
-    UpdateStatus.INVALID_CONFIG: pb.UpdateReaderGroupResponse.INVALID_CONFIG,
-}
-_DELETE = {
-    DeleteStatus.SUCCESS: pb.DeleteReaderGroupStatus.SUCCESS,
-    DeleteStatus.FAILURE: pb.DeleteReaderGroupStatus.FAILURE,
-    DeleteStatus.RG_NOT_FOUND: pb.DeleteReaderGroupStatus.RG_NOT_FOUND,
-}
+_CREATE = statuses_by_name(CreateStatus, pb.CreateReaderGroupResponse.Status)
+_UPDATE = statuses_by_name(UpdateStatus, pb.UpdateReaderGroupResponse.Status)
+_DELETE = statuses_by_name(DeleteStatus, pb.DeleteReaderGroupStatus.Status)
 
 
 def _cuts_from_proto(cuts: Iterable[pb.StreamCut], what: str) -> dict[ScopedStream, Cut]:

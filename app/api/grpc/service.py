@@ -27,6 +27,7 @@ from app.api.grpc.convert import (
     outcome_to_proto,
     ping_status_to_proto,
     segment_range,
+    statuses_by_name,
     stream_config_from_proto,
     txn_id_from_proto,
     txn_id_to_proto,
@@ -83,41 +84,17 @@ _DELETE_SCOPE = {
     ScopeOutcome.NOT_FOUND: pb.DeleteScopeStatus.SCOPE_NOT_FOUND,
     ScopeOutcome.NOT_EMPTY: pb.DeleteScopeStatus.SCOPE_NOT_EMPTY,
 }
-_CREATE_STREAM = {
-    CreateStreamOutcome.SUCCESS: pb.CreateStreamStatus.SUCCESS,
-    CreateStreamOutcome.EXISTS: pb.CreateStreamStatus.STREAM_EXISTS,
-    CreateStreamOutcome.SCOPE_NOT_FOUND: pb.CreateStreamStatus.SCOPE_NOT_FOUND,
-    CreateStreamOutcome.INVALID_NAME: pb.CreateStreamStatus.INVALID_STREAM_NAME,
-}
-_UPDATE_STREAM = {
-    UpdateOutcome.SUCCESS: pb.UpdateStreamStatus.SUCCESS,
-    UpdateOutcome.FAILURE: pb.UpdateStreamStatus.FAILURE,
-    UpdateOutcome.STREAM_NOT_FOUND: pb.UpdateStreamStatus.STREAM_NOT_FOUND,
-    UpdateOutcome.STREAM_SEALED: pb.UpdateStreamStatus.STREAM_SEALED,
-}
-_DELETE_STREAM = {
-    DeleteStreamOutcome.SUCCESS: pb.DeleteStreamStatus.SUCCESS,
-    DeleteStreamOutcome.FAILURE: pb.DeleteStreamStatus.FAILURE,
-    DeleteStreamOutcome.STREAM_NOT_FOUND: pb.DeleteStreamStatus.STREAM_NOT_FOUND,
-    DeleteStreamOutcome.STREAM_NOT_SEALED: pb.DeleteStreamStatus.STREAM_NOT_SEALED,
-}
-_DELETE_SCOPE_RECURSIVE = {
-    DeleteScopeOutcome.SUCCESS: pb.DeleteScopeStatus.SUCCESS,
-    DeleteScopeOutcome.FAILURE: pb.DeleteScopeStatus.FAILURE,
-    DeleteScopeOutcome.SCOPE_NOT_FOUND: pb.DeleteScopeStatus.SCOPE_NOT_FOUND,
-    DeleteScopeOutcome.SCOPE_NOT_EMPTY: pb.DeleteScopeStatus.SCOPE_NOT_EMPTY,
-}
-_SCALE = {
-    ScaleOutcomeStatus.STARTED: pb.ScaleResponse.STARTED,
-    ScaleOutcomeStatus.FAILURE: pb.ScaleResponse.FAILURE,
-    ScaleOutcomeStatus.PRECONDITION_FAILED: pb.ScaleResponse.PRECONDITION_FAILED,
-}
-_CHECK_SCALE = {
-    CheckScaleOutcome.IN_PROGRESS: pb.ScaleStatusResponse.IN_PROGRESS,
-    CheckScaleOutcome.SUCCESS: pb.ScaleStatusResponse.SUCCESS,
-    CheckScaleOutcome.INVALID_INPUT: pb.ScaleStatusResponse.INVALID_INPUT,
-    CheckScaleOutcome.INTERNAL_ERROR: pb.ScaleStatusResponse.INTERNAL_ERROR,
-}
+_CREATE_STREAM = statuses_by_name(
+    CreateStreamOutcome,
+    pb.CreateStreamStatus.Status,
+    EXISTS="STREAM_EXISTS",
+    INVALID_NAME="INVALID_STREAM_NAME",
+)
+_UPDATE_STREAM = statuses_by_name(UpdateOutcome, pb.UpdateStreamStatus.Status)
+_DELETE_STREAM = statuses_by_name(DeleteStreamOutcome, pb.DeleteStreamStatus.Status)
+_DELETE_SCOPE_RECURSIVE = statuses_by_name(DeleteScopeOutcome, pb.DeleteScopeStatus.Status)
+_SCALE = statuses_by_name(ScaleOutcomeStatus, pb.ScaleResponse.ScaleStreamStatus)
+_CHECK_SCALE = statuses_by_name(CheckScaleOutcome, pb.ScaleStatusResponse.ScaleStatus)
 
 Handler = Callable[[Any], Awaitable[Message | PreEncoded]]
 

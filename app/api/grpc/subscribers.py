@@ -7,18 +7,12 @@ surface as gRPC errors (mapped in one place by the service's error handling).
 
 from __future__ import annotations
 
+from app.api.grpc.convert import statuses_by_name
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.errors import NotFound
 from app.services.retention import SubscriberService, SubscriberUpdate
 
-_UPDATE_STATUS = {
-    SubscriberUpdate.SUCCESS: pb.UpdateSubscriberStatus.SUCCESS,
-    SubscriberUpdate.FAILURE: pb.UpdateSubscriberStatus.FAILURE,
-    SubscriberUpdate.STREAM_NOT_FOUND: pb.UpdateSubscriberStatus.STREAM_NOT_FOUND,
-    SubscriberUpdate.SUBSCRIBER_NOT_FOUND: pb.UpdateSubscriberStatus.SUBSCRIBER_NOT_FOUND,
-    SubscriberUpdate.STREAM_CUT_NOT_VALID: pb.UpdateSubscriberStatus.STREAM_CUT_NOT_VALID,
-    SubscriberUpdate.GENERATION_MISMATCH: pb.UpdateSubscriberStatus.GENERATION_MISMATCH,
-}
+_UPDATE_STATUS = statuses_by_name(SubscriberUpdate, pb.UpdateSubscriberStatus.Status)
 
 
 class SubscriberRpcs:

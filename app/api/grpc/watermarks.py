@@ -8,20 +8,13 @@ maps the domain errors).
 
 from __future__ import annotations
 
+from app.api.grpc.convert import statuses_by_name
 from app.api.grpc.proto import controller_pb2 as pb
 from app.domain.watermarks import NoteOutcome, RemoveOutcome
 from app.services.watermarks import WatermarkService
 
-_NOTE = {
-    NoteOutcome.SUCCESS: pb.TimestampResponse.SUCCESS,
-    NoteOutcome.INVALID_TIME: pb.TimestampResponse.INVALID_TIME,
-    NoteOutcome.INVALID_POSITION: pb.TimestampResponse.INVALID_POSITION,
-}
-_REMOVE = {
-    RemoveOutcome.SUCCESS: pb.RemoveWriterResponse.SUCCESS,
-    RemoveOutcome.UNKNOWN_WRITER: pb.RemoveWriterResponse.UNKNOWN_WRITER,
-    RemoveOutcome.INTERNAL_ERROR: pb.RemoveWriterResponse.INTERNAL_ERROR,
-}
+_NOTE = statuses_by_name(NoteOutcome, pb.TimestampResponse.Status)
+_REMOVE = statuses_by_name(RemoveOutcome, pb.RemoveWriterResponse.Status)
 
 
 class WatermarkRpcs:
