@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from app.turns import EndOfTurn
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -33,16 +35,15 @@ class Coalescer(Generic[T, R]):
         self._one = one
         self._many = many
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
+        # At the end of the turn: the other connections' requests read in the same turn have
+        # asked by then.
+        self._turn = EndOfTurn(self._flush)
         self._running: set[asyncio.Task[None]] = set()
 
     async def __call__(self, item: T) -> R:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
-        if not self._pending:
-            # After the callbacks already queued for this turn: the other connections' requests
-            # read in the same turn are among them.
-            loop.call_soon(self._flush)
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
+        self._turn.ask()
         return await future
 
     def _flush(self) -> None:

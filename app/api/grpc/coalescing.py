@@ -15,6 +15,8 @@ from typing import Any
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
+from app.turns import EndOfTurn
+
 
 class CoalescingTransport(asyncio.Transport):
     """Wraps a connection's transport: write() queues, one send per loop turn flushes the queue."""
@@ -23,14 +25,13 @@ class CoalescingTransport(asyncio.Transport):
         super().__init__()
         self._transport = transport
         self._pending: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
+        self._turn = EndOfTurn(self._flush)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._pending:
-            self._loop.call_soon(self._flush)
         self._pending.append(bytes(data))
+        self._turn.ask()
 
     def _flush(self) -> None:
         if not self._pending:

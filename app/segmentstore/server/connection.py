@@ -38,6 +38,7 @@ from app.segmentstore.server.tokens import TokenGate, refusal
 from app.segmentstore.server.transients import Transients, transient_name
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
+from app.turns import EndOfTurn
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class Connection:
         self._creates: set[asyncio.Task[None]] = set()
         # Replies of concurrent creates finished in one loop turn, sent together at its end.
         self._outbox: list[bytes] = []
+        self._outbox_turn = EndOfTurn(self._flush_outbox)
         self._reply_turn = asyncio.Lock()
         self._peer = writer.get_extra_info("peername")
 
@@ -321,9 +323,8 @@ class Connection:
             log.exception("segment store connection from %s: a CreateSegment failed", self._peer)
             self._writer.close()
             return
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush_outbox)
         self._outbox.append(encode(reply))
+        self._outbox_turn.ask()
 
     def _flush_outbox(self) -> None:
         # One send for every create answered in this turn; each frame is whole, so frames never

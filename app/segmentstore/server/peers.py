@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from app.turns import EndOfTurn
+
 log = logging.getLogger("pgcontroller.segment-store.peers")
 
 JUDGE: Final = 0  # the store that judges auto-scaling for the run
@@ -70,7 +72,7 @@ class StorePeers:
         self._changed: dict[str, None] = {}
         self._observations: list[Observation] = []
         self._appends: dict[str, int] = {}  # segment -> its coalesced "appended" in _observations
-        self._flush_scheduled = False
+        self._turn = EndOfTurn(self._flush)
         self._backlog: dict[Path, deque[bytes]] = {}
         self._retry: asyncio.TimerHandle | None = None
         self._on_changed: Callable[[str], None] = lambda _segment: None
@@ -147,12 +149,10 @@ class StorePeers:
         self._schedule()
 
     def _schedule(self) -> None:
-        if not self._flush_scheduled and self._sock is not None and self._loop is not None:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        if self._sock is not None:
+            self._turn.ask()
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
         changed, self._changed = list(self._changed), {}
         observations, self._observations = self._observations, []
         self._appends.clear()
