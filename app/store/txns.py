@@ -7,7 +7,7 @@ its commit request. Completed records are insert-only and garbage-collected by a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from app.domain.errors import IllegalState, NotFound
@@ -117,10 +117,9 @@ def _lookup(ask: _Get, row: Row | None) -> TxnLookup:
 
 
 def _by_ordinal(
-    rows: Sequence[Row], asks: Sequence[T], outcome: Callable[[T, Row | None], R]
+    found: Mapping[int, Row], asks: Sequence[T], outcome: Callable[[T, Row | None], R]
 ) -> list[R | Exception]:
     """Each ask's own outcome (or its own error) from the batch's rows keyed by ordinal."""
-    found = {row["ord"]: row for row in rows}
     results: list[R | Exception] = []
     for ordinal, ask in enumerate(asks, start=1):
         try:
@@ -152,8 +151,7 @@ class PgTxnStore:
         return _created(ask, await self._db.fetchrow(_SQL["create_txn"], *ask))
 
     async def _create_many(self, asks: Sequence[_Create]) -> list[CreatedTxn | Exception]:
-        columns = [list(column) for column in zip(*asks, strict=True)]
-        return _by_ordinal(await self._db.fetch(_SQL["create_txns"], *columns), asks, _created)
+        return _by_ordinal(await self._fetch_batch("create_txns", asks), asks, _created)
 
     async def get_txn(self, scope: str, name: str, txn: TxnId) -> TxnLookup:
         return await self._gets(_Get(scope, name, txn.high, txn.low))
@@ -162,8 +160,7 @@ class PgTxnStore:
         return _lookup(ask, await self._db.fetchrow(_SQL["get_txn"], *ask))
 
     async def _get_many(self, asks: Sequence[_Get]) -> list[TxnLookup | Exception]:
-        columns = [list(column) for column in zip(*asks, strict=True)]
-        return _by_ordinal(await self._db.fetch(_SQL["get_txns"], *columns), asks, _lookup)
+        return _by_ordinal(await self._fetch_batch("get_txns", asks), asks, _lookup)
 
     async def _exists(self, scope: str, name: str, txn: TxnId) -> bool:
         row = await self._db.fetchrow(_SQL["get_txn"], scope, name, txn.high, txn.low)
@@ -189,8 +186,7 @@ class PgTxnStore:
         return version is not None
 
     async def _ping_many(self, batch: Sequence[_Ping]) -> list[bool | Exception]:
-        columns = [list(column) for column in zip(*batch, strict=True)]
-        extended = {row["ord"] for row in await self._db.fetch(_SQL["extend_open_leases"], *columns)}
+        extended = await self._fetch_batch("extend_open_leases", batch)
         return [ordinal in extended for ordinal in range(1, len(batch) + 1)]
 
     async def move_txn(
@@ -257,11 +253,15 @@ class PgTxnStore:
         return None if version is None else int(version)
 
     async def _move_many(self, asks: Sequence[_Move]) -> list[int | Exception | None]:
+        moved = await self._fetch_batch("move_open_txns", asks)
+        versions = {ordinal: int(row["version"]) for ordinal, row in moved.items()}
+        return [versions.get(ordinal) for ordinal in range(1, len(asks) + 1)]
+
+    async def _fetch_batch(self, query: str, asks: Sequence[tuple[Any, ...]]) -> dict[int, Row]:
+        """A batched statement's rows by the ordinal (from 1) of the ask each answers; the
+        statement takes the asks as one array per field."""
         columns = [list(column) for column in zip(*asks, strict=True)]
-        moved = {
-            row["ord"]: int(row["version"]) for row in await self._db.fetch(_SQL["move_open_txns"], *columns)
-        }
-        return [moved.get(ordinal) for ordinal in range(1, len(asks) + 1)]
+        return {row["ord"]: row for row in await self._db.fetch(_SQL[query], *columns)}
 
     async def _move(
         self,
