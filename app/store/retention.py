@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from app.domain.cluster import Fence
 from app.domain.errors import NotFound, WriteConflict
@@ -20,7 +21,7 @@ from app.store import queries
 from app.store.db import Database, Row
 from app.store.errors import conflict_or_missing
 from app.store.requests import insert_request
-from app.store.rows import cut_from_json, cut_to_json, truncation_columns
+from app.store.rows import cut_from_json, cut_to_json, truncation_columns, truncation_from_row
 
 _SQL = queries.load("retention")
 
@@ -36,6 +37,18 @@ def _outcome(row: Row | None, scope: str, name: str) -> RetentionWrite:
     if not row["owned"]:
         return RetentionWrite.FENCED
     return RetentionWrite.WRITTEN if row["written"] else RetentionWrite.UNCHANGED
+
+
+def _subscriber_columns(record: SubscriberRecord) -> tuple[Any, ...]:
+    """In the order of insert_subscriber's parameters and set_subscriber's: name, reader group,
+    generation, truncation cut, update time."""
+    return (
+        record.subscriber,
+        record.reader_group_id,
+        record.generation,
+        cut_to_json(record.truncation_stream_cut),
+        record.update_time,
+    )
 
 
 def _subscriber_from_row(row: Row) -> Versioned[SubscriberRecord]:
@@ -70,19 +83,11 @@ class PgRetentionStore:
             policy = RetentionPolicy(
                 RetentionType(row["retention_type"]), row["retention_param"], row["retention_max"]
             )
-        truncation = TruncationRecord(
-            stream_cut=cut_from_json(row["stream_cut"]),
-            span=cut_from_json(row["span"]),
-            deleted_segments=frozenset(row["deleted_segments"]),
-            to_delete=frozenset(row["to_delete"]),
-            size_till=row["size_till"],
-            updating=row["updating"],
-        )
         return RetentionContext(
             state=StreamState(row["state"]),
             policy=policy,
             active_epoch=row["active_epoch"],
-            truncation=Versioned(truncation, row["truncation_version"]),
+            truncation=Versioned(truncation_from_row(row), row["truncation_version"]),
             records=tuple(
                 StreamCutRecord(int(time), int(size), cut_from_json(cut))
                 for time, size, cut in row["records"]
@@ -156,16 +161,7 @@ class PgRetentionStore:
         return None if row["subscriber"] is None else _subscriber_from_row(row)
 
     async def insert_subscriber(self, scope: str, name: str, record: SubscriberRecord) -> bool:
-        row = await self._db.fetchrow(
-            _SQL["insert_subscriber"],
-            scope,
-            name,
-            record.subscriber,
-            record.reader_group_id,
-            record.generation,
-            cut_to_json(record.truncation_stream_cut),
-            record.update_time,
-        )
+        row = await self._db.fetchrow(_SQL["insert_subscriber"], scope, name, *_subscriber_columns(record))
         assert row is not None, "insert_subscriber always answers one row"
         if not row["stream_exists"]:
             raise NotFound(f"stream {scope}/{name} not found")
@@ -175,15 +171,7 @@ class PgRetentionStore:
         self, scope: str, name: str, record: SubscriberRecord, expected_version: int
     ) -> int:
         version = await self._db.fetchval(
-            _SQL["set_subscriber"],
-            scope,
-            name,
-            record.subscriber,
-            record.reader_group_id,
-            record.generation,
-            cut_to_json(record.truncation_stream_cut),
-            record.update_time,
-            expected_version,
+            _SQL["set_subscriber"], scope, name, *_subscriber_columns(record), expected_version
         )
         if version is None:
             current = await self.get_subscriber(scope, name, record.subscriber)

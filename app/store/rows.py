@@ -99,3 +99,14 @@ def truncation_columns(record: TruncationRecord) -> tuple[Any, ...]:
         record.size_till,
         record.updating,
     )
+
+
+def truncation_from_row(row: Row) -> TruncationRecord:
+    return TruncationRecord(
+        stream_cut=cut_from_json(row["stream_cut"]),
+        span=cut_from_json(row["span"]),
+        deleted_segments=frozenset(row["deleted_segments"]),
+        to_delete=frozenset(row["to_delete"]),
+        size_till=row["size_till"],
+        updating=row["updating"],
+    )

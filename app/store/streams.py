@@ -40,6 +40,7 @@ from app.store.rows import (
     epoch_columns,
     epoch_from_row,
     truncation_columns,
+    truncation_from_row,
 )
 
 _SQL = queries.load("streams")
@@ -447,15 +448,7 @@ class PgStreamStore:
         row = await self._db.fetchrow(_SQL["get_truncation"], scope, name)
         if row is None:
             raise NotFound(f"stream {scope}/{name} not found")
-        record = TruncationRecord(
-            stream_cut=cut_from_json(row["stream_cut"]),
-            span=cut_from_json(row["span"]),
-            deleted_segments=frozenset(row["deleted_segments"]),
-            to_delete=frozenset(row["to_delete"]),
-            size_till=row["size_till"],
-            updating=row["updating"],
-        )
-        return Versioned(record, row["version"])
+        return Versioned(truncation_from_row(row), row["version"])
 
     async def set_truncation(
         self,
