@@ -28,7 +28,8 @@ STATIC = (SegmentStoreHost("localhost", 12345),)
 
 @pytest.fixture
 async def cluster(db_url: str) -> AsyncIterator[tuple[Api, ContainerMapService]]:
-    async with running_controller(db_url, workers=False) as services:
+    # No embedded store: it would register itself, and these tests own the hosts table.
+    async with running_controller(db_url, workers=False, no_embedded_segment_store=True) as services:
         containers = ContainerMapService(PgContainerMapStore(services.pool), SystemClock(), 4, STATIC)
         app = build(services, containers)
         async with TestClient(TestServer(app)) as client:
