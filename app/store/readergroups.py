@@ -63,6 +63,20 @@ def config_from_json(doc: Mapping[str, Any]) -> ReaderGroupConfig:
     )
 
 
+def _record_columns(record: ReaderGroupRecord) -> tuple[Any, ...]:
+    """The first parameters of create_reader_group and update_reader_group: scope, name, id,
+    generation, state, configuration, updating."""
+    return (
+        record.scope,
+        record.name,
+        record.id,
+        record.generation,
+        record.state.value,
+        config_to_json(record.config),
+        record.updating,
+    )
+
+
 def _record_from_row(row: Row) -> Versioned[ReaderGroupRecord]:
     record = ReaderGroupRecord(
         scope=row["scope"],
@@ -86,15 +100,7 @@ class PgReaderGroupStore:
     ) -> ReaderGroupCreation:
         async with self._db.transaction() as conn:
             row = await conn.fetchrow(
-                _SQL["create_reader_group"],
-                record.scope,
-                record.name,
-                record.id,
-                record.generation,
-                record.state.value,
-                config_to_json(record.config),
-                record.updating,
-                record.created_at,
+                _SQL["create_reader_group"], *_record_columns(record), record.created_at
             )
             assert row is not None, "create_reader_group always answers one row"
             if row["scope_state"] in (None, ScopeState.DELETING.value):
@@ -119,15 +125,7 @@ class PgReaderGroupStore:
         what = f"reader group {record.scope}/{record.name}"
         async with self._db.transaction() as conn:
             version = await conn.fetchval(
-                _SQL["update_reader_group"],
-                record.scope,
-                record.name,
-                record.id,
-                record.generation,
-                record.state.value,
-                config_to_json(record.config),
-                record.updating,
-                expected_version,
+                _SQL["update_reader_group"], *_record_columns(record), expected_version
             )
             if version is None:
                 current = await conn.fetchrow(_SQL["get_reader_group"], record.scope, record.name)
