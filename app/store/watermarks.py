@@ -72,6 +72,11 @@ def _member(row: Row) -> WatermarkMember:
     )
 
 
+def _mark_columns(mark: WriterMark) -> tuple[int, dict[str, int], bool]:
+    """A writer's mark as create_writer_mark and update_writer_mark take it: time, position, alive."""
+    return mark.timestamp, cut_to_json(mark.position), mark.alive
+
+
 def _fence_columns(changes: Sequence[MarkChange]) -> list[list[Any]]:
     return [
         [c.stream_id for c in changes],
@@ -100,13 +105,7 @@ class PgWatermarkStore:
 
     async def create_writer_mark(self, scope: str, name: str, writer: str, mark: WriterMark) -> int:
         version = await self._db.fetchval(
-            _SQL["create_writer_mark"],
-            scope,
-            name,
-            writer,
-            mark.timestamp,
-            cut_to_json(mark.position),
-            mark.alive,
+            _SQL["create_writer_mark"], scope, name, writer, *_mark_columns(mark)
         )
         if version is None:
             # The stream is gone (NotFound), or the mark was created concurrently (a conflict).
@@ -118,14 +117,7 @@ class PgWatermarkStore:
         self, scope: str, name: str, writer: str, mark: WriterMark, expected_version: int
     ) -> int:
         version = await self._db.fetchval(
-            _SQL["update_writer_mark"],
-            scope,
-            name,
-            writer,
-            mark.timestamp,
-            cut_to_json(mark.position),
-            mark.alive,
-            expected_version,
+            _SQL["update_writer_mark"], scope, name, writer, *_mark_columns(mark), expected_version
         )
         if version is None:
             exists = await self.get_writer_mark(scope, name, writer) is not None
