@@ -143,31 +143,43 @@ class PgConnection(_Calls):
         return _Transaction(self._target)
 
 
-class _Transaction:
-    """asyncpg's transaction block, with its BEGIN, COMMIT and ROLLBACK failures translated."""
+class _TranslatedBlock:
+    """One of asyncpg's async blocks, opened by `open_block`, with the failures of its entry and
+    exit translated like queries. The block's own exception propagates as asyncpg lets it."""
 
-    __slots__ = ("_block", "_conn")
+    __slots__ = ("_block", "_open_block")
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+    def __init__(self, open_block: Callable[[], Any]) -> None:
+        self._open_block = open_block
         self._block: Any = None
 
-    async def __aenter__(self) -> None:
+    async def _enter(self) -> Any:
         try:
-            self._block = self._conn.transaction()
-            await self._block.__aenter__()
+            self._block = self._open_block()
+            return await self._block.__aenter__()
         except Exception as exc:
             _raise_translated(exc)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # asyncpg commits or rolls back and lets the block's own exception propagate; only a
-        # failure of that COMMIT or ROLLBACK is raised here (e.g. a deferred constraint).
         try:
             await self._block.__aexit__(exc_type, exc, tb)
         except Exception as error:
             _raise_translated(error)
+
+
+class _Transaction(_TranslatedBlock):
+    """asyncpg's transaction block: a failing BEGIN, COMMIT or ROLLBACK is translated (e.g. a
+    deferred constraint at COMMIT)."""
+
+    __slots__ = ()
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn.transaction)
+
+    async def __aenter__(self) -> None:
+        await self._enter()
 
 
 class PgSession(PgConnection):
@@ -222,30 +234,17 @@ class PgDatabase(_Calls):
             _raise_translated(exc)
 
 
-class _Acquired:
+class _Acquired(_TranslatedBlock):
     """asyncpg's acquire block: waiting for a connection (or opening one) and releasing it are
-    translated like queries; a closed pool or an unreachable server is StoreUnavailable."""
+    translated; a closed pool or an unreachable server is StoreUnavailable."""
 
-    __slots__ = ("_context", "_pool")
+    __slots__ = ()
 
     def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-        self._context: Any = None
+        super().__init__(pool.acquire)
 
     async def __aenter__(self) -> PgConnection:
-        try:
-            self._context = self._pool.acquire()
-            return PgConnection(await self._context.__aenter__())
-        except Exception as exc:
-            _raise_translated(exc)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            await self._context.__aexit__(exc_type, exc, tb)
-        except Exception as error:
-            _raise_translated(error)
+        return PgConnection(await self._enter())
 
 
 def _arguments(url: str, options: dict[str, Any]) -> dict[str, Any]:
