@@ -29,29 +29,13 @@ def operation(
     """Counts `pravega_controller_<noun>_<done>_total` (and its latency) when `succeeded(outcome)`,
     `..._<fail>_total` otherwise or when the call raises."""
     ok = counter(f"{_P}{noun}_{done}")
-    failed = counter(f"{_P}{noun}_{fail}")
     latency = histogram(f"{_P}{noun}_{done}_latency_seconds")
 
-    def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        @functools.wraps(fn)
-        async def measured(*args: P.args, **kwargs: P.kwargs) -> R:
-            start = time.perf_counter()
-            try:
-                outcome = await fn(*args, **kwargs)
-            except Exception:
-                # A cancelled call (shutdown, client gone) is not a failure of the operation.
-                failed.inc()
-                raise
-            if succeeded(outcome):
-                ok.inc()
-                latency.observe(time.perf_counter() - start)
-            else:
-                failed.inc()
-            return outcome
+    def took(seconds: float) -> None:
+        ok.inc()
+        latency.observe(seconds)
 
-        return measured
-
-    return wrap
+    return _recorded(succeeded, counter(f"{_P}{noun}_{fail}").inc, took)
 
 
 def failures(
@@ -59,24 +43,7 @@ def failures(
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Counts `name` when the call answers a failing outcome or raises (a metric Pravega keeps
     without a success counter or latency of its own, e.g. scope.recursive_delete_failed)."""
-    failed = counter(name)
-
-    def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        @functools.wraps(fn)
-        async def measured(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                outcome = await fn(*args, **kwargs)
-            except Exception:
-                # A cancelled call (shutdown, client gone) is not a failure of the operation.
-                failed.inc()
-                raise
-            if not succeeded(outcome):
-                failed.inc()
-            return outcome
-
-        return measured
-
-    return wrap
+    return _recorded(succeeded, counter(name).inc, None)
 
 
 def latency(
@@ -84,15 +51,33 @@ def latency(
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Observes histogram `name` (seconds) for the calls whose outcome `succeeded` accepts: a
     latency Pravega keeps without counters of its own (e.g. transactions.committing_latency_ms)."""
-    observed = histogram(name)
+    return _recorded(succeeded, None, histogram(name).observe)
+
+
+def _recorded(
+    succeeded: Callable[[Any], bool],
+    failed: Callable[[], None] | None,
+    took: Callable[[float], None] | None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """The wrapper of all three: `took(seconds)` after a call whose outcome `succeeded` accepts,
+    `failed()` after one it refuses or that raised."""
 
     def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(fn)
         async def measured(*args: P.args, **kwargs: P.kwargs) -> R:
             start = time.perf_counter()
-            outcome = await fn(*args, **kwargs)
+            try:
+                outcome = await fn(*args, **kwargs)
+            except Exception:
+                # A cancelled call (shutdown, client gone) is not a failure of the operation.
+                if failed is not None:
+                    failed()
+                raise
             if succeeded(outcome):
-                observed.observe(time.perf_counter() - start)
+                if took is not None:
+                    took(time.perf_counter() - start)
+            elif failed is not None:
+                failed()
             return outcome
 
         return measured
