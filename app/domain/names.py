@@ -69,20 +69,19 @@ def require_text(field: str, value: str) -> None:
 
 def require_scope_name(name: str) -> None:
     """A scope a request names: present and within Pravega's scope-name rule."""
-    require_present("scope", name)
-    if not is_valid_scope_or_stream_name(name):
-        raise InvalidInput(
-            f"invalid scope name {_shown(name)}: use 1-{MAX_SCOPE_OR_STREAM_NAME} of a-z, A-Z, 0-9, "
-            "'.', '-', optionally after one leading '_'"
-        )
+    _require_scope_or_stream_name("scope", name)
 
 
 def require_stream_name(name: str) -> None:
     """A stream a request names: present and within Pravega's stream-name rule."""
-    require_present("stream", name)
+    _require_scope_or_stream_name("stream", name)
+
+
+def _require_scope_or_stream_name(kind: str, name: str) -> None:
+    require_present(kind, name)
     if not is_valid_scope_or_stream_name(name):
         raise InvalidInput(
-            f"invalid stream name {_shown(name)}: use 1-{MAX_SCOPE_OR_STREAM_NAME} of a-z, A-Z, 0-9, "
+            f"invalid {kind} name {_shown(name)}: use 1-{MAX_SCOPE_OR_STREAM_NAME} of a-z, A-Z, 0-9, "
             "'.', '-', optionally after one leading '_'"
         )
 
