@@ -2,7 +2,9 @@
 where a call arrives (gRPC, REST) or where a queued request is run, read by every log line.
 
 Invariant: a value is set only for the duration of a `bound` block and restored after it, so one
-call's id never leaks into the next call served by the same task.
+call's id never leaks into the next call served by the same task. (Where a block per use costs
+too much, the variable is set and reset around the same span directly: the segment store tags
+each request it serves with the request's wire id, server/connection.py.)
 """
 
 from __future__ import annotations

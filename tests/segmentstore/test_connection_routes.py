@@ -62,3 +62,12 @@ def test_refusals_of_reads_appends_and_table_updates_report_their_offsets() -> N
     assert (echoed.request_id, echoed.writer_id, echoed.event_number) == (4, 9, 12)
     update = wc.UpdateTableEntries(5, "t", "", (), 77)
     assert ROUTES[wc.UpdateTableEntries].echo(update).offset == 77
+
+
+def test_requests_are_tagged_with_their_wire_id_and_the_append_path_is_not() -> None:
+    # A tagged route's request id becomes the log context's while it is served: it must have one.
+    tagged = {cls for cls, route in ROUTES.items() if route.tagged}
+    assert [cls.__name__ for cls in tagged if "request_id" not in _fields(cls)] == []
+    assert {wc.SetupAppend, wc.ReadSegment, wc.CreateSegment, wc.SealSegment} <= tagged
+    per_event = {wc.AppendBlock, wc.AppendBlockEnd, wc.ConditionalBlockEnd, wc.ConditionalAppend}
+    assert not per_event & tagged

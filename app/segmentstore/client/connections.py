@@ -6,7 +6,9 @@ Hello accepts our version; a connection goes back to the pool only after a whole
 with the reply to every request it carried (same request ids, in any order, as Pravega's store
 answers in completion order), so a connection that timed out, lost
 its peer, was cancelled mid-request or read anything unexpected is closed, never reused. Request
-ids come from one process-wide counter, so no two requests of this process share one.
+ids come from one process-wide counter, so no two requests of this process share one; they are
+never the caller's request id, which every line logged about them carries beside them instead
+(tracing.py says why, after Pravega's controller).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import contextlib
 import itertools
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
+from app.segmentstore.client import tracing
+from app.segmentstore.client.replies import describe
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
 
@@ -83,23 +87,25 @@ class Connection:
                 reply = await read_command(reader)
         except TimeoutError:
             _close(writer)
-            raise _at(
+            raise _unreachable(
                 StoreUnavailable(f"segment store: no connection and Hello within {timeout_s} s"), where
             ) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             _close(writer)
-            raise _at(
+            raise _unreachable(
                 ConnectionLost(f"segment store: cannot connect: {type(exc).__name__}"), where, exc
             ) from exc
         except MalformedCommand as exc:
             _close(writer)
-            raise _at(StoreUnavailable(f"segment store: malformed reply to Hello: {exc}"), where) from exc
+            raise _unreachable(
+                StoreUnavailable(f"segment store: malformed reply to Hello: {exc}"), where
+            ) from exc
         except BaseException:
             _close(writer)
             raise
         if not isinstance(reply, wc.Hello) or not reply.low_version <= wc.WIRE_VERSION <= reply.high_version:
             _close(writer)
-            raise _at(
+            raise _unreachable(
                 StoreUnavailable(
                     f"segment store: answered our Hello (version {wc.WIRE_VERSION}) with {reply}"
                 ),
@@ -118,21 +124,21 @@ class Connection:
         except Exception:
             self.close()
             raise
-        with self._spoilt_on_failure(name, timeout_s):
+        with self._spoilt_on_failure(name, timeout_s, [] if expected is None else [expected]):
             async with asyncio.timeout(timeout_s):
                 self._writer.write(frame)
                 await self._writer.drain()
                 reply = await read_command(self._reader)
-        got = getattr(reply, "request_id", None)
-        if got != expected:
-            self.close()
-            raise _at(
-                StoreUnavailable(
-                    f"segment store: the reply to {name} (request {expected}) was {type(reply).__name__} "
-                    f"for request {got}"
-                ),
-                where,
-            )
+            got = getattr(reply, "request_id", None)
+            if got != expected:
+                raise _at(
+                    StoreUnavailable(
+                        f"segment store: the reply to {name} (request {expected}) was "
+                        f"{type(reply).__name__} for request {got}"
+                    ),
+                    where,
+                )
+        tracing.answered(where, describe(command), expected, type(reply).__name__)
         return reply
 
     async def request_many(self, commands: Sequence[wc.Command], timeout_s: float) -> list[wc.Command]:
@@ -140,10 +146,9 @@ class Connection:
         `commands`, matched by request id. Any failure closes the connection before raising."""
         where = _show(self.endpoint)
         name = type(commands[0]).__name__ if commands else "nothing"
-        order: dict[Any, int] = {}
-        for index, command in enumerate(commands):
-            order[getattr(command, "request_id", None)] = index
-        if len(order) != len(commands) or None in order:
+        wire_ids = [_wire_id(command) for command in commands]
+        order: dict[int | None, int] = {wire_id: index for index, wire_id in enumerate(wire_ids)}
+        if len(order) != len(commands):
             raise ValueError("pipelined commands need distinct request ids")
         try:
             frame = b"".join(encode(command) for command in commands)
@@ -151,7 +156,7 @@ class Connection:
             self.close()
             raise
         replies: list[wc.Command | None] = [None] * len(commands)
-        with self._spoilt_on_failure(f"{len(commands)} {name}s", timeout_s):
+        with self._spoilt_on_failure(f"{len(commands)} {name}s", timeout_s, wire_ids):
             async with asyncio.timeout(timeout_s):
                 self._writer.write(frame)
                 await self._writer.drain()
@@ -167,30 +172,37 @@ class Connection:
                             where,
                         )
                     replies[index] = reply
-        return [reply for reply in replies if reply is not None]
+        answered = [reply for reply in replies if reply is not None]
+        for command, wire_id, reply in zip(commands, wire_ids, answered, strict=True):
+            tracing.answered(where, describe(command), wire_id, type(reply).__name__)
+        return answered
 
     @contextlib.contextmanager
-    def _spoilt_on_failure(self, what: str, timeout_s: float) -> Iterator[None]:
-        """An exchange's failures as the store's errors. Any failure, a cancellation included,
-        closes the connection before raising: a reply may still arrive on it, out of step."""
+    def _spoilt_on_failure(self, what: str, timeout_s: float, wire_ids: Sequence[int]) -> Iterator[None]:
+        """An exchange's failures as the store's errors, each logged with the commands' wire ids.
+        Any failure, a cancellation included, closes the connection before raising: a reply may
+        still arrive on it, out of step."""
         where = _show(self.endpoint)
+
+        def spoilt(failure: StoreUnavailable, cause: BaseException | None = None) -> StoreUnavailable:
+            self.close()
+            tracing.failed(where, wire_ids, _at(failure, where, cause))
+            return failure
+
         try:
             yield
         except TimeoutError:
-            self.close()
-            raise _at(
-                StoreUnavailable(f"segment store: no reply to {what} within {timeout_s} s"), where
-            ) from None
+            silent = StoreUnavailable(f"segment store: no reply to {what} within {timeout_s} s")
+            raise spoilt(silent) from None
         except (OSError, asyncio.IncompleteReadError) as exc:
-            self.close()
-            raise _at(
-                ConnectionLost(f"segment store: connection lost during {what}: {type(exc).__name__}"),
-                where,
-                exc,
-            ) from exc
+            lost = ConnectionLost(f"segment store: connection lost during {what}: {type(exc).__name__}")
+            raise spoilt(lost, exc) from exc
         except MalformedCommand as exc:
+            raise spoilt(StoreUnavailable(f"segment store: malformed reply to {what}: {exc}")) from exc
+        except StoreUnavailable as exc:  # a reply to another request, noted where it was raised
             self.close()
-            raise _at(StoreUnavailable(f"segment store: malformed reply to {what}: {exc}"), where) from exc
+            tracing.failed(where, wire_ids, exc)
+            raise
         except BaseException:
             self.close()
             raise
@@ -202,6 +214,20 @@ class Connection:
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
+
+
+def _wire_id(command: wc.Command) -> int:
+    wire_id = getattr(command, "request_id", None)
+    if not isinstance(wire_id, int):
+        raise ValueError(f"pipelined commands need distinct request ids, {type(command).__name__} has none")
+    return wire_id
+
+
+def _unreachable(exc: UnavailableT, where: str, cause: BaseException | None = None) -> UnavailableT:
+    """`_at`, logged: no command reached the store."""
+    failure = _at(exc, where, cause)
+    tracing.failed(where, [], failure)
+    return failure
 
 
 def _close(writer: asyncio.StreamWriter | None) -> None:

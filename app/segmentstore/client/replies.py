@@ -3,7 +3,9 @@
 Invariant: every reply that is not one of the command's successes becomes exactly one exception:
 StoreUnavailable for what passes by itself (a refused token, for now), the domain error the
 in-process store raised for the same case (NotFound, IllegalState, NotEmpty, InvalidInput), and
-FinalFailure, naming the command and the reply, for anything else.
+FinalFailure, naming the command and the reply, for anything else. Every one but those domain
+outcomes (a WrongHost, a refused token, an unexpected reply) is logged as a warning with the
+command's wire request id and the caller's request id (tracing.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from app.domain.errors import (
     NotFound,
     StoreUnavailable,
 )
+from app.segmentstore.client import tracing
 from app.segmentstore.wire import commands as wc
 
 R = TypeVar("R", bound=wc.Command)
@@ -76,4 +79,7 @@ def expect(command: wc.Command, reply: wc.Command, success: type[R] | tuple[type
     """`reply` when it is one of the successes, else raises what `failure` names."""
     if isinstance(reply, success):
         return reply
-    raise failure(command, reply)
+    refused = failure(command, reply)
+    if isinstance(refused, (WrongHostReply, StoreUnavailable, FinalFailure)):
+        tracing.refused(describe(command), getattr(command, "request_id", None), refused)
+    raise refused

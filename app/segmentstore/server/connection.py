@@ -13,7 +13,11 @@ Every command is dispatched by one lookup in ROUTES, keyed by its type and built
 codec's declarations: its `Route` names the flow it takes (the handshake, an append, a read, a
 create, or the plain request: ownership and token checks, then one reply), what computes its reply
 and what a refusal of it echoes. Every declared command has a route; a reply or a nested frame
-at the top level takes the plain flow, whose answer is a protocol violation.
+at the top level takes the plain flow, whose answer is a protocol violation. While a request is
+served, its wire request id is the log context's request id (app/observability/context.py), so
+every line logged for it names it, as Pravega's store tags its lines; the controller logs the same
+id beside its caller's (client/tracing.py). Appends are not tagged: per event, it would cost the
+data plane's hottest path for lines it hardly ever logs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from app.metrics.record import StoreTraffic
+from app.observability import context
 from app.security.tokens import Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
@@ -74,11 +79,13 @@ class Route:
     """How a connection handles one command type. `serve`: the flow (the checks it passes, and
     whether it answers inline, in a task of its own or later; False closes the connection);
     `answer`: the reply it computes; `echo`: what a refusal reply reports besides the refusal
-    (the request id, and for some an offset or a writer)."""
+    (the request id, and for some an offset or a writer); `tagged`: its wire request id is the
+    log context's request id while it is served (and in the tasks it starts)."""
 
     serve: Serve
     answer: Answer = _not_a_request
     echo: Echo = _echo_request_id
+    tagged: bool = True
 
 
 class Connection:
@@ -160,7 +167,13 @@ class Connection:
         """Handles one frame; False when the connection must close."""
         self._appends.expect_block_end(cmd)
         route = ROUTES[type(cmd)]
-        return await route.serve(self, cmd, route)
+        if not route.tagged:
+            return await route.serve(self, cmd, route)
+        tag = context.request_id.set(str(route.echo(cmd).request_id))
+        try:
+            return await route.serve(self, cmd, route)
+        finally:
+            context.request_id.reset(tag)
 
     # --- the flows --------------------------------------------------------------------------------
 
@@ -473,17 +486,20 @@ def _plain(answer: Answer, echo: Echo = _echo_request_id) -> Route:
 
 
 _REQUESTS: Final[dict[type[wc.Command], Route]] = {
-    # The handshake and the append path, before any check (they name no segment, carry no token).
-    wc.Hello: Route(Connection._hello),
-    wc.KeepAlive: Route(Connection._keep_alive),
-    wc.AppendBlock: Route(Connection._append_block),
+    # The handshake and the append path, before any check (they name no segment, carry no token),
+    # and untagged (no request id, or one per event).
+    wc.Hello: Route(Connection._hello, tagged=False),
+    wc.KeepAlive: Route(Connection._keep_alive, tagged=False),
+    wc.AppendBlock: Route(Connection._append_block, tagged=False),
     wc.SetupAppend: Route(Connection._setup_append, _by_appends(Appends.setup_append)),
-    wc.AppendBlockEnd: Route(Connection._append, _by_appends(Appends.append_block_end), _echo_block_end),
+    wc.AppendBlockEnd: Route(
+        Connection._append, _by_appends(Appends.append_block_end), _echo_block_end, tagged=False
+    ),
     wc.ConditionalBlockEnd: Route(
-        Connection._append, _by_appends(Appends.conditional_block_end), _echo_conditional
+        Connection._append, _by_appends(Appends.conditional_block_end), _echo_conditional, tagged=False
     ),
     wc.ConditionalAppend: Route(
-        Connection._append, _by_appends(Appends.conditional_append), _echo_conditional
+        Connection._append, _by_appends(Appends.conditional_append), _echo_conditional, tagged=False
     ),
     # Reads may park; creates may run in tasks of their own.
     wc.ReadSegment: Route(Connection._read_segment, echo=_echo_read),
@@ -515,7 +531,7 @@ _REQUESTS: Final[dict[type[wc.Command], Route]] = {
 
 # Every declared command's route. Replies and nested frames take the plain flow: checked as any
 # request is (one naming a segment carries no token, so with authentication on it is refused, as
-# tokens.py promises), then answered by closing the connection.
+# tokens.py promises), then answered by closing the connection; untagged, as some carry no id.
 ROUTES: Final[dict[type[wc.Command], Route]] = {
-    cls: _REQUESTS.get(cls, Route(Connection._request)) for cls in wc.COMMANDS.values()
+    cls: _REQUESTS.get(cls, Route(Connection._request, tagged=False)) for cls in wc.COMMANDS.values()
 }
