@@ -54,6 +54,7 @@ from app.security.delegation import DelegationTokens
 from app.security.tokens import Permission
 from app.services.deletion import DeleteScopeOutcome, DeleteStreamOutcome
 from app.services.lifecycle import StreamLifecycle
+from app.services.paging import Page
 from app.services.scaling import CheckScaleOutcome, ScaleOutcomeStatus
 from app.services.scopes import ScopeOutcome, ScopeService
 from app.services.segments import SegmentQueries
@@ -201,34 +202,16 @@ class ControllerService:
         return pb.ExistsResponse(exists=await self._streams.stream_exists(request.scope, request.stream))
 
     async def rpc_listStreamsInScope(self, request: pb.StreamsInScopeRequest) -> pb.StreamsInScopeResponse:
-        scope = request.scope.scope
-        token = request.continuationToken.token
-        try:
-            page = await self._streams.list_streams(scope, token)
-        except NotFound:
-            if scope == INTERNAL_SCOPE:
-                return _streams_page(scope, [], token)  # listed and found, without a row: no streams
-            return pb.StreamsInScopeResponse(
-                status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
-                continuationToken=pb.ContinuationToken(token=token),
-            )
-        return _streams_page(scope, page.names, page.token)
+        scope, token = request.scope.scope, request.continuationToken.token
+        return await _streams_listed(scope, token, self._streams.list_streams(scope, token))
 
     async def rpc_listStreamsInScopeForTag(
         self, request: pb.StreamsInScopeWithTagRequest
     ) -> pb.StreamsInScopeResponse:
-        scope = request.scope.scope
-        token = request.continuationToken.token
-        try:
-            page = await self._streams.list_streams_for_tag(scope, request.tag, token)
-        except NotFound:
-            if scope == INTERNAL_SCOPE:
-                return _streams_page(scope, [], token)
-            return pb.StreamsInScopeResponse(
-                status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
-                continuationToken=pb.ContinuationToken(token=token),
-            )
-        return _streams_page(scope, page.names, page.token)
+        scope, token = request.scope.scope, request.continuationToken.token
+        return await _streams_listed(
+            scope, token, self._streams.list_streams_for_tag(scope, request.tag, token)
+        )
 
     # --- stream lifecycle -----------------------------------------------------------------
 
@@ -410,6 +393,21 @@ class ControllerService:
         if info.accessOperation == _AccessOp.NONE:
             return _NO_TOKEN
         return self._tokens.for_stream(info.scope, info.stream, Permission.READ_UPDATE)
+
+
+async def _streams_listed(scope: str, token: str, listing: Awaitable[Page]) -> pb.StreamsInScopeResponse:
+    """The page `listing` reads; a scope that is missing answers SCOPE_NOT_FOUND, except the
+    internal scope, always listed and found: without a row, it holds no streams."""
+    try:
+        page = await listing
+    except NotFound:
+        if scope == INTERNAL_SCOPE:
+            return _streams_page(scope, [], token)
+        return pb.StreamsInScopeResponse(
+            status=pb.StreamsInScopeResponse.SCOPE_NOT_FOUND,
+            continuationToken=pb.ContinuationToken(token=token),
+        )
+    return _streams_page(scope, page.names, page.token)
 
 
 def _streams_page(scope: str, names: list[str], token: str) -> pb.StreamsInScopeResponse:
