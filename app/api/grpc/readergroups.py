@@ -9,6 +9,7 @@ error table maps to INVALID_ARGUMENT (Java throws while decoding: INTERNAL; see 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 
 from app.api.grpc.convert import statuses_by_name
@@ -79,6 +80,12 @@ def config_to_proto(group: ReaderGroupRecord) -> pb.ReaderGroupConfiguration:
     )
 
 
+def _decoded(request: pb.ReaderGroupConfiguration) -> tuple[ReaderGroupConfig, uuid.UUID]:
+    """The configuration and the group id, decoded before any other check, as in Java
+    (ModelHelper.encode runs before the name check)."""
+    return config_from_proto(request), parse_reader_group_id(request.readerGroupId)
+
+
 class ReaderGroupRpcs:
     def __init__(self, reader_groups: ReaderGroupService) -> None:
         self._groups = reader_groups
@@ -86,9 +93,7 @@ class ReaderGroupRpcs:
     async def rpc_createReaderGroup(
         self, request: pb.ReaderGroupConfiguration
     ) -> pb.CreateReaderGroupResponse:
-        # Decoding comes first, as in Java (ModelHelper.encode runs before the name check).
-        config = config_from_proto(request)
-        group_id = parse_reader_group_id(request.readerGroupId)
+        config, group_id = _decoded(request)
         result = await self._groups.create_reader_group(
             request.scope, request.readerGroupName, config, group_id
         )
@@ -110,8 +115,7 @@ class ReaderGroupRpcs:
     async def rpc_updateReaderGroup(
         self, request: pb.ReaderGroupConfiguration
     ) -> pb.UpdateReaderGroupResponse:
-        config = config_from_proto(request)
-        group_id = parse_reader_group_id(request.readerGroupId)
+        config, group_id = _decoded(request)
         result = await self._groups.update_reader_group(
             request.scope, request.readerGroupName, config, group_id, request.generation
         )
