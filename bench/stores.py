@@ -41,7 +41,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.containers import container_for_segment
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.segmentstore.wire import commands as wc
 from app.store.containers import PgContainerMapStore
 from app.store.pool import create_pool
@@ -67,7 +67,7 @@ async def controller(work: Path, url: str) -> ServedProcess:
     )  # fmt: skip
 
 
-async def owners(pool: Any) -> dict[int, SegmentStoreHost]:
+async def owners(pool: Any) -> dict[int, HostAddress]:
     return {c: row.value for c, row in (await PgContainerMapStore(pool).read_container_map()).items()}
 
 

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from app.domain.errors import StoreUnavailable, WriteConflict
 from app.metrics.registry import counter
-from app.ports import Clock, SegmentStoreHost
+from app.ports import Clock, HostAddress
 from app.services.containers import ContainerMapService, RebalanceAction
 
 log = logging.getLogger("pgcontroller.containers")
@@ -37,7 +37,7 @@ class PassOutcome(StrEnum):
 @dataclass(frozen=True, slots=True)
 class BalancerPass:
     outcome: PassOutcome
-    hosts: tuple[SegmentStoreHost, ...] = ()
+    hosts: tuple[HostAddress, ...] = ()
     wait_ms: int = 0  # WAITING: how much longer the host set must stay as it is
     moved: tuple[int, ...] = ()  # REBALANCED: containers whose host changed
 
@@ -60,7 +60,7 @@ class ContainerBalancerDuty:
         self._delay_ms = round(rebalance_delay_s * 1000)
         self._tick_s = tick_s
         self._expiry_ms = None if host_expiry_s is None else round(host_expiry_s * 1000)
-        self._seen: frozenset[SegmentStoreHost] | None = None
+        self._seen: frozenset[HostAddress] | None = None
         self._changed_at = 0
         self._departed = False  # the last change removed a host: rebalance without delay
 

@@ -2,10 +2,11 @@
 and time, one module per concern. Services and workers import only these Protocols; the
 composition root wires concrete adapters in. Every name is re-exported here."""
 
+from app.domain.hosts import HostAddress
 from app.ports.autoscale import AutoScaleStore, ScaleReportSink
 from app.ports.clock import Clock
-from app.ports.cluster import ClusterStore, ClusterView, ControllerEndpoint
-from app.ports.containers import ContainerMapStore, RegisteredHost, SegmentStoreHost, SegmentStoreLocator
+from app.ports.cluster import ClusterStore, ClusterView
+from app.ports.containers import ContainerMapStore, RegisteredHost, SegmentStoreLocator
 from app.ports.kvtables import KvtCreation, KvtStore
 from app.ports.locks import AdvisoryLocks
 from app.ports.readergroups import ReaderGroupCreation, ReaderGroupStore
@@ -36,9 +37,9 @@ __all__ = [
     "CommitBatch",
     "CommittingRecord",
     "ContainerMapStore",
-    "ControllerEndpoint",
     "CreatedTxn",
     "ExpiredTxn",
+    "HostAddress",
     "KvtCreation",
     "KvtStore",
     "MarkChange",
@@ -56,7 +57,6 @@ __all__ = [
     "ScopeStore",
     "SegmentInfo",
     "SegmentStore",
-    "SegmentStoreHost",
     "SegmentStoreLocator",
     "StateViewStore",
     "StoredWatermark",

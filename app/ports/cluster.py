@@ -4,7 +4,6 @@ claim fenced by a generation), and the live controllers clients are told about."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from app.domain.cluster import (
@@ -16,16 +15,11 @@ from app.domain.cluster import (
     LeaderRecord,
     Member,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerEndpoint:
-    host: str
-    port: int
+from app.domain.hosts import HostAddress
 
 
 class ClusterView(Protocol):
-    async def live_controllers(self) -> Sequence[ControllerEndpoint]: ...
+    async def live_controllers(self) -> Sequence[HostAddress]: ...
 
 
 class ClusterStore(Protocol):

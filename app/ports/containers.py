@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.domain.hosts import HostAddress
 from app.domain.records import Versioned
 
 
@@ -16,21 +17,9 @@ class SegmentStoreLocator(Protocol):
     def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]: ...
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class SegmentStoreHost:
-    """A segment store's endpoint; the identity of a host in the container map."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        # Brackets keep an IPv6 literal's colons apart from the port's.
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
 @dataclass(frozen=True, slots=True)
 class RegisteredHost:
-    address: SegmentStoreHost
+    address: HostAddress
     registered_at: int
     version: int
     # The store's last heartbeat (ms); None for a host an operator registered, which never
@@ -41,24 +30,24 @@ class RegisteredHost:
 class ContainerMapStore(Protocol):
     """Registered segment stores and the container -> host map the leader maintains."""
 
-    async def register_host(self, host: SegmentStoreHost, now_ms: int, *, heartbeat: bool = False) -> bool:
+    async def register_host(self, host: HostAddress, now_ms: int, *, heartbeat: bool = False) -> bool:
         """Idempotent; True when the host was not registered before. `heartbeat`: the host
         heartbeats from now on (its first heartbeat is `now_ms`) and expires when it stops."""
         ...
 
-    async def heartbeat_host(self, host: SegmentStoreHost, now_ms: int, expected_version: int) -> int | None:
+    async def heartbeat_host(self, host: HostAddress, now_ms: int, expected_version: int) -> int | None:
         """The host's new version, or None when it is not registered at `expected_version`."""
         ...
 
-    async def remove_hosts(self, hosts: list[tuple[SegmentStoreHost, int]]) -> list[SegmentStoreHost]:
+    async def remove_hosts(self, hosts: list[tuple[HostAddress, int]]) -> list[HostAddress]:
         """Removes each host still at its version (host, version); returns those removed."""
         ...
 
-    async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
+    async def get_host(self, host: HostAddress) -> RegisteredHost:
         """Raises NotFound."""
         ...
 
-    async def deregister_host(self, host: SegmentStoreHost, expected_version: int) -> None:
+    async def deregister_host(self, host: HostAddress, expected_version: int) -> None:
         """Conditional on the version; NotFound when the host is not registered."""
         ...
 
@@ -66,12 +55,12 @@ class ContainerMapStore(Protocol):
         """Every registered host, in (host, port) order."""
         ...
 
-    async def read_container_map(self) -> dict[int, Versioned[SegmentStoreHost]]:
+    async def read_container_map(self) -> dict[int, Versioned[HostAddress]]:
         """Every stored container row with its version; empty before the first assignment."""
         ...
 
     async def replace_container_map(
-        self, assignment: dict[int, SegmentStoreHost], expected: dict[int, int]
+        self, assignment: dict[int, HostAddress], expected: dict[int, int]
     ) -> None:
         """Makes the stored map equal `assignment` in one transaction, provided every row still
         has the version in `expected` (container -> version as read) and no row exists beyond

@@ -107,7 +107,7 @@ class SharedContainerMap:
 
     async def refresh(self) -> None:
         rows = await self._store.read_container_map()
-        self._owners = {c: HostAddress(row.value.host, row.value.port) for c, row in rows.items()}
+        self._owners = {c: row.value for c, row in rows.items()}
         self.loaded.set()
 
     async def run(self) -> None:

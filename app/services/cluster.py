@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.domain.cluster import BucketRow, BucketService, LeaderRecord, Member
-from app.ports import Clock, ClusterStore, ControllerEndpoint
+from app.ports import Clock, ClusterStore, HostAddress
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +37,10 @@ class ClusterQueries:
         rows = await self._store.members(self._clock.now_ms(), self._ttl_ms)
         return [MemberView(member, live) for member, live, _ in rows]
 
-    async def live_controllers(self) -> list[ControllerEndpoint]:
+    async def live_controllers(self) -> list[HostAddress]:
         """The ClusterView port: live members that advertise a gRPC endpoint."""
         return [
-            ControllerEndpoint(view.member.host, view.member.grpc_port)
+            HostAddress(view.member.host, view.member.grpc_port)
             for view in await self.members()
             if view.live and view.member.grpc_port
         ]

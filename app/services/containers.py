@@ -14,14 +14,14 @@ from enum import StrEnum
 
 from app.domain.cluster import balance
 from app.domain.errors import InvalidInput
-from app.ports import Clock, ContainerMapStore, RegisteredHost, SegmentStoreHost
+from app.ports import Clock, ContainerMapStore, HostAddress, RegisteredHost
 
 MAX_HOST_LENGTH = 255
 MAX_PORT = 65535
 MAX_CONTAINERS = 2**31 - 1
 
 
-def host_address(host: str, port: int) -> SegmentStoreHost:
+def host_address(host: str, port: int) -> HostAddress:
     """A validated endpoint. A host carries no whitespace or '/' (it is a path segment of the
     REST API and a client connects to it verbatim)."""
     if not host or len(host) > MAX_HOST_LENGTH:
@@ -30,10 +30,10 @@ def host_address(host: str, port: int) -> SegmentStoreHost:
         raise InvalidInput(f"host must not contain '/', whitespace or control characters, got {host!r}")
     if isinstance(port, bool) or not 0 < port <= MAX_PORT:
         raise InvalidInput(f"port must be between 1 and {MAX_PORT}, got {port}")
-    return SegmentStoreHost(host, port)
+    return HostAddress(host, port)
 
 
-def uniform(container_count: int, hosts: Sequence[SegmentStoreHost]) -> dict[int, SegmentStoreHost]:
+def uniform(container_count: int, hosts: Sequence[HostAddress]) -> dict[int, HostAddress]:
     """Host i of n owns containers {i, i+n, ...}, hosts taken in the order given."""
     return {container: hosts[container % len(hosts)] for container in range(container_count)}
 
@@ -41,7 +41,7 @@ def uniform(container_count: int, hosts: Sequence[SegmentStoreHost]) -> dict[int
 @dataclass(frozen=True, slots=True)
 class ContainerAssignment:
     container_count: int
-    owners: dict[int, SegmentStoreHost]  # every container 0..count-1
+    owners: dict[int, HostAddress]  # every container 0..count-1
     from_static_hosts: bool  # no stored map (no segment store registered): the configured hosts
 
 
@@ -53,8 +53,8 @@ class RebalanceAction(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Rebalance:
     action: RebalanceAction
-    hosts: tuple[SegmentStoreHost, ...]  # the registered hosts the map was computed over
-    assignment: dict[int, SegmentStoreHost]  # the stored map now; empty = the static hosts answer
+    hosts: tuple[HostAddress, ...]  # the registered hosts the map was computed over
+    assignment: dict[int, HostAddress]  # the stored map now; empty = the static hosts answer
     moved: tuple[int, ...]  # containers whose host changed (assigned, moved or unassigned)
 
 
@@ -64,7 +64,7 @@ class ContainerMapService:
         store: ContainerMapStore,
         clock: Clock,
         container_count: int,
-        static_hosts: Sequence[SegmentStoreHost],
+        static_hosts: Sequence[HostAddress],
     ) -> None:
         if not 0 < container_count <= MAX_CONTAINERS:
             raise InvalidInput(f"the container count must be positive, got {container_count}")
@@ -81,7 +81,7 @@ class ContainerMapService:
         created = await self._store.register_host(address, self._clock.now_ms())
         return await self._store.get_host(address), created
 
-    async def expire_hosts(self, expiry_ms: int) -> list[SegmentStoreHost]:
+    async def expire_hosts(self, expiry_ms: int) -> list[HostAddress]:
         """Removes every heartbeating host whose last heartbeat is older than `expiry_ms` (each
         at the version it was judged by, so a heartbeat landing meanwhile keeps it); returns the
         hosts removed. Hosts an operator registered never heartbeat and never expire."""
@@ -110,7 +110,7 @@ class ContainerMapService:
         owners = {c: stored[c].value if c in stored else static[c] for c in range(self.container_count)}
         return ContainerAssignment(self.container_count, owners, from_static_hosts=not stored)
 
-    async def rebalance(self, hosts: Sequence[SegmentStoreHost] | None = None) -> Rebalance:
+    async def rebalance(self, hosts: Sequence[HostAddress] | None = None) -> Rebalance:
         """One rebalance over `hosts` (default: the registered ones), without any delay: the
         caller decides when the host set has settled. Keeps the map when it still fits; the
         first map or a single host gets the uniform assignment, any other change Pravega's
@@ -130,8 +130,8 @@ class ContainerMapService:
         return Rebalance(RebalanceAction.REBALANCED, members, target, moved)
 
     def _target(
-        self, current: dict[int, SegmentStoreHost], members: tuple[SegmentStoreHost, ...]
-    ) -> dict[int, SegmentStoreHost]:
+        self, current: dict[int, HostAddress], members: tuple[HostAddress, ...]
+    ) -> dict[int, HostAddress]:
         if not members:
             return {}
         containers = list(range(self.container_count))

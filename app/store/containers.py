@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.records import Versioned
-from app.ports import RegisteredHost, SegmentStoreHost
+from app.ports import HostAddress, RegisteredHost
 from app.store import queries
 from app.store.db import Database, Row
 from app.store.errors import conflict_or_missing
@@ -18,7 +18,7 @@ _SQL = queries.load("containers")
 
 def _registered(row: Row) -> RegisteredHost:
     return RegisteredHost(
-        SegmentStoreHost(row["host"], row["port"]), row["registered_at"], row["version"], row["heartbeat_at"]
+        HostAddress(row["host"], row["port"]), row["registered_at"], row["version"], row["heartbeat_at"]
     )
 
 
@@ -26,19 +26,19 @@ class PgContainerMapStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def register_host(self, host: SegmentStoreHost, now_ms: int, *, heartbeat: bool = False) -> bool:
+    async def register_host(self, host: HostAddress, now_ms: int, *, heartbeat: bool = False) -> bool:
         version = await self._db.fetchval(
             _SQL["register_host"], host.host, host.port, now_ms, now_ms if heartbeat else None
         )
         return version is not None
 
-    async def heartbeat_host(self, host: SegmentStoreHost, now_ms: int, expected_version: int) -> int | None:
+    async def heartbeat_host(self, host: HostAddress, now_ms: int, expected_version: int) -> int | None:
         version = await self._db.fetchval(
             _SQL["heartbeat_host"], host.host, host.port, now_ms, expected_version
         )
         return None if version is None else int(version)
 
-    async def remove_hosts(self, hosts: list[tuple[SegmentStoreHost, int]]) -> list[SegmentStoreHost]:
+    async def remove_hosts(self, hosts: list[tuple[HostAddress, int]]) -> list[HostAddress]:
         if not hosts:
             return []
         rows = await self._db.fetch(
@@ -47,15 +47,15 @@ class PgContainerMapStore:
             [h.port for h, _ in hosts],
             [version for _, version in hosts],
         )
-        return sorted(SegmentStoreHost(r["host"], r["port"]) for r in rows)
+        return sorted(HostAddress(r["host"], r["port"]) for r in rows)
 
-    async def get_host(self, host: SegmentStoreHost) -> RegisteredHost:
+    async def get_host(self, host: HostAddress) -> RegisteredHost:
         row = await self._db.fetchrow(_SQL["get_host"], host.host, host.port)
         if row is None:
             raise NotFound(f"segment store {host} is not registered")
         return _registered(row)
 
-    async def deregister_host(self, host: SegmentStoreHost, expected_version: int) -> None:
+    async def deregister_host(self, host: HostAddress, expected_version: int) -> None:
         async with self._db.transaction() as conn:
             gone = await conn.fetchval(_SQL["deregister_host"], host.host, host.port, expected_version)
             if gone is None:
@@ -66,12 +66,12 @@ class PgContainerMapStore:
         rows = await self._db.fetch(_SQL["list_hosts"])
         return [_registered(r) for r in rows]
 
-    async def read_container_map(self) -> dict[int, Versioned[SegmentStoreHost]]:
+    async def read_container_map(self) -> dict[int, Versioned[HostAddress]]:
         rows = await self._db.fetch(_SQL["read_container_map"])
-        return {r["container"]: Versioned(SegmentStoreHost(r["host"], r["port"]), r["version"]) for r in rows}
+        return {r["container"]: Versioned(HostAddress(r["host"], r["port"]), r["version"]) for r in rows}
 
     async def replace_container_map(
-        self, assignment: dict[int, SegmentStoreHost], expected: dict[int, int]
+        self, assignment: dict[int, HostAddress], expected: dict[int, int]
     ) -> None:
         kept = sorted(c for c in assignment if c in expected)
         added = sorted(c for c in assignment if c not in expected)

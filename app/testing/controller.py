@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.clock import SystemClock
-from app.ports import ControllerEndpoint
+from app.ports import HostAddress
 from app.process import HARNESS, Role, Runtime, open_process
 from app.services.health import HealthService
 from app.settings import Settings
@@ -46,10 +46,10 @@ def new_member_id() -> str:
 
 
 class FixedCluster:
-    def __init__(self, endpoints: list[ControllerEndpoint]) -> None:
+    def __init__(self, endpoints: list[HostAddress]) -> None:
         self.endpoints = endpoints
 
-    async def live_controllers(self) -> list[ControllerEndpoint]:
+    async def live_controllers(self) -> list[HostAddress]:
         return self.endpoints
 
 
@@ -86,7 +86,7 @@ async def running_controller(
     """`overrides` are Settings fields (e.g. instance_id, rebalance_delay_s)."""
     settings = await _settings(url, {"completion_timeout_s": completion_timeout_s, **overrides})
     async with open_process(settings, Role.CONTROLLER, replace(HARNESS, workers=workers)) as runtime:
-        services = Services(runtime, FixedCluster([ControllerEndpoint("127.0.0.1", 9090)]))
+        services = Services(runtime, FixedCluster([HostAddress("127.0.0.1", 9090)]))
         if workers:
             await asyncio.wait_for(services.controller.listener.connected.wait(), 10)
             await asyncio.wait_for(services.controller.cluster_node.first_round.wait(), 10)

@@ -16,7 +16,6 @@ from app.api.grpc.cluster import ClusterRpcs
 from app.api.rest import cluster as cluster_routes
 from app.api.rest import cluster_hosts
 from app.domain.cluster import BucketService, Member
-from app.ports import SegmentStoreHost
 from app.segmentstore.hosts import SharedContainerMap
 from app.services.cluster import ClusterQueries, LocalView
 from app.services.containers import ContainerMapService
@@ -136,7 +135,7 @@ def _container_map(
     store = PgContainerMapStore(resources.pool)
     locator = SharedContainerMap(settings.container_count, hosts, store)
     service = ContainerMapService(
-        store, resources.clock, settings.container_count, [SegmentStoreHost(h.host, h.port) for h in hosts]
+        store, resources.clock, settings.container_count, list(hosts)
     )
     balancer = ContainerBalancerDuty(
         service,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.domain.hosts import HostAddress
-from app.ports import Clock, SegmentStoreHost, SegmentStoreLocator
+from app.ports import Clock, SegmentStoreLocator
 from app.security.authn import caller_permission
 from app.security.delegation import DelegationTokens
 from app.security.tls import client_context, server_context
@@ -219,11 +219,9 @@ async def start_segment_store(
             peers.close()
         raise
     me = embedded_store_address(settings, server)
-    statics = [SegmentStoreHost(h.host, h.port) for h in static_hosts] or [SegmentStoreHost(me.host, me.port)]
+    statics = list(static_hosts) or [me]
     # Set before the first await after listening: no connection is accepted without it.
-    server.ownership = ContainerOwnership(
-        SegmentStoreHost(me.host, me.port), settings.container_count, statics
-    )
+    server.ownership = ContainerOwnership(me, settings.container_count, statics)
     membership = StoreMembership(
         PgContainerMapStore(pool),
         clock,

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from app.api.rest.app import create_app
 from app.api.rest.cluster_hosts import extension
 from app.clock import SystemClock
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.services.containers import ContainerMapService
 from app.services.health import HealthService
 from app.store.containers import PgContainerMapStore
@@ -23,7 +23,7 @@ from tests.api.test_rest import assert_error
 
 HOSTS = "/v1/cluster/segment-stores"
 CONTAINERS = "/v1/cluster/containers"
-STATIC = (SegmentStoreHost("localhost", 12345),)
+STATIC = (HostAddress("localhost", 12345),)
 
 
 @pytest.fixture

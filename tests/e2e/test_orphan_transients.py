@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.domain.containers import container_for_segment
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.segmentstore.wire import commands as wc
 from app.store.containers import PgContainerMapStore
 from tests.e2e.test_segment_store_processes import (
@@ -49,14 +49,14 @@ def parent_in(container: int, count: int, stream: str) -> str:
     )
 
 
-async def move_all(pool: Any, to: SegmentStoreHost, count: int) -> None:
+async def move_all(pool: Any, to: HostAddress, count: int) -> None:
     rows = await PgContainerMapStore(pool).read_container_map()
     await PgContainerMapStore(pool).replace_container_map(
         dict.fromkeys(range(count), to), {c: r.version for c, r in rows.items()}
     )
 
 
-async def move(pool: Any, container: int, to: SegmentStoreHost) -> None:
+async def move(pool: Any, container: int, to: HostAddress) -> None:
     rows = await PgContainerMapStore(pool).read_container_map()
     assignment = {c: r.value for c, r in rows.items()}
     assignment[container] = to

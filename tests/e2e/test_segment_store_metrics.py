@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from app.clock import SystemClock
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.security.certs import make_dev_certs
 from app.security.tls import trusting
 from app.segmentstore.wire import commands as wc
@@ -29,7 +29,7 @@ from tests.support.stores import StoreProcess, eventually, serves, start_store
 
 pytestmark = pytest.mark.timeout(120)
 
-NOBODY = (SegmentStoreHost("127.0.0.1", 1),)  # the static host: no store is it
+NOBODY = (HostAddress("127.0.0.1", 1),)  # the static host: no store is it
 SEGMENT = "sc/st/0.#epoch.0"
 
 
@@ -52,7 +52,7 @@ async def give_it_every_container(pool: Any, store: StoreProcess) -> None:
     service = ContainerMapService(PgContainerMapStore(pool), SystemClock(), count, NOBODY)
     await service.rebalance()
     owners = {row.value for row in (await PgContainerMapStore(pool).read_container_map()).values()}
-    assert owners == {SegmentStoreHost(*store.address)}
+    assert owners == {HostAddress(*store.address)}
     await eventually(lambda: serves(store, SEGMENT), 10, "the store follows the map it was given")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from app.clock import SystemClock
 from app.domain.containers import container_for_segment
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.segmentstore.wire import commands as wc
 from app.services.containers import ContainerMapService
 from app.store.cluster import PgClusterStore
@@ -26,7 +26,7 @@ from tests.support.stores import StoreProcess, eventually, serves, start_store
 pytestmark = pytest.mark.timeout(120)
 
 FAST = ("--segment-store-heartbeat-s", "0.3", "--segment-store-expiry-s", "2")
-NOBODY = (SegmentStoreHost("127.0.0.1", 1),)  # the static host: no store is it
+NOBODY = (HostAddress("127.0.0.1", 1),)  # the static host: no store is it
 
 
 async def container_count(pool: Any) -> int:
@@ -41,12 +41,12 @@ def segment_in(container: int, count: int, stream: str = "sc/st") -> str:
     )
 
 
-async def owners(pool: Any) -> dict[int, SegmentStoreHost]:
+async def owners(pool: Any) -> dict[int, HostAddress]:
     return {c: row.value for c, row in (await PgContainerMapStore(pool).read_container_map()).items()}
 
 
-def host(store: StoreProcess) -> SegmentStoreHost:
-    return SegmentStoreHost(*store.address)
+def host(store: StoreProcess) -> HostAddress:
+    return HostAddress(*store.address)
 
 
 async def test_a_store_serves_only_its_containers_and_disowns_a_moved_ones_reads(

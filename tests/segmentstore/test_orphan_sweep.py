@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 import pgurl
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.transients import transient_name, transient_tag
@@ -20,7 +20,7 @@ from app.segmentstore.storage import AppendRequest
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
-ME = SegmentStoreHost("127.0.0.1", 12345)
+ME = HostAddress("127.0.0.1", 12345)
 PARENT = "sc/st/0.#epoch.0"
 GRACE_MS = 500
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.domain.containers import container_for_segment
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.security.tokens import Outcome, Permission, TokenSigner, TokenVerifier, stream_resource
 from app.segmentstore.client.replies import describe
 from app.segmentstore.server import SegmentStoreServer
@@ -156,8 +156,8 @@ def test_a_reply_is_described_by_the_first_segment_its_command_names() -> None:
 
 # --- over TCP: a store that owns no container ------------------------------------------------
 
-ME = SegmentStoreHost("127.0.0.1", 1)
-ELSEWHERE = SegmentStoreHost("127.0.0.2", 2)
+ME = HostAddress("127.0.0.1", 1)
+ELSEWHERE = HostAddress("127.0.0.2", 2)
 CONTAINERS = 4
 
 

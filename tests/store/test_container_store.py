@@ -22,7 +22,6 @@ from app.domain.containers import container_for_segment
 from app.domain.errors import NotFound, StoreUnavailable, WriteConflict
 from app.domain.hosts import HostAddress
 from app.domain.ids import qualified_segment_name
-from app.ports import SegmentStoreHost
 from app.segmentstore.hosts import SharedContainerMap
 from app.services.containers import ContainerMapService
 from app.services.segments import SegmentQueries
@@ -33,9 +32,9 @@ from app.store.pool import create_pool
 from app.store.streams import PgStreamStore
 from tests.store.test_versioned_races import race
 
-A = SegmentStoreHost("10.0.0.1", 12345)
-B = SegmentStoreHost("10.0.0.2", 12345)
-C = SegmentStoreHost("10.0.0.3", 12345)
+A = HostAddress("10.0.0.1", 12345)
+B = HostAddress("10.0.0.2", 12345)
+C = HostAddress("10.0.0.3", 12345)
 STATIC = (HostAddress("static.local", 12345),)
 COUNT = 4
 
@@ -54,7 +53,7 @@ def store(pool: Any) -> PgContainerMapStore:
     return PgContainerMapStore(pool)
 
 
-async def stored(store: PgContainerMapStore) -> dict[int, tuple[SegmentStoreHost, int]]:
+async def stored(store: PgContainerMapStore) -> dict[int, tuple[HostAddress, int]]:
     return {c: (v.value, v.version) for c, v in (await store.read_container_map()).items()}
 
 
@@ -77,7 +76,7 @@ async def test_registration_is_idempotent_and_keeps_the_first_time(store: PgCont
 
 async def test_same_host_on_another_port_is_another_segment_store(store: PgContainerMapStore) -> None:
     await store.register_host(A, 1)
-    await store.register_host(SegmentStoreHost(A.host, 9999), 1)
+    await store.register_host(HostAddress(A.host, 9999), 1)
     assert [h.address.port for h in await store.list_hosts()] == [9999, 12345]
 
 
@@ -169,7 +168,7 @@ async def test_a_row_the_writer_never_read_fails_the_write(pool: Any, store: PgC
     with pytest.raises(WriteConflict):
         await store.replace_container_map({0: B}, read)
     # Nothing of the failed write landed, not even the row it could change.
-    assert await stored(store) == {0: (A, 0), 7: (SegmentStoreHost("x", 1), 0)}
+    assert await stored(store) == {0: (A, 0), 7: (HostAddress("x", 1), 0)}
 
 
 async def test_inserting_a_container_someone_else_inserted_conflicts(store: PgContainerMapStore) -> None:
@@ -254,7 +253,7 @@ async def eventually(check: Callable[[], bool], within_s: float) -> float:
 
 
 def service_over(pool: Any) -> ContainerMapService:
-    static = [SegmentStoreHost(h.host, h.port) for h in STATIC]
+    static = list(STATIC)
     return ContainerMapService(PgContainerMapStore(pool), SystemClock(), COUNT, static)
 
 

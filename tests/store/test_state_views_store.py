@@ -22,7 +22,7 @@ import pytest
 
 from app.domain.errors import NotFound, WriteConflict
 from app.domain.state_views import AggregationBatch, ViewChange, ViewUpdate
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.store.containers import PgContainerMapStore
 from app.store.pool import asyncpg_dsn, create_pool
 from app.store.state_views import PgStateViewStore
@@ -257,11 +257,11 @@ async def test_a_removal_fails_whole_when_a_record_moved_or_appeared(store: PgSt
 
 @pytest.mark.parametrize(
     ("host", "participant"),
-    [(SegmentStoreHost("10.0.0.1", 12345), P1), (SegmentStoreHost("::1", 12345), "[::1]:12345")],
+    [(HostAddress("10.0.0.1", 12345), P1), (HostAddress("::1", 12345), "[::1]:12345")],
     ids=["ipv4", "ipv6"],
 )
 async def test_deregistering_a_segment_store_removes_its_states(
-    store: PgStateViewStore, pool: Any, host: SegmentStoreHost, participant: str
+    store: PgStateViewStore, pool: Any, host: HostAddress, participant: str
 ) -> None:
     hosts = PgContainerMapStore(pool)
     await hosts.register_host(host, 1)

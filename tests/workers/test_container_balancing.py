@@ -19,17 +19,17 @@ import pytest
 
 import pgurl
 from app.domain.errors import InvalidInput, NotFound
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.services.containers import ContainerMapService, RebalanceAction
 from app.store.containers import PgContainerMapStore
 from app.store.pool import create_pool
 from app.testing.clock import ManualClock
 from workers.containers import ContainerBalancerDuty, PassOutcome
 
-A = SegmentStoreHost("ss-a", 12345)
-B = SegmentStoreHost("ss-b", 12345)
-C = SegmentStoreHost("ss-c", 12345)
-STATIC = (SegmentStoreHost("localhost", 12345),)
+A = HostAddress("ss-a", 12345)
+B = HostAddress("ss-b", 12345)
+C = HostAddress("ss-c", 12345)
+STATIC = (HostAddress("localhost", 12345),)
 DELAY_MS = 10_000
 
 
@@ -47,17 +47,17 @@ def duty(service: ContainerMapService, clock: ManualClock) -> ContainerBalancerD
     return ContainerBalancerDuty(service, clock, rebalance_delay_s=DELAY_MS / 1000)
 
 
-async def register(service: ContainerMapService, *hosts: SegmentStoreHost) -> None:
+async def register(service: ContainerMapService, *hosts: HostAddress) -> None:
     for host in hosts:
         await service.register_host(host.host, host.port)
 
 
-async def deregister(service: ContainerMapService, *hosts: SegmentStoreHost) -> None:
+async def deregister(service: ContainerMapService, *hosts: HostAddress) -> None:
     for host in hosts:
         await service.deregister_host(host.host, host.port)
 
 
-async def owners(service: ContainerMapService) -> dict[int, SegmentStoreHost]:
+async def owners(service: ContainerMapService) -> dict[int, HostAddress]:
     return (await service.assignment()).owners
 
 
@@ -68,7 +68,7 @@ async def settle(duty: ContainerBalancerDuty, clock: ManualClock) -> PassOutcome
     return (await duty.run_once()).outcome
 
 
-def spread(assignment: dict[int, SegmentStoreHost], hosts: list[SegmentStoreHost]) -> int:
+def spread(assignment: dict[int, HostAddress], hosts: list[HostAddress]) -> int:
     load = Counter(assignment.values())
     return max(load[h] for h in hosts) - min(load[h] for h in hosts)
 
@@ -130,7 +130,7 @@ def test_construction_needs_containers_and_static_hosts(pool: Any, clock: Manual
 
 
 async def test_a_fresh_cluster_answers_from_the_static_hosts(pool: Any, clock: ManualClock) -> None:
-    two = (SegmentStoreHost("s1", 1), SegmentStoreHost("s2", 2))
+    two = (HostAddress("s1", 1), HostAddress("s2", 2))
     service = ContainerMapService(PgContainerMapStore(pool), clock, 5, two)
     assignment = await service.assignment()
     assert assignment.from_static_hosts and assignment.container_count == 5
@@ -221,7 +221,7 @@ async def test_a_third_host_joins_with_the_fewest_moves(
 async def test_a_leaving_hosts_containers_go_to_the_least_loaded(pool: Any, clock: ManualClock) -> None:
     service = make_service(pool, clock, count=6)
     duty = ContainerBalancerDuty(service, clock, rebalance_delay_s=DELAY_MS / 1000)
-    d = SegmentStoreHost("ss-d", 12345)
+    d = HostAddress("ss-d", 12345)
     await register(service, A, B, C)
     await settle(duty, clock)
     await register(service, d)
@@ -269,7 +269,7 @@ async def test_when_every_host_leaves_the_static_hosts_answer_again(
 async def test_more_hosts_than_containers_is_stable(
     service: ContainerMapService, duty: ContainerBalancerDuty, clock: ManualClock
 ) -> None:
-    hosts = [SegmentStoreHost(f"ss-{i}", 1) for i in range(6)]
+    hosts = [HostAddress(f"ss-{i}", 1) for i in range(6)]
     await register(service, *hosts)
     assert await settle(duty, clock) == PassOutcome.REBALANCED
     assert len(set((await owners(service)).values())) == 4

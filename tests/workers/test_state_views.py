@@ -20,7 +20,7 @@ import pytest
 
 from app.clock import SystemClock
 from app.domain.errors import NotFound, StoreUnavailable
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.services.containers import ContainerMapService
 from app.services.state_views import DEFAULT_BATCH, StateViewService, ViewAggregation
 from app.store.cache import RecordCache
@@ -136,9 +136,7 @@ async def test_a_removed_host_leaves_the_view(world: World) -> None:
 
 async def test_a_deregistered_segment_store_leaves_the_view(world: World) -> None:
     aggregator = world.aggregator()
-    hosts = ContainerMapService(
-        PgContainerMapStore(world.pool), SystemClock(), 4, [SegmentStoreHost("static", 1)]
-    )
+    hosts = ContainerMapService(PgContainerMapStore(world.pool), SystemClock(), 4, [HostAddress("static", 1)])
     for address in (H1, H2):
         host, port = address.split(":")
         await hosts.register_host(host, int(port))

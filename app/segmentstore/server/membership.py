@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 
 from app.domain.errors import NotFound, StoreUnavailable, WriteConflict
-from app.ports import Clock, ContainerMapStore, SegmentStoreHost
+from app.ports import Clock, ContainerMapStore, HostAddress
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.waiting import wait_event
 
@@ -61,7 +61,7 @@ class StoreMembership:
         self.registrations = 0  # how many times this store registered (1 + re-registrations)
 
     @property
-    def me(self) -> SegmentStoreHost:
+    def me(self) -> HostAddress:
         return self.ownership.me
 
     def changed(self, table: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from app.domain.containers import container_for_segment
-from app.ports import SegmentStoreHost
+from app.ports import HostAddress
 from app.segmentstore.wire import commands as wc
 
 TABLE_REQUESTS: frozenset[type[wc.Command]] = frozenset(
@@ -48,9 +48,7 @@ def requested_segments(cmd: wc.Command) -> tuple[str, ...]:
 
 
 class ContainerOwnership:
-    def __init__(
-        self, me: SegmentStoreHost, container_count: int, static_hosts: Sequence[SegmentStoreHost]
-    ) -> None:
+    def __init__(self, me: HostAddress, container_count: int, static_hosts: Sequence[HostAddress]) -> None:
         if container_count <= 0:
             raise ValueError(f"the container count must be positive, got {container_count}")
         if not static_hosts:
@@ -59,7 +57,7 @@ class ContainerOwnership:
         self.container_count = container_count
         self._static = tuple(static_hosts)
         # Replaced whole, never mutated: a check sees one complete map or the next one.
-        self._owners: Mapping[int, SegmentStoreHost] = {}
+        self._owners: Mapping[int, HostAddress] = {}
         self.loaded = False
         # How many times this store gained each container: a loss and a gain between two looks
         # (a store paused through both) still shows as a new acquisition.
@@ -71,7 +69,7 @@ class ContainerOwnership:
     def owns(self, segment: str) -> bool:
         return self.loaded and self.owner_of(self.container_of(segment)) == self.me
 
-    def owner_of(self, container: int) -> SegmentStoreHost:
+    def owner_of(self, container: int) -> HostAddress:
         owner = self._owners.get(container)
         if owner is not None:
             return owner
@@ -87,7 +85,7 @@ class ContainerOwnership:
         """Each owned container with the number of times this store has gained it."""
         return {c: self._acquisitions.get(c, 0) for c in self.owned()}
 
-    def update(self, owners: Mapping[int, SegmentStoreHost]) -> tuple[frozenset[int], frozenset[int]]:
+    def update(self, owners: Mapping[int, HostAddress]) -> tuple[frozenset[int], frozenset[int]]:
         """Takes a freshly read map; returns (gained, lost) containers."""
         before = self.owned()
         self._owners = dict(owners)
