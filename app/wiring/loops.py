@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from workers.failpoints import failpoint
+
 log = logging.getLogger("pgcontroller")
 
 
@@ -55,6 +57,9 @@ class BackgroundLoops:
 
     async def _must_not_end(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
+            # `PGCONTROLLER_FAILPOINTS=task.<name>=raise` kills any task at its start: the tests
+            # prove the policy holds for each kind of task and each kind of process.
+            await failpoint(f"task.{name}")
             await loop()
         except Exception as died:
             self._died(name, died)

@@ -115,6 +115,36 @@ async def test_a_background_loop_that_dies_stops_the_process_with_exit_code_1(
     assert "background loop died" in text and "failpoint dispatcher.loop raised" in text
 
 
+# One supervision policy for every task of every kind of process (app/process.py): the controller's
+# loops, the probe, and the segment store's tasks, embedded in `serve` or in `segment-store`.
+@pytest.mark.parametrize(
+    ("command", "task"),
+    [
+        ("serve", "segment-store-membership"),
+        ("serve", "metadata-store-probe"),
+        ("segment-store", "segment-store-orphans"),
+        ("segment-store", "segment-store-listener"),
+    ],
+)
+async def test_any_task_that_dies_ends_its_process_with_exit_code_1(
+    db_url: str, command: str, task: str
+) -> None:
+    ports = ["--segment-store-port", "0"]
+    if command == "serve":
+        ports += ["--grpc-port", "0", "--rest-port", "0", "--processes", "1"]
+    else:
+        ports += ["--segment-store-metrics-port", "0"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", command, "--db-url", db_url, *ports,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PGCONTROLLER_FAILPOINTS": f"task.{task}=raise"},
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    text = output.decode()
+    assert process.returncode == 1, text
+    assert "background loop died" in text and f"failpoint task.{task} raised" in text, text
+
+
 # A script that starts a server with the test harness, names its pid, then waits to be killed.
 _PARENT = """
 import asyncio, sys
