@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.kvtclient.errors import (
     BadKeyVersion,
     InvalidKey,
@@ -24,7 +25,7 @@ from app.kvtclient.errors import (
     TableUnavailable,
 )
 from app.kvtclient.model import MAX_BATCH_KEYS
-from app.segmentstore.client.connections import ConnectionPool, Endpoint, next_request_id
+from app.segmentstore.client.connections import ConnectionPool, next_request_id
 from app.segmentstore.wire import commands as wc
 
 R = TypeVar("R", bound=wc.Command)
@@ -44,7 +45,7 @@ _ENTRY_OVERHEAD: Final = 4 + 4 + 8 + 4 + 4
 # ErrorMessage.error_code of Java's IllegalArgumentException (a key of the wrong length).
 _ILLEGAL_ARGUMENT: Final = 0
 
-Resolve = Callable[[bool], Awaitable[Endpoint]]
+Resolve = Callable[[bool], Awaitable[HostAddress]]
 # The delegation token to send; `refresh`: the store said the last one expired.
 Token = Callable[[bool], Awaitable[str]]
 # WireCommands.AuthTokenCheckFailed.ErrorCode.TOKEN_EXPIRED.
@@ -145,7 +146,7 @@ class TableSegment:
                 last = "the delegation token expired"
                 continue
             if isinstance(reply, wc.WrongHost):
-                last = f"{endpoint[0]}:{endpoint[1]} does not own it (it names {reply.correct_host!r})"
+                last = f"{endpoint} does not own it (it names {reply.correct_host!r})"
                 continue
             raise self._failure(command, reply)
         raise TableUnavailable(f"{self.name}: no answer after {ATTEMPTS} attempts: {last}")

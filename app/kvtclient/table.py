@@ -24,6 +24,7 @@ from grpclib.client import Channel
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.domain.hosts import HostAddress
 from app.domain.kvtables import kvt_stream_name, table_segment_name
 from app.kvtclient.controller import CONTROLLER_TIMEOUT_S, ask_controller, controller_tls, open_channel
 from app.kvtclient.errors import BadKeyVersion, InvalidKey, TableNotFound, TableUnavailable
@@ -46,7 +47,7 @@ from app.kvtclient.model import (
 )
 from app.kvtclient.routing import KvtSegments, SegmentRange
 from app.kvtclient.segment import Resolve, TableSegment
-from app.segmentstore.client.connections import ConnectionPool, Endpoint
+from app.segmentstore.client.connections import ConnectionPool
 
 # KeyValueTableIteratorImpl.Builder's default maxIterationSize.
 DEFAULT_PAGE_SIZE: Final = 10
@@ -93,7 +94,7 @@ class KeyValueTable:
         self._channel = channel
         self._stub = ControllerServiceStub(channel)
         self._pool = ConnectionPool(timeout_s=request_timeout_s, tls=tls)
-        self._endpoints: dict[int, Endpoint] = {}
+        self._endpoints: dict[int, HostAddress] = {}
         self._by_id = {
             r.segment_id: TableSegment(
                 table_segment_name(scope, name, r.segment_id),
@@ -375,7 +376,7 @@ class KeyValueTable:
             return self._delegation_token
 
     def _resolver(self, segment_id: int) -> Resolve:
-        async def resolve(refresh: bool) -> Endpoint:
+        async def resolve(refresh: bool) -> HostAddress:
             known = self._endpoints.get(segment_id)
             if known is not None and not refresh:
                 return known
@@ -389,7 +390,7 @@ class KeyValueTable:
                 f"the segment store of {self.scope}/{self.name} segment {segment_id}",
                 self._stub.getURI(request, timeout=CONTROLLER_TIMEOUT_S),
             )
-            endpoint = (uri.endpoint, uri.port)
+            endpoint = HostAddress(uri.endpoint, uri.port)
             self._endpoints[segment_id] = endpoint
             return endpoint
 

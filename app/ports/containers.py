@@ -14,7 +14,7 @@ from app.domain.records import Versioned
 class SegmentStoreLocator(Protocol):
     """Where a segment's container lives: answers getURI without touching storage."""
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]: ...
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,9 +35,8 @@ class StaticContainerMap:
     def container_for(self, qualified_name: str) -> int:
         return container_for_segment(qualified_name, self.container_count)
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
-        owner = self._owners[self.container_for(qualified_name)]
-        return owner.host, owner.port
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress:
+        return self._owners[self.container_for(qualified_name)]
 
     def assignment(self) -> dict[int, HostAddress]:
         return dict(self._owners)
@@ -82,9 +81,8 @@ class SharedContainerMap:
     def container_for(self, qualified_name: str) -> int:
         return container_for_segment(qualified_name, self.container_count)
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
-        owner = self._owner(self.container_for(qualified_name))
-        return owner.host, owner.port
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress:
+        return self._owner(self.container_for(qualified_name))
 
     def assignment(self) -> dict[int, HostAddress]:
         return {container: self._owner(container) for container in range(self.container_count)}

@@ -6,6 +6,7 @@ These are the hot read paths; each is one store read (getURI none at all).
 from __future__ import annotations
 
 from app.domain.errors import IllegalState, InvalidInput
+from app.domain.hosts import HostAddress
 from app.domain.ids import qualified_segment_name
 from app.domain.names import require_present, require_scope_name, require_stream_name
 from app.domain.records import SegmentRecord, StreamState
@@ -56,7 +57,7 @@ class SegmentQueries:
             return False
         return epoch.contains(segment)
 
-    def uri(self, scope: str, stream: str, segment: int) -> tuple[str, int]:
+    def uri(self, scope: str, stream: str, segment: int) -> HostAddress:
         """Where the segment's container lives. No existence check: clients ask for reader-group
         table segments the controller never created (their names, e.g. `<kvt>_kvtable`, are
         outside the stream-name rule), and nothing is queried: only presence is checked."""

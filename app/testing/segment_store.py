@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from app.clock import SystemClock
+from app.domain.hosts import HostAddress
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.server import SegmentStoreServer
 from app.store.db import Database
@@ -16,10 +17,10 @@ from app.store.segment_data import PgSegmentStorage
 class OneHost:
     """Every segment on one store (the embedded store's container map)."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: HostAddress) -> None:
         self._address = address
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress:
         return self._address
 
 
@@ -30,7 +31,7 @@ async def embedded_segment_store(
     server = await SegmentStoreServer.start(
         PgSegmentStorage(pool, SystemClock()), "127.0.0.1", 0, tail_wait_s=tail_wait_s
     )
-    client = WireSegmentStore(OneHost(server.address))
+    client = WireSegmentStore(OneHost(HostAddress(*server.address)))
     try:
         yield client
     finally:

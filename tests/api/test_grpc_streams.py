@@ -10,6 +10,7 @@ from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.domain.hosts import HostAddress
 from app.domain.ids import qualified_segment_name, segment_id
 from app.domain.records import ScalingPolicy, StreamConfig, StreamState
 from app.testing.controller import Services
@@ -318,16 +319,16 @@ async def test_get_uri_follows_the_container_map_without_existence_checks(
             pb.SegmentId(streamInfo=pb.StreamInfo(scope="anything", stream=stream), segmentId=number)
         )
         expected = services.locator.endpoint_for_segment(f"anything/{stream}/{number}.#epoch.0")
-        assert (uri.endpoint, uri.port) == expected
+        assert HostAddress(uri.endpoint, uri.port) == expected
     seen = set()
     for number in range(64):
         uri = await stub.getURI(
             pb.SegmentId(streamInfo=pb.StreamInfo(scope="a", stream="b"), segmentId=number)
         )
-        seen.add((uri.endpoint, uri.port))
+        seen.add(HostAddress(uri.endpoint, uri.port))
     # One embedded segment store owns every container, and getURI names its bound address.
     assert len(seen) == 1 and seen == {services.locator.endpoint_for_segment("a/b/0.#epoch.0")}
-    assert next(iter(seen))[1] != 12345, "the harness binds the embedded store to a free port"
+    assert next(iter(seen)).port != 12345, "the harness binds the embedded store to a free port"
 
 
 async def test_server_list_delegation_token_and_unimplemented(stub: ControllerServiceStub) -> None:

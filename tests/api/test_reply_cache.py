@@ -13,6 +13,7 @@ from app.api.grpc.preencoded import PreEncoded, encode_reply
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.api.grpc.reply_cache import ReplyCache, with_token
+from app.domain.hosts import HostAddress
 from app.domain.records import SegmentRecord
 from app.metrics.registry import counter
 from app.testing.controller import Services
@@ -119,7 +120,7 @@ async def test_get_uri_answers_from_bytes(stub: ControllerServiceStub, services:
     await stream_with(stub, 1)
     for _ in range(2):
         uri = await stub.getURI(pb.SegmentId(streamInfo=S, segmentId=seg(0)))
-        assert (uri.endpoint, uri.port) == services.segments.uri("sc", "s", seg(0))
+        assert HostAddress(uri.endpoint, uri.port) == services.segments.uri("sc", "s", seg(0))
 
 
 # --- the bytes themselves -------------------------------------------------------------------------

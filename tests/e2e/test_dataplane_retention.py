@@ -27,6 +27,7 @@ import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.domain.hosts import HostAddress
 from app.domain.ids import qualified_segment_name
 from app.segmentstore.client.connections import Connection, next_request_id
 from app.segmentstore.wire import commands as wc
@@ -202,7 +203,7 @@ def check_reclaimed(rows: Mapping[int, asyncpg.Record]) -> None:
 
 async def read_at(served: ServedProcess, segment: int, offset: int) -> wc.Command:
     assert served.segment_store_port is not None
-    connection = await Connection.open(("127.0.0.1", served.segment_store_port), 5.0)
+    connection = await Connection.open(HostAddress("127.0.0.1", served.segment_store_port), 5.0)
     try:
         name = qualified_segment_name(SCOPE, STREAM, segment)
         return await connection.request(wc.ReadSegment(name, offset, 1000, "", next_request_id()), 5.0)

@@ -12,6 +12,7 @@ import socket
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.domain.hosts import HostAddress
 from app.kvtclient import (
     NOT_EXISTS,
     BadKeyVersion,
@@ -310,9 +311,9 @@ async def test_a_request_to_a_dead_endpoint_is_retried_where_the_controller_says
         real = next(iter(table._by_id.values()))
         asked: list[bool] = []
         right = await real._resolve(True)
-        dead = ("127.0.0.1", closed_port())
+        dead = HostAddress("127.0.0.1", closed_port())
 
-        async def first_dead(refresh: bool) -> tuple[str, int]:
+        async def first_dead(refresh: bool) -> HostAddress:
             asked.append(refresh)
             return right if refresh else dead
 
@@ -320,7 +321,7 @@ async def test_a_request_to_a_dead_endpoint_is_retried_where_the_controller_says
         assert await flaky.put([(b"user0001", b"v", -(1 << 63))]) == [0]
         assert asked == [False, True]
 
-        async def always_dead(refresh: bool) -> tuple[str, int]:
+        async def always_dead(refresh: bool) -> HostAddress:
             return dead
 
         hopeless = TableSegment(real.name, real.segment_id, real._pool, always_dead)

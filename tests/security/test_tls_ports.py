@@ -20,6 +20,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.kvtclient import KeyValueTable, TableKey, TableUnavailable, create_table
 from app.kvtclient.controller import controller_tls
 from app.security.certs import CertFiles, make_dev_certs
@@ -131,7 +132,7 @@ async def test_rest_is_served_over_tls_only(
 
 
 async def segment_info(port: int, context: ssl.SSLContext | None) -> wc.Command:
-    connection = await Connection.open(("127.0.0.1", port), 10, context)
+    connection = await Connection.open(HostAddress("127.0.0.1", port), 10, context)
     try:
         return await connection.request(wc.GetStreamSegmentInfo(7, "sc/none/0.#epoch.0", ""), 10)
     finally:

@@ -19,6 +19,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.security.certs import CertFiles, make_dev_certs
 from app.security.tls import trusting
 from app.segmentstore.client.connections import Connection
@@ -97,7 +98,7 @@ async def create_stream_and_locate(served: ServedProcess, certs: CertFiles) -> p
 
 
 async def segment_info(host: str, port: int, certs: CertFiles) -> wc.Command:
-    connection = await Connection.open((host, port), 10, trusting(certs.ca_cert))
+    connection = await Connection.open(HostAddress(host, port), 10, trusting(certs.ca_cert))
     try:
         return await connection.request(wc.GetStreamSegmentInfo(7, "tls/none/0.#epoch.0", ""), 10)
     finally:

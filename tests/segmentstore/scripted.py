@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from app.domain.hosts import HostAddress
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode, read_command
 
@@ -45,14 +46,14 @@ class ScriptedServer:
     )
     received: list[Received] = field(default_factory=list)
     connections: int = 0
-    address: tuple[str, int] = ("", 0)
+    address: HostAddress = field(default_factory=lambda: HostAddress("", 0))
     _server: asyncio.Server | None = None
     # Set when a client connection ended (the client closed it, or the script dropped it).
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
-    def endpoint(self) -> tuple[str, int]:
+    def endpoint(self) -> HostAddress:
         return self.address
 
     def requests(self, kind: type[wc.Command] | None = None) -> list[wc.Command]:
@@ -61,7 +62,7 @@ class ScriptedServer:
     async def start(self) -> ScriptedServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         host, port = self._server.sockets[0].getsockname()[:2]
-        self.address = (host, port)
+        self.address = HostAddress(host, port)
         return self
 
     async def close(self) -> None:
@@ -120,10 +121,10 @@ async def scripted(script: Script, **kwargs: object) -> AsyncIterator[ScriptedSe
 class FixedLocator:
     """Names the endpoints in turn, one per call (the last one forever); counts the calls."""
 
-    def __init__(self, *endpoints: tuple[str, int]) -> None:
+    def __init__(self, *endpoints: HostAddress) -> None:
         self.endpoints = list(endpoints)
         self.calls: list[str] = []
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress:
         self.calls.append(qualified_name)
         return self.endpoints[min(len(self.calls), len(self.endpoints)) - 1]

@@ -20,6 +20,7 @@ from app.domain.errors import (
     NotFound,
     StoreUnavailable,
 )
+from app.domain.hosts import HostAddress
 from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStore
@@ -86,7 +87,7 @@ def answering(**special: Callable[[wc.Command], Answer]) -> Callable[[wc.Command
 async def make_store() -> AsyncIterator[Callable[..., WireSegmentStore]]:
     stores: list[WireSegmentStore] = []
 
-    def make(*endpoints: tuple[str, int], **kwargs: Any) -> WireSegmentStore:
+    def make(*endpoints: HostAddress, **kwargs: Any) -> WireSegmentStore:
         store = WireSegmentStore(FixedLocator(*endpoints), **kwargs)
         stores.append(store)
         return store
@@ -312,7 +313,7 @@ async def test_connection_refused_is_retryable(make_store: Callable[..., WireSeg
     with pytest.raises(StoreUnavailable, match="cannot connect") as refused:
         await make_store(server.endpoint).create_segment(SEG, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
     # The address is for the operator's log (a note), never in what a caller is sent.
-    port = str(server.endpoint[1])
+    port = str(server.endpoint.port)
     sent = message_for(refused.value)
     assert port not in sent and "127.0.0.1" not in sent, sent
     assert any(port in note for note in refused.value.__notes__), refused.value.__notes__
@@ -323,7 +324,7 @@ async def test_a_timeout_names_no_address_to_the_caller(make_store: Callable[...
         with pytest.raises(StoreUnavailable) as timed_out:
             await make_store(server.endpoint, request_timeout_s=0.2).delete_segment(SEG)
     sent = message_for(timed_out.value)
-    assert str(server.endpoint[1]) not in sent and "127.0.0.1" not in sent, sent
+    assert str(server.endpoint.port) not in sent and "127.0.0.1" not in sent, sent
 
 
 async def test_an_incompatible_hello_is_retryable(make_store: Callable[..., WireSegmentStore]) -> None:

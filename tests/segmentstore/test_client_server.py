@@ -12,6 +12,7 @@ import pytest
 
 from app.clock import SystemClock
 from app.domain.errors import IllegalState, NotFound
+from app.domain.hosts import HostAddress
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo
 from app.segmentstore.client import WireSegmentStore
@@ -29,10 +30,10 @@ SEG = "sc/st/0.#epoch.0"
 class MovableHost:
     """Every segment on one store, whose address the test may change."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: HostAddress) -> None:
         self.address = address
 
-    def endpoint_for_segment(self, qualified_name: str) -> tuple[str, int]:
+    def endpoint_for_segment(self, qualified_name: str) -> HostAddress:
         return self.address
 
 
@@ -46,14 +47,14 @@ class Real:
     async def start_server(self, port: int) -> None:
         storage = PgSegmentStorage(self.pool, SystemClock())
         self.server = await SegmentStoreServer.start(storage, "127.0.0.1", port, tail_wait_s=0.5)
-        self.locator.address = self.server.address
+        self.locator.address = HostAddress(*self.server.address)
 
 
 @pytest.fixture
 async def real(db_url: str) -> AsyncIterator[Real]:
     pool = await create_pool(db_url, min_size=1, max_size=4)
     server = await SegmentStoreServer.start(PgSegmentStorage(pool, SystemClock()), "127.0.0.1", 0)
-    locator = MovableHost(server.address)
+    locator = MovableHost(HostAddress(*server.address))
     built = Real(pool, server, locator, WireSegmentStore(locator, request_timeout_s=10.0))
     try:
         yield built
@@ -65,7 +66,7 @@ async def real(db_url: str) -> AsyncIterator[Real]:
 
 async def read_all(real: Real, name: str) -> bytes:
     read = wc.ReadSegment(name, 0, 1 << 20, "", next_request_id())
-    reply = expect(read, await real.client.pool.request(real.server.address, read), wc.SegmentRead)
+    reply = expect(read, await real.client.pool.request(real.locator.address, read), wc.SegmentRead)
     return reply.data
 
 
@@ -89,11 +90,11 @@ async def test_append_to_a_sealed_or_missing_segment(real: Real) -> None:
 
 async def test_a_restarted_server_costs_the_pooled_client_no_failure(real: Real) -> None:
     await real.client.create_segment(SEG, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
-    address = real.server.address
+    address = HostAddress(*real.server.address)
     assert real.client.pool.idle_count(address) == 1
     await real.server.close()  # the pooled connection dies with it
-    await real.start_server(address[1])
-    assert real.server.address == address
+    await real.start_server(address.port)
+    assert HostAddress(*real.server.address) == address
     # The dead pooled connection costs one retry on a new connection, not a failed call.
     assert await real.client.get_segment_info(SEG) == SegmentInfo(SEG, 0, 0, False)
     assert real.client.pool.idle_count(address) == 1

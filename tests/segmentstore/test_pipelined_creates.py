@@ -13,6 +13,7 @@ import pytest
 
 from app.clock import SystemClock
 from app.domain.errors import FinalFailure, NotFound
+from app.domain.hosts import HostAddress
 from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.segmentstore.client import WireSegmentStore
@@ -161,7 +162,8 @@ async def test_pipelined_creates_land_in_the_real_store(db_url: str) -> None:
     pool = await create_pool(db_url, min_size=1, max_size=4)
     storage = PgSegmentStorage(pool, SystemClock())
     server = await SegmentStoreServer.start(storage, "127.0.0.1", 0)
-    store = WireSegmentStore(FixedLocator(server.address), request_timeout_s=10.0)
+    address = HostAddress(*server.address)
+    store = WireSegmentStore(FixedLocator(address), request_timeout_s=10.0)
     try:
         for parent in PARENTS:
             await store.create_segment(parent, ScaleType.FIXED_NUM_SEGMENTS, 0, 0)
@@ -171,7 +173,7 @@ async def test_pipelined_creates_land_in_the_real_store(db_url: str) -> None:
             assert (await store.get_segment_info(name)).length == 0
         with pytest.raises(NotFound):
             await store.get_segment_info(transaction_segment_name(PARENTS[0], 5, 7))
-        assert store.pool.idle_count(server.address) >= 1
+        assert store.pool.idle_count(address) >= 1
     finally:
         await store.close()
         await server.close()

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.domain.records import ScaleType
 from app.observability.context import bound, new_request_id
 from app.observability.logs import ContextFilter, TextFormatter
@@ -100,7 +101,7 @@ async def test_a_refused_token_is_logged_on_both_sides_under_the_same_wire_reque
     tokens = TokenGate(TokenVerifier(b"the store's signing key"))
     server = await SegmentStoreServer.start(storage, "127.0.0.1", 0, tail_wait_s=0.5, tokens=tokens)
     forged = TokenSigner(b"another key").master()
-    store = WireSegmentStore(OneHost(server.address), token=lambda: forged)
+    store = WireSegmentStore(OneHost(HostAddress(*server.address)), token=lambda: forged)
     try:
         with bound(request=caller), pytest.raises(StoreUnavailable, match="refused the token"):
             await store.create_segment("sc/st/7.#epoch.0", ScaleType.FIXED_NUM_SEGMENTS, 0, 0)

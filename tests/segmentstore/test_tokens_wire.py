@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.security.tokens import Permission, TokenSigner, TokenVerifier, stream_resource
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.server import SegmentStoreServer
@@ -53,7 +54,7 @@ async def server(storage: PgSegmentStorage, clock: Clock) -> AsyncIterator[Segme
 @pytest.fixture
 async def controller(server: SegmentStoreServer, clock: Clock) -> AsyncIterator[WireSegmentStore]:
     master = TokenSigner(KEY, now=clock).master()
-    client = WireSegmentStore(OneHost(server.address), token=lambda: master)
+    client = WireSegmentStore(OneHost(HostAddress(*server.address)), token=lambda: master)
     try:
         await client.create_segment(SEG, 0, 0, 0)
         await client.create_segment(OTHER, 0, 0, 0)
@@ -86,7 +87,7 @@ async def test_the_controllers_own_calls_work_with_its_master_token(controller: 
 
 async def test_a_client_of_the_controller_without_the_key_is_refused(server: SegmentStoreServer) -> None:
     forged = TokenSigner(b"not the cluster's key", now=lambda: T0).master()
-    client = WireSegmentStore(OneHost(server.address), token=lambda: forged)
+    client = WireSegmentStore(OneHost(HostAddress(*server.address)), token=lambda: forged)
     try:
         with pytest.raises(StoreUnavailable, match="refused the token"):
             await client.create_segment("sc/x/0.#epoch.0", 0, 0, 0)

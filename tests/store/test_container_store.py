@@ -267,20 +267,20 @@ async def test_a_map_written_elsewhere_reaches_the_locator_within_a_second(
         async with running_locator(db_url, pool, notified=notified, poll_s=poll_s) as locator:
             queries = SegmentQueries(PgStreamStore(pool), locator)
             container = container_for_segment(NAME, COUNT)
-            assert locator.endpoint_for_segment(NAME) == ("static.local", 12345)
-            assert queries.uri("scope", "stream", 0) == ("static.local", 12345)
+            assert locator.endpoint_for_segment(NAME) == STATIC[0]
+            assert queries.uri("scope", "stream", 0) == STATIC[0]
 
             await service_over(leader_pool).rebalance([A, B])
             first = A if container % 2 == 0 else B  # the first map is uniform over sorted hosts
-            await eventually(lambda: locator.endpoint_for_segment(NAME) == (first.host, first.port), 1.0)
-            assert queries.uri("scope", "stream", 0) == (first.host, first.port)
+            await eventually(lambda: locator.endpoint_for_segment(NAME) == first, 1.0)
+            assert queries.uri("scope", "stream", 0) == first
             assert {c: (h.host, h.port) for c, h in locator.assignment().items()} == {
                 c: ((A if c % 2 == 0 else B).host, 12345) for c in range(COUNT)
             }
 
             # Everything leaves: the map empties and getURI falls back to the static host.
             await service_over(leader_pool).rebalance([])
-            await eventually(lambda: locator.endpoint_for_segment(NAME) == ("static.local", 12345), 1.0)
+            await eventually(lambda: locator.endpoint_for_segment(NAME) == STATIC[0], 1.0)
     finally:
         await leader_pool.close()
 
@@ -304,7 +304,7 @@ async def test_a_lost_database_leaves_the_last_map_answering(db_url: str) -> Non
     await service_over(pool).rebalance([A])
     locator = SharedContainerMap(COUNT, STATIC, PgContainerMapStore(pool), poll_s=0.05)
     await locator.refresh()
-    assert locator.endpoint_for_segment(NAME) == (A.host, A.port)
+    assert locator.endpoint_for_segment(NAME) == A
     await pool.close()
 
     with pytest.raises(StoreUnavailable):
@@ -313,7 +313,7 @@ async def test_a_lost_database_leaves_the_last_map_answering(db_url: str) -> Non
     try:
         await asyncio.sleep(0.3)  # several failed polls
         assert not task.done()
-        assert locator.endpoint_for_segment(NAME) == (A.host, A.port)
+        assert locator.endpoint_for_segment(NAME) == A
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -324,5 +324,5 @@ def test_metadata_segments_beyond_the_count_still_get_a_host() -> None:
     static = (HostAddress("s1", 1), HostAddress("s2", 2))
     locator = SharedContainerMap(COUNT, static, PgContainerMapStore(None))
     # _system/containers/metadata_<N> names its container directly, unchecked against the count.
-    assert locator.endpoint_for_segment("_system/containers/metadata_9") == ("s2", 2)
-    assert locator.endpoint_for_segment("_system/containers/metadata_2") == ("s1", 1)
+    assert locator.endpoint_for_segment("_system/containers/metadata_9") == static[1]
+    assert locator.endpoint_for_segment("_system/containers/metadata_2") == static[0]

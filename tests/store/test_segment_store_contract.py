@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pytest
 
 from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
+from app.domain.hosts import HostAddress
 from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStore
@@ -50,15 +51,16 @@ class Adapter:
 async def _wire(services: Services) -> AsyncIterator[Adapter]:
     storage = PgSegmentStorage(services.resources.pool, services.resources.clock)
     server = await SegmentStoreServer.start(storage, "127.0.0.1", 0)
-    client = WireSegmentStore(OneHost(server.address), request_timeout_s=10.0)
+    address = HostAddress(*server.address)
+    client = WireSegmentStore(OneHost(address), request_timeout_s=10.0)
 
     async def write(name: str, size: int) -> int:
         # Raw bytes, as a byte-stream writer appends them (the tests count bytes, some fewer than
         # an event's 8-byte header); a table segment grows by a table entry instead.
         if name == TABLE:
-            return await _put_table_entry(client, server.address, name, size)
+            return await _put_table_entry(client, address, name, size)
         writer_id = secrets.randbits(128)
-        async with client.pool.dedicated(server.address) as connection:
+        async with client.pool.dedicated(address) as connection:
             setup = wc.SetupAppend(next_request_id(), writer_id, name, "")
             expect(setup, await connection.request(setup, 10.0), wc.AppendSetup)
             block = wc.AppendBlockEnd(writer_id, size, bytes(size), 1, 1, next_request_id())
@@ -72,7 +74,7 @@ async def _wire(services: Services) -> AsyncIterator[Adapter]:
         await server.close()
 
 
-async def _put_table_entry(client: WireSegmentStore, address: tuple[str, int], name: str, size: int) -> int:
+async def _put_table_entry(client: WireSegmentStore, address: HostAddress, name: str, size: int) -> int:
     # The tests make the table with key length 16, and such a table takes only 16-byte keys.
     entry = (wc.TableKey(b"key-of-16-bytes!", wc.TABLE_KEY_NO_VERSION), wc.TableValue(bytes(size)))
     update = wc.UpdateTableEntries(next_request_id(), name, "", (entry,))

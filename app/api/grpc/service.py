@@ -326,8 +326,8 @@ class ControllerService:
 
     async def rpc_getURI(self, request: pb.SegmentId) -> PreEncoded:
         info = request.streamInfo
-        host, port = self._segments.uri(info.scope, info.stream, request.segmentId)
-        return PreEncoded(self._replies.node_uri(host, port), pb.NodeUri)
+        owner = self._segments.uri(info.scope, info.stream, request.segmentId)
+        return PreEncoded(self._replies.node_uri(owner.host, owner.port), pb.NodeUri)
 
     # --- transactions ---------------------------------------------------------------------
 

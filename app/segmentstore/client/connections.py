@@ -21,12 +21,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Final, TypeVar
 
 from app.domain.errors import StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.segmentstore.client import tracing
 from app.segmentstore.client.replies import describe
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
 
-Endpoint = tuple[str, int]
 UnavailableT = TypeVar("UnavailableT", bound=StoreUnavailable)
 _T = TypeVar("_T")
 
@@ -46,11 +46,6 @@ def _at(exc: UnavailableT, where: str, cause: BaseException | None = None) -> Un
     return exc
 
 
-def _show(endpoint: Endpoint) -> str:
-    host, port = endpoint
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class ConnectionLost(StoreUnavailable):
     """The peer closed or reset the connection (as opposed to a timeout or a bad reply)."""
 
@@ -59,7 +54,7 @@ class Connection:
     """One TCP connection that has completed the Hello exchange."""
 
     def __init__(
-        self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, endpoint: HostAddress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.endpoint = endpoint
         self._reader = reader
@@ -68,19 +63,19 @@ class Connection:
 
     @classmethod
     async def open(
-        cls, endpoint: Endpoint, timeout_s: float, tls: ssl.SSLContext | None = None
+        cls, endpoint: HostAddress, timeout_s: float, tls: ssl.SSLContext | None = None
     ) -> Connection:
         """Connects and says Hello; with `tls`, over TLS, verifying the store's certificate for
         the host name (or address) the container map gives it."""
-        where = _show(endpoint)
+        where = str(endpoint)
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 if tls is None:
-                    reader, writer = await asyncio.open_connection(*endpoint)
+                    reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
                 else:
                     reader, writer = await asyncio.open_connection(
-                        *endpoint, ssl=tls, server_hostname=endpoint[0]
+                        endpoint.host, endpoint.port, ssl=tls, server_hostname=endpoint.host
                     )
                 writer.write(encode(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION)))
                 await writer.drain()
@@ -117,7 +112,7 @@ class Connection:
         """Sends `command` and returns the reply carrying its request id. Any failure marks the
         connection broken (and closes it) before raising StoreUnavailable."""
         expected = getattr(command, "request_id", None)
-        where = _show(self.endpoint)
+        where = str(self.endpoint)
         name = type(command).__name__
         try:
             frame = encode(command)
@@ -144,7 +139,7 @@ class Connection:
     async def request_many(self, commands: Sequence[wc.Command], timeout_s: float) -> list[wc.Command]:
         """Sends `commands` pipelined (one write) and returns their replies in the order of
         `commands`, matched by request id. Any failure closes the connection before raising."""
-        where = _show(self.endpoint)
+        where = str(self.endpoint)
         name = type(commands[0]).__name__ if commands else "nothing"
         wire_ids = [_wire_id(command) for command in commands]
         order: dict[int | None, int] = {wire_id: index for index, wire_id in enumerate(wire_ids)}
@@ -182,7 +177,7 @@ class Connection:
         """An exchange's failures as the store's errors, each logged with the commands' wire ids.
         Any failure, a cancellation included, closes the connection before raising: a reply may
         still arrive on it, out of step."""
-        where = _show(self.endpoint)
+        where = str(self.endpoint)
 
         def spoilt(failure: StoreUnavailable, cause: BaseException | None = None) -> StoreUnavailable:
             self.close()
@@ -252,23 +247,23 @@ class ConnectionPool:
         self.timeout_s = timeout_s
         self._tls = tls
         self._max = max_per_endpoint
-        self._idle: dict[Endpoint, list[Connection]] = {}
-        self._slots: dict[Endpoint, asyncio.Semaphore] = {}
+        self._idle: dict[HostAddress, list[Connection]] = {}
+        self._slots: dict[HostAddress, asyncio.Semaphore] = {}
         self._closed = False
 
-    def idle_count(self, endpoint: Endpoint) -> int:
+    def idle_count(self, endpoint: HostAddress) -> int:
         return len(self._idle.get(endpoint, ()))
 
-    async def request(self, endpoint: Endpoint, command: wc.Command) -> wc.Command:
+    async def request(self, endpoint: HostAddress, command: wc.Command) -> wc.Command:
         return await self._on_pooled(endpoint, lambda c: c.request(command, self.timeout_s))
 
-    async def request_many(self, endpoint: Endpoint, commands: Sequence[wc.Command]) -> list[wc.Command]:
+    async def request_many(self, endpoint: HostAddress, commands: Sequence[wc.Command]) -> list[wc.Command]:
         """`commands` pipelined on one pooled connection: their replies, in their order. Costs
         one send each way instead of one per command, and a store that runs them at once groups
         their storage writes. Retried once on a new connection like `request`."""
         return await self._on_pooled(endpoint, lambda c: c.request_many(commands, self.timeout_s))
 
-    async def _on_pooled(self, endpoint: Endpoint, exchange: Callable[[Connection], Awaitable[_T]]) -> _T:
+    async def _on_pooled(self, endpoint: HostAddress, exchange: Callable[[Connection], Awaitable[_T]]) -> _T:
         """`exchange` on an idle connection, or on a new one when there is none or the idle one
         turns out to be closed (a store restarted since: its pooled connections are all dead)."""
         async with self._slot(endpoint):
@@ -288,7 +283,7 @@ class ConnectionPool:
             return answer
 
     @contextlib.asynccontextmanager
-    async def dedicated(self, endpoint: Endpoint) -> AsyncIterator[Connection]:
+    async def dedicated(self, endpoint: HostAddress) -> AsyncIterator[Connection]:
         """A new connection of one's own (an append session), closed when the block ends."""
         async with self._slot(endpoint):
             connection = await self._open(endpoint)
@@ -308,7 +303,7 @@ class ConnectionPool:
             await connection.wait_closed()
 
     @contextlib.asynccontextmanager
-    async def _slot(self, endpoint: Endpoint) -> AsyncIterator[None]:
+    async def _slot(self, endpoint: HostAddress) -> AsyncIterator[None]:
         if self._closed:
             raise StoreUnavailable("the segment-store client is closed")
         slots = self._slots.get(endpoint)
@@ -317,7 +312,7 @@ class ConnectionPool:
         async with slots:
             yield
 
-    async def _open(self, endpoint: Endpoint) -> Connection:
+    async def _open(self, endpoint: HostAddress) -> Connection:
         return await Connection.open(endpoint, self.timeout_s, self._tls)
 
     def _release(self, connection: Connection) -> None:
@@ -326,6 +321,6 @@ class ConnectionPool:
             return
         self._idle.setdefault(connection.endpoint, []).append(connection)
 
-    def _drop_idle(self, endpoint: Endpoint) -> None:
+    def _drop_idle(self, endpoint: HostAddress) -> None:
         for connection in self._idle.pop(endpoint, []):
             connection.close()

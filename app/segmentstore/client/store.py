@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
 from app.domain.errors import InvalidInput, NotFound, StoreUnavailable
+from app.domain.hosts import HostAddress
 from app.domain.ids import transaction_segment_name
 from app.domain.records import ScaleType
 from app.ports import SegmentInfo, SegmentStoreLocator
-from app.segmentstore.client.connections import ConnectionPool, Endpoint, next_request_id
+from app.segmentstore.client.connections import ConnectionPool, next_request_id
 from app.segmentstore.client.replies import WrongHostReply, expect
 from app.segmentstore.wire import commands as wc
 
@@ -221,7 +222,7 @@ class WireSegmentStore:
             data = _EVENT_HEADER.pack(0, size - EVENT_HEADER_BYTES) + bytes(size - EVENT_HEADER_BYTES)
         writer_id = secrets.randbits(128)
 
-        async def attempt(endpoint: Endpoint) -> int:
+        async def attempt(endpoint: HostAddress) -> int:
             async with self._pool.dedicated(endpoint) as connection:
                 setup = wc.SetupAppend(next_request_id(), writer_id, name, self._token())
                 appended = expect(
@@ -257,7 +258,7 @@ class WireSegmentStore:
             raise ValueError(f"an expected offset is never negative, not {expected_offset}")
         writer_id = secrets.randbits(128)
 
-        async def attempt(endpoint: Endpoint) -> int | None:
+        async def attempt(endpoint: HostAddress) -> int | None:
             async with self._pool.dedicated(endpoint) as connection:
                 setup = wc.SetupAppend(next_request_id(), writer_id, name, self._token())
                 expect(setup, await connection.request(setup, self._pool.timeout_s), wc.AppendSetup)
@@ -314,7 +315,7 @@ class WireSegmentStore:
         if len(names) <= 1:
             await _for_each(names, alone)
             return
-        by_owner: dict[Endpoint, list[str]] = {}
+        by_owner: dict[HostAddress, list[str]] = {}
         for name in names:
             by_owner.setdefault(self._locator.endpoint_for_segment(name), []).append(name)
         chunks = [
@@ -324,7 +325,7 @@ class WireSegmentStore:
         ]
         disowned: list[str] = []
 
-        async def pipelined(endpoint: Endpoint, chunk: list[str]) -> None:
+        async def pipelined(endpoint: HostAddress, chunk: list[str]) -> None:
             commands = [
                 wc.CreateSegment(
                     next_request_id(), name, target_rate, scale_type, self._token(), rollover_size_bytes
@@ -358,17 +359,17 @@ class WireSegmentStore:
         """One request about `segment` to its owner (a fresh request id per attempt); the reply
         when it is one of `success`, else the exception `replies.failure` names."""
 
-        async def attempt(endpoint: Endpoint) -> C:
+        async def attempt(endpoint: HostAddress) -> C:
             command = build(next_request_id())
             return expect(command, await self._pool.request(endpoint, command), success)
 
         return await self._on_owner(segment, attempt)
 
-    async def _on_owner(self, segment: str, attempt: Callable[[Endpoint], Awaitable[T]]) -> T:
+    async def _on_owner(self, segment: str, attempt: Callable[[HostAddress], Awaitable[T]]) -> T:
         """Runs `attempt` against the host the locator names for `segment`, asking the locator
         again after each WrongHost; StoreUnavailable when the hosts keep disowning it."""
         last: WrongHostReply | None = None
-        endpoint: Endpoint = ("", 0)
+        endpoint = HostAddress("", 0)
         for retry in range(_WRONG_HOST_ATTEMPTS):
             endpoint = self._locator.endpoint_for_segment(segment)
             try:
@@ -382,7 +383,7 @@ class WireSegmentStore:
             f"segment {segment}: the segment stores disowned it {_WRONG_HOST_ATTEMPTS} times"
         )
         # Addresses are logged with the error id, never sent to the caller.
-        disowned.add_note(f"last asked {endpoint[0]}:{endpoint[1]}, which named {named!r}")
+        disowned.add_note(f"last asked {endpoint}, which named {named!r}")
         raise disowned
 
 
