@@ -45,10 +45,16 @@ async def _delete_segments(deps: WorkflowDeps, record: KvtRecord) -> None:
             await failpoint("kvt_delete.after_first_segment")
 
 
-class CreateKvtHandler:
+class _KvtHandler:
+    """What a table's create and delete handlers share: the workflow's dependencies and the
+    table store."""
+
     def __init__(self, deps: WorkflowDeps, kvts: KvtStore) -> None:
         self._deps = deps
         self._kvts = kvts
+
+
+class CreateKvtHandler(_KvtHandler):
 
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope, name, kvt_id = _target(request)
@@ -106,10 +112,7 @@ class CreateKvtHandler:
         return await retry_conflicts(step, f"state of key-value table {scope}/{name}")
 
 
-class DeleteKvtHandler:
-    def __init__(self, deps: WorkflowDeps, kvts: KvtStore) -> None:
-        self._deps = deps
-        self._kvts = kvts
+class DeleteKvtHandler(_KvtHandler):
 
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope, name, kvt_id = _target(request)
