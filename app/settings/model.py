@@ -96,6 +96,39 @@ class Settings:
     # Listeners and identity.
     grpc_host: str = setting("127.0.0.1", metavar="HOST", help="gRPC listener address")
     grpc_port: int = setting(9090, metavar="PORT", check=port, help="gRPC listener port (0: any free port)")
+    grpc_max_concurrent_streams: int = setting(
+        100,
+        check=positive,
+        help="gRPC calls one HTTP/2 connection may run at once, advertised as "
+        "SETTINGS_MAX_CONCURRENT_STREAMS (h2's default); a call the client cancelled counts until its "
+        "handler has ended, and one past the limit is refused with REFUSED_STREAM (grpc-go's "
+        "rapid-reset fix, CVE-2023-44487)",
+    )
+    grpc_max_resets_per_window: int = setting(
+        200,
+        check=positive,
+        help="RST_STREAM frames a gRPC connection may send, plus its streams refused, per "
+        "--grpc-frame-window-s; past it: GOAWAY ENHANCE_YOUR_CALM and the connection is closed "
+        "(Netty's Http2MaxRstFrameDecoder default: 200 per 30 s; rapid reset, CVE-2023-44487)",
+    )
+    grpc_max_pings_per_window: int = setting(
+        100,
+        check=positive,
+        help="PING frames a gRPC connection may send per --grpc-frame-window-s while the server sends it "
+        "no call data (keepalive and BDP pings never come near); past it: GOAWAY ENHANCE_YOUR_CALM (a "
+        "PING flood costs an ACK each)",
+    )
+    grpc_max_settings_per_window: int = setting(
+        100,
+        check=positive,
+        help="SETTINGS frames a gRPC connection may send per --grpc-frame-window-s; past it: GOAWAY "
+        "ENHANCE_YOUR_CALM (a SETTINGS flood costs an ACK each)",
+    )
+    grpc_frame_window_s: float = setting(
+        30.0,
+        check=positive,
+        help="the window the gRPC connection's reset, PING and SETTINGS budgets count in (Netty's 30 s)",
+    )
     rest_host: str = setting("127.0.0.1", metavar="HOST", help="REST listener address")
     rest_port: int = setting(9091, metavar="PORT", check=port, help="REST listener port (0: any free port)")
     advertise_host: str | None = setting(

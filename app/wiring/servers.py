@@ -14,6 +14,8 @@ from aiohttp import web
 
 from app.api.grpc.access_log import attach as attach_access_log
 from app.api.grpc.auth import GrpcGuard
+from app.api.grpc.coalescing import limit_connections
+from app.api.grpc.h2_limits import H2Limits
 from app.api.grpc.health import health_service
 from app.api.grpc.inflight import InFlightCalls
 from app.api.grpc.limits import bounded_server
@@ -129,6 +131,17 @@ async def _start_grpc(
         metrics=not settings.no_metrics,
     )
     server = bounded_server([service, health_service(health, service)])
+    # Pre-auth HTTP/2 abuse (rapid reset, PING/SETTINGS floods): app/api/grpc/h2_limits.py.
+    limit_connections(
+        server,
+        H2Limits(
+            max_concurrent_streams=settings.grpc_max_concurrent_streams,
+            max_resets_per_window=settings.grpc_max_resets_per_window,
+            max_pings_per_window=settings.grpc_max_pings_per_window,
+            max_settings_per_window=settings.grpc_max_settings_per_window,
+            window_s=settings.grpc_frame_window_s,
+        ),
+    )
     in_flight.attach(server)
     attach_access_log(server)
     await server.start(sock=sock, ssl=tls)

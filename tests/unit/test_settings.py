@@ -28,6 +28,11 @@ SAMPLES = {
     "data_dir": "/var/lib/pgc",
     "grpc_host": "0.0.0.0",
     "grpc_port": "19090",
+    "grpc_max_concurrent_streams": "50",
+    "grpc_max_resets_per_window": "400",
+    "grpc_max_pings_per_window": "20",
+    "grpc_max_settings_per_window": "30",
+    "grpc_frame_window_s": "10.5",
     "rest_host": "::",
     "rest_port": "19091",
     "advertise_host": "ctl-1.example",
@@ -93,6 +98,11 @@ SAMPLES = {
 # only through its variable (the flag takes no value).
 BAD = {
     "grpc_port": ["70000", "-1", "abc", "90.5"],
+    "grpc_max_concurrent_streams": ["0", "-1", "many"],
+    "grpc_max_resets_per_window": ["0"],
+    "grpc_max_pings_per_window": ["0"],
+    "grpc_max_settings_per_window": ["0"],
+    "grpc_frame_window_s": ["0", "-2.5"],
     "rest_port": ["65536"],
     "instance_id": [""],
     "processes": ["0", "-1"],

@@ -15,6 +15,7 @@ from typing import Any
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
+from app.api.grpc.h2_limits import H2Limits, LimitedH2Protocol
 from app.turns import EndOfTurn
 
 
@@ -81,7 +82,17 @@ def _coalesced(protocol: H2Protocol) -> H2Protocol:
 
 
 class CoalescingServer(grpclib.server.Server):
-    """grpclib's server, each connection's writes coalesced per loop turn."""
+    """grpclib's server, each connection's writes coalesced per loop turn and its HTTP/2 use held
+    to `h2_limits` (app/api/grpc/h2_limits.py: rapid reset, PING and SETTINGS floods)."""
+
+    h2_limits = H2Limits()
 
     def _protocol_factory(self) -> H2Protocol:
-        return _coalesced(super()._protocol_factory())
+        return _coalesced(LimitedH2Protocol(super()._protocol_factory(), self.h2_limits))
+
+
+def limit_connections(server: grpclib.server.Server, limits: H2Limits) -> None:
+    """Holds every connection `server` accepts from now on to `limits`."""
+    if not isinstance(server, CoalescingServer):
+        raise TypeError(f"{type(server).__name__} cannot limit its connections")
+    server.h2_limits = limits

@@ -1,0 +1,244 @@
+"""The gRPC port's HTTP/2 limits per connection, on top of grpclib's protocol: what a client may
+ask of the server before it has said who it is.
+
+- Handlers: at most `max_concurrent_streams` running per connection (the value advertised as
+  SETTINGS_MAX_CONCURRENT_STREAMS). h2 counts a stream the client reset as closed at once, while
+  its handler still runs; past the limit a new stream is refused with REFUSED_STREAM, as grpc-go
+  bounds its handlers since CVE-2023-44487 (rapid reset).
+- Resets: RST_STREAM frames from the client, and the streams refused above, at most
+  `max_resets_per_window` per window (Netty's Http2MaxRstFrameDecoder: 200 per 30 s).
+- PING and SETTINGS frames: h2 answers each with an ACK, so a flood is work and write buffer for
+  nothing; at most so many per window (PINGs counted only while the server sends no stream frames,
+  as grpc-go forgives pings once it has sent data, so BDP and keepalive pings never count up).
+
+Past a budget the connection is told GOAWAY ENHANCE_YOUR_CALM and closed. Bytes are fed to h2 in
+slices so a budget spent in a large read stops the work on the rest of it. A handler whose task
+was cancelled before it ever ran releases its stream too (grpclib releases it only from the
+handler), so a reset stream holds nothing until the connection ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from grpclib.protocol import AbstractHandler, Connection, EventsProcessor, H2Protocol, Stream
+from h2.errors import ErrorCodes
+from h2.events import Event as H2Event
+from h2.events import PingReceived, RemoteSettingsChanged, RequestReceived, StreamReset
+from h2.exceptions import ProtocolError
+from h2.settings import SettingCodes
+
+log = logging.getLogger(__name__)
+
+# h2 parses a whole read (up to 256 KiB from asyncio) before grpclib sees one event; fed in
+# slices, a connection over its budget costs at most one slice more (about 150 streams here).
+FEED_SLICE_BYTES = 4 * 1024
+# One warning line per this many seconds, however many connections are cut off.
+CUT_OFF_LOG_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True)
+class H2Limits:
+    """Per-connection budgets; the settings' defaults are these (app/settings/model.py)."""
+
+    max_concurrent_streams: int = 100
+    max_resets_per_window: int = 200
+    max_pings_per_window: int = 100
+    max_settings_per_window: int = 100
+    window_s: float = 30.0
+
+
+class WindowBudget:
+    """At most `limit` spends per fixed window of `window_s`, the window starting at the first
+    spend after the previous one ended (Netty's Http2MaxRstFrameListener counts so)."""
+
+    def __init__(self, limit: int, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = limit
+        self._window_s = window_s
+        self._clock = clock
+        self._started = 0.0
+        self._spent = 0
+
+    def spend(self) -> bool:
+        """False once this window's spends exceed the limit."""
+        now = self._clock()
+        if self._spent == 0 or now - self._started >= self._window_s:
+            self._started, self._spent = now, 0
+        self._spent += 1
+        return self._spent <= self._limit
+
+    def forgive(self) -> None:
+        self._spent = 0
+
+
+class _CutOffLog:
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._suppressed = 0
+
+    def warning(self, peer: Any, reason: str) -> None:
+        now = time.monotonic()
+        if self._last is not None and now - self._last < CUT_OFF_LOG_INTERVAL_S:
+            self._suppressed += 1
+            return
+        more = f" ({self._suppressed} more since the last such line)" if self._suppressed else ""
+        self._last, self._suppressed = now, 0
+        log.warning("gRPC connection from %s cut off (GOAWAY ENHANCE_YOUR_CALM): %s%s", peer, reason, more)
+
+
+_cut_offs = _CutOffLog()
+
+
+class LimitedEventsProcessor(EventsProcessor):
+    """grpclib's event processor, each event first charged to the connection's budgets."""
+
+    def __init__(self, handler: AbstractHandler, connection: Connection, limits: H2Limits) -> None:
+        super().__init__(handler, connection)
+        self._limits = limits
+        self._resets = WindowBudget(limits.max_resets_per_window, limits.window_s)
+        self._pings = WindowBudget(limits.max_pings_per_window, limits.window_s)
+        self._settings = WindowBudget(limits.max_settings_per_window, limits.window_s)
+        self.cut_off = False
+        # grpc-go's rule: a ping is only suspect while the server has sent nothing since.
+        for name in ("headers_send_process", "data_send_process"):
+            connection.__dict__[name] = self._forgiving(getattr(connection, name))
+
+    def _forgiving(self, sent: Callable[[], None]) -> Callable[[], None]:
+        pings = self._pings
+
+        def on_send() -> None:
+            pings.forgive()
+            sent()
+
+        return on_send
+
+    def process(self, event: H2Event) -> None:
+        if self.cut_off:
+            return
+        if isinstance(event, RequestReceived):
+            if self._reset_already(event.stream_id):
+                return
+            if len(self.streams) >= self._limits.max_concurrent_streams:
+                self._refuse(event.stream_id)
+                return
+        elif isinstance(event, StreamReset):
+            if event.remote_reset and not self._resets.spend():
+                self._cut_off(f"over {self._limits.max_resets_per_window} stream resets in {self._window}")
+                return
+        elif isinstance(event, PingReceived):
+            if not self._pings.spend():
+                self._cut_off(f"over {self._limits.max_pings_per_window} PINGs in {self._window}")
+                return
+        elif isinstance(event, RemoteSettingsChanged) and not self._settings.spend():
+            self._cut_off(f"over {self._limits.max_settings_per_window} SETTINGS in {self._window}")
+            return
+        super().process(event)
+
+    def _reset_already(self, stream_id: int | None) -> bool:
+        # h2 parses a whole read before any event is handled: a stream the client opened and
+        # reset in that read is closed by now, and a handler started for it would only be cancelled
+        # (its StreamReset, next in the events, is still charged to the budget).
+        # (h2 drops a closed stream from its table when it next counts the open ones.)
+        if stream_id is None:
+            return True
+        stream = self.connection._connection.streams.get(stream_id)
+        return stream is None or stream.closed
+
+    @property
+    def _window(self) -> str:
+        return f"{self._limits.window_s:g} s"
+
+    def _refuse(self, stream_id: int) -> None:
+        # A refused stream is a reset the client made us send: it spends the same budget.
+        if not self._resets.spend():
+            self._cut_off(
+                f"over {self._limits.max_resets_per_window} streams reset or refused in {self._window} "
+                f"(more than {self._limits.max_concurrent_streams} handlers running)"
+            )
+            return
+        h2 = self.connection._connection
+        h2.reset_stream(stream_id, error_code=ErrorCodes.REFUSED_STREAM)
+
+    def _cut_off(self, reason: str) -> None:
+        self.cut_off = True
+        if self.connection.is_closing():
+            return
+        _cut_offs.warning(self.connection.get_peer().addr(), reason)
+        h2 = self.connection._connection
+        h2.close_connection(error_code=ErrorCodes.ENHANCE_YOUR_CALM)
+        self.connection.flush()
+        self.close(f"cut off: {reason}")
+
+    def register(self, stream: Stream) -> Callable[[], None]:
+        release = super().register(stream)
+        released = False
+
+        def release_once() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                release()
+
+        return release_once
+
+
+class LimitedHandler(AbstractHandler):
+    """Wraps grpclib's server handler so a handler task that ends without ever running (cancelled
+    by a reset before its first step) still releases its stream."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def accept(self, stream: Stream, headers: Any, release_stream: Callable[[], None]) -> None:
+        self._inner.accept(stream, headers, release_stream)
+        task: asyncio.Task[None] | None = self._inner._tasks.get(stream)
+        if task is not None:
+            task.add_done_callback(lambda _: release_stream())
+
+    def cancel(self, stream: Stream) -> None:
+        self._inner.cancel(stream)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class LimitedH2Protocol(H2Protocol):
+    """grpclib's server protocol with the limits of this module."""
+
+    def __init__(self, protocol: H2Protocol, limits: H2Limits) -> None:
+        super().__init__(LimitedHandler(protocol.handler), protocol.config, protocol.h2_config)
+        self._limits = limits
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        h2 = self.connection._connection
+        if h2.local_settings.max_concurrent_streams != self._limits.max_concurrent_streams:
+            h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams})
+            self.connection.flush()
+        self.processor = LimitedEventsProcessor(self.handler, self.connection, self._limits)
+
+    def data_received(self, data: bytes) -> None:
+        for start in range(0, len(data), FEED_SLICE_BYTES):
+            if self.processor.cut_off or self.connection.is_closing():
+                return
+            piece = data if len(data) <= FEED_SLICE_BYTES else data[start : start + FEED_SLICE_BYTES]
+            try:
+                events = self.connection.feed(piece)
+            except ProtocolError:
+                log.debug("Protocol error", exc_info=True)
+                # h2 has queued its GOAWAY with the error's code; grpclib closed without sending it.
+                self.connection.flush()
+                self.processor.close("Protocol error")
+                return
+            self.connection.flush()
+            for event in events:
+                self.processor.process(event)
+            if not self.connection.is_closing():
+                self.connection.flush()
+
+    processor: LimitedEventsProcessor
