@@ -131,6 +131,27 @@ class Settings:
     )
     rest_host: str = setting("127.0.0.1", metavar="HOST", help="REST listener address")
     rest_port: int = setting(9091, metavar="PORT", check=port, help="REST listener port (0: any free port)")
+    rest_idle_timeout_s: float = setting(
+        30.0,
+        check=positive,
+        help="an HTTP connection (REST, and a segment store's metrics port) that has not sent a complete "
+        "request's headers this long after opening or after its last response is closed: idle "
+        "keep-alive connections and requests trickling in (slowloris) cannot hold a connection for "
+        "ever (Pravega's REST server, on Grizzly, closes idle ones after 30 s)",
+    )
+    rest_max_connections: int = setting(
+        1000,
+        check=positive,
+        help="most connections one HTTP port (REST, a segment store's metrics port) holds; one more is "
+        "answered 503 and closed at once, logged once per 10 s with a count",
+    )
+    fd_reserve: int = setting(
+        128,
+        check=at_least(32, "the database pool, the lock and listener sessions, logs and files need some"),
+        help="file descriptors below the soft RLIMIT_NOFILE that no HTTP client connection may take, so "
+        "a flood of connections leaves the database pool, the lock session and the listener room to "
+        "(re)connect (leadership and readiness kept); such a connection is answered 503 and closed",
+    )
     advertise_host: str | None = setting(
         None,
         parse=text,

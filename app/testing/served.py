@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,17 @@ class ServedProcess(ChildProcess):
 
 
 async def start_ready(
-    command: str, args: Sequence[str], ready: Path, log_path: Path, env: dict[str, str] | None = None
+    command: str,
+    args: Sequence[str],
+    ready: Path,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    nofile: int | None = None,
 ) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
     """`pgcontroller <command> <args>` as a child writing to `log_path`, handed back with the
     contents of its ready file `ready` once it has written it (`args` must name that file);
-    a child that exits first, or is not ready in READY_TIMEOUT_S (then killed), is an error."""
+    a child that exits first, or is not ready in READY_TIMEOUT_S (then killed), is an error.
+    `nofile` lowers the child's soft RLIMIT_NOFILE (a test of descriptor exhaustion)."""
     # The ready file and the log are small local files, so they are read inline (hence the
     # ASYNC240 waivers): the poll touches them every 50 ms while the child starts.
     ready.unlink(missing_ok=True)  # noqa: ASYNC240
@@ -92,7 +99,7 @@ async def start_ready(
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         # A test or bench that dies (killed, or on a broken pipe) must not leave its servers
         # running: the kernel stops them in order (SIGTERM) when it goes.
-        preexec_fn=die_with_parent(os.getpid()),
+        preexec_fn=_before_exec(die_with_parent(os.getpid()), nofile),
     )
     log_file.close()
     deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
@@ -110,7 +117,22 @@ async def start_ready(
     return process, info
 
 
-async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> ServedProcess:
+def _before_exec(die: Callable[[], None] | None, nofile: int | None) -> Callable[[], None] | None:
+    if nofile is None:
+        return die
+
+    def prepare() -> None:
+        if die is not None:
+            die()
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
+    return prepare
+
+
+async def start_served(
+    work_dir: Path, *extra_args: str, env: dict[str, str] | None = None, nofile: int | None = None
+) -> ServedProcess:
     ready = work_dir / "ready.json"
     log_path = work_dir / "serve.log"
     # Later flags win in argparse: `extra_args` may name fixed ports (a restart keeps its ports).
@@ -119,7 +141,7 @@ async def start_served(work_dir: Path, *extra_args: str, env: dict[str, str] | N
         *("--grpc-port", "0", "--rest-port", "0", "--segment-store-port", "0"),
         *("--processes", "1", "--ready-file", str(ready)),
     )
-    process, info = await start_ready("serve", (*args, *extra_args), ready, log_path, env)
+    process, info = await start_ready("serve", (*args, *extra_args), ready, log_path, env, nofile)
     return ServedProcess(
         process, info["grpc_port"], info["rest_port"], log_path, info.get("segment_store_port")
     )

@@ -1,33 +1,95 @@
 """An aiohttp application listening on a host and port: over TLS when the settings ask for it,
 the runner cleaned up when the port cannot be bound, the bound port answered (0 asks the OS).
-The REST port of `serve` and the metrics port of `segment-store` both start this way."""
+The REST port of `serve` and the metrics port of `segment-store` both start this way.
+
+Invariant: a connection that has not sent a complete request's headers within the idle timeout of
+opening or of its last response is closed (aiohttp's keep-alive timer covers both the idle wait and
+a request trickling in, slowloris); the port holds at most its cap of connections and never takes
+the process's reserved descriptors (app/wiring/connection_cap.py)."""
 
 from __future__ import annotations
+
+import asyncio
+import ssl
 
 from aiohttp import web
 
 from app.security.tls import ALPN_REST, server_context
 from app.settings import Settings
+from app.wiring.connection_cap import ConnectionCap, capped, descriptor_ceiling
+
+_REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _CappedSite(web.BaseSite):
+    """aiohttp's TCPSite with every connection admitted through a ConnectionCap first."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        cap: ConnectionCap,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        reuse_port: bool,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._cap = cap
+        self._reuse_port = reuse_port
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None  # set by runner.setup(), which listen_http awaits first
+        self._server = await asyncio.get_running_loop().create_server(
+            capped(server, self._cap),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+            # None, not False: asyncio then leaves the option alone, as it always did.
+            reuse_port=self._reuse_port or None,
+        )
+
+    async def stop(self) -> None:
+        self._cap.close()
+        await super().stop()
 
 
 async def listen_http(
     app: web.Application, settings: Settings, host: str, port: int
 ) -> tuple[web.AppRunner, int]:
     """The started runner and its bound port; OSError (nothing left open) when the port is taken."""
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, keepalive_timeout=settings.rest_idle_timeout_s
+    )
     await runner.setup()
+    cap = ConnectionCap(
+        f"HTTP port {host}:{port}",
+        settings.rest_max_connections,
+        descriptor_ceiling(settings.fd_reserve),
+        refusal=_REFUSAL,
+    )
     try:
-        site = web.TCPSite(
+        site = _CappedSite(
             runner,
             host,
             port,
-            reuse_address=True,
-            # None, not False: aiohttp then leaves the option alone, as it always did.
-            reuse_port=settings.reuse_port or None,
+            cap,
             ssl_context=server_context(settings, ALPN_REST),
+            reuse_port=settings.reuse_port,
         )
         await site.start()
     except BaseException:
+        cap.close()
         await runner.cleanup()
         raise
     return runner, int(runner.addresses[0][1]) if runner.addresses else port

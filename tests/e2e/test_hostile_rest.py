@@ -1,0 +1,202 @@
+"""Issue 32 item 4 on the REST port: idle and slowloris connections are closed after the idle
+timeout, a port past its cap answers 503 and closes at once (logged once per interval, not per
+connection), and a flood of connections under a low RLIMIT_NOFILE neither exhausts the process's
+descriptors nor costs it readiness or leadership, while a legitimate client keeps its answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+
+from app.testing.served import ServedProcess, start_served
+
+IDLE_TIMEOUT_S = 3.0
+# The closing timer's own lateness on a loaded 2-core machine.
+CLOSE_SLACK_S = 4.0
+PROBE_P99_BOUND_S = 1.0
+RSS_BOUND_KB = 100 * 1024
+NOFILE = 1024
+FLOOD = 1100
+SLOWLORIS = 40
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@contextlib.asynccontextmanager
+async def _serve(
+    tmp_path: Path, db_url: str, *flags: str, nofile: int | None = None
+) -> AsyncIterator[ServedProcess]:
+    served = await start_served(
+        tmp_path, "--db-url", db_url, "--rest-idle-timeout-s", str(IDLE_TIMEOUT_S), *flags, nofile=nofile
+    )
+    try:
+        yield served
+    finally:
+        code = await served.stop()
+        assert code == 0, served.log()[-4000:]
+
+
+async def _json(http: aiohttp.ClientSession, url: str) -> object:
+    async with http.get(url) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+async def _until_leader(http: aiohttp.ClientSession, served: ServedProcess) -> dict[str, object]:
+    deadline = time.monotonic() + 30
+    while True:
+        local = await _json(http, f"{served.rest_base}/v1/cluster/self")
+        assert isinstance(local, dict)
+        owned = local["owned"]
+        ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
+        if local["leader"] and ready is True and isinstance(owned, dict) and all(owned.values()):
+            return local
+        assert time.monotonic() < deadline, f"not leader and ready: {local}"
+        await asyncio.sleep(0.1)
+
+
+async def _open_idle(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    try:
+        return await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return None
+
+
+async def _flood(port: int, count: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    return [c for c in await asyncio.gather(*(_open_idle(port) for _ in range(count))) if c is not None]
+
+
+async def _closed_by_server(reader: asyncio.StreamReader, timeout_s: float) -> bytes | None:
+    """What the server said before closing, or None if it did not close within `timeout_s`."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await reader.read()
+    except TimeoutError:
+        return None
+    except ConnectionError:
+        return b""
+
+
+async def _slowloris(port: int, stop: asyncio.Event) -> float | None:
+    """Sends a request's headers one byte a second; seconds until the server closed, or None."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
+    request = b"GET /v1/health/readiness HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 10_000
+    try:
+        for byte in request:
+            if stop.is_set():
+                return None
+            writer.write(bytes([byte]))
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    if await reader.read(1) == b"":
+                        return time.monotonic() - started
+        return None
+    except ConnectionError:
+        return time.monotonic() - started
+    finally:
+        await _close([(reader, writer)])
+
+
+async def _probe(http: aiohttp.ClientSession, served: ServedProcess, stop: asyncio.Event) -> list[float]:
+    """A legitimate client's calls on a keep-alive connection made before the attack."""
+    latencies: list[float] = []
+    while not stop.is_set():
+        started = time.monotonic()
+        ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
+        latencies.append(time.monotonic() - started)
+        assert ready is True
+        await asyncio.sleep(0.05)
+    return latencies
+
+
+async def _close(connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    for _, writer in connections:
+        writer.close()
+    for _, writer in connections:
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+def _p99(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
+
+
+async def test_a_port_past_its_cap_refuses_at_once_with_one_log_line_per_interval(
+    db_url: str, tmp_path: Path
+) -> None:
+    cap = 100
+    async with _serve(tmp_path, db_url, "--rest-max-connections", str(cap)) as served:
+        async with aiohttp.ClientSession() as http:
+            await _until_leader(http, served)
+            # The legitimate client holds one of the cap's connections from before the attack.
+            stop = asyncio.Event()
+            probe = asyncio.create_task(_probe(http, served, stop))
+            opened = [
+                c for c in await asyncio.gather(*(_open_idle(served.rest_port) for _ in range(3 * cap))) if c
+            ]
+            answers = await asyncio.gather(*(_closed_by_server(r, IDLE_TIMEOUT_S / 2) for r, _ in opened))
+            refused = [a for a in answers if a is not None]
+            assert len(refused) >= 3 * cap - cap, f"{len(refused)} of {3 * cap} refused at once"
+            assert all(a.startswith(b"HTTP/1.1 503") for a in refused), {bytes(a[:40]) for a in refused}
+            stop.set()
+            latencies = await probe
+            await _close(opened)
+        assert _p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
+        log = served.log()
+        lines = [line for line in log.splitlines() if "connection refused" in line]
+        assert 1 <= len(lines) <= 3, lines
+        assert "Traceback" not in log, log[-4000:]
+
+
+async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_costs_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    async with _serve(tmp_path, db_url, nofile=NOFILE) as served:
+        async with aiohttp.ClientSession() as http:
+            before = await _until_leader(http, served)
+            rss_before = _rss_kb(served.process.pid)
+            stop = asyncio.Event()
+            probe = asyncio.create_task(_probe(http, served, stop))
+            slow = [asyncio.create_task(_slowloris(served.rest_port, stop)) for _ in range(SLOWLORIS)]
+            flood_started = time.monotonic()
+            opened = [
+                c for c in await asyncio.gather(*(_open_idle(served.rest_port) for _ in range(FLOOD))) if c
+            ]
+            # Every connection ends: refused at once, or closed once idle for the timeout.
+            answers = await asyncio.gather(
+                *(_closed_by_server(r, IDLE_TIMEOUT_S + CLOSE_SLACK_S) for r, _ in opened)
+            )
+            held = sum(1 for a in answers if a is None)
+            assert held == 0, f"{held} idle connections still open {IDLE_TIMEOUT_S + CLOSE_SLACK_S} s on"
+            rss_during = _rss_kb(served.process.pid)
+            slow_closed = await asyncio.gather(*slow)
+            assert all(s is not None and s < IDLE_TIMEOUT_S + CLOSE_SLACK_S for s in slow_closed), slow_closed
+            stop.set()
+            latencies = await probe
+            await _close(opened)
+            attack_s = time.monotonic() - flood_started
+            after = await _json(http, f"{served.rest_base}/v1/cluster/self")
+            ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
+        assert ready is True
+        assert isinstance(after, dict) and after["leader"] is True and after["owned"] == before["owned"], (
+            after
+        )
+        assert _p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
+        assert rss_during - rss_before < RSS_BOUND_KB, (rss_before, rss_during)
+        log = served.log()
+        assert "out of system resource" not in log and "Too many open files" not in log, log[-4000:]
+        refusals = [line for line in log.splitlines() if "connection refused" in line]
+        assert 1 <= len(refusals) <= attack_s / 10 + 2, refusals
