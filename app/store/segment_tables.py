@@ -30,14 +30,24 @@ from app.segmentstore.storage import (
     TooLarge,
     WrongSegmentKind,
 )
+from app.segmentstore.wire.commands import MAX_WIRECOMMAND_SIZE
 from app.store import queries
 from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
 
 _SQL = queries.load("segment_data")
 
-# The most a page of keys or entries carries, whatever the count asked for (Pravega's reply cap).
+# The most a page of keys, entries or a delta carries, whatever the count asked for (Pravega's
+# MAX_READ_SIZE), unless its one entry is larger. Pravega adds entries while a page holds less,
+# so its pages may hold one more: clients page by token, and see no difference.
 MAX_PAGE_BYTES = 2 * 1024 * 1024
+# The wire framing of one entry of a reply, as Pravega counts it: a key's (its length twice and
+# its version) and a value's (its length twice). Keys pages count it too, values and all.
+ENTRY_FRAMING_BYTES = 16 + 8
+# The most entries a page can hold (each takes at least one key byte): the scan's row bound.
+MAX_PAGE_ENTRIES = MAX_PAGE_BYTES // (ENTRY_FRAMING_BYTES + 1) + 1
+# A TableRead's framing besides its entries: request id, the name's length and the entry count.
+TABLE_READ_FRAMING_BYTES = 8 + 2 + 4
 # A table operation's table_segment_offset that asks for no length check.
 ANY_OFFSET = -1
 
@@ -243,8 +253,18 @@ class PgTableSegments:
         return {bytes(r["key"]): int(r["version"]) for r in rows}
 
     async def read_table(self, name: str, keys: Sequence[bytes]) -> list[TableEntry]:
-        rows = await self._db.fetch(_SQL["read_table"], name, list(set(keys)))
-        _table_row(name, rows[0] if rows else None)
+        """TooLarge when the reply would not fit a frame: Pravega's store would send it anyway
+        and its client would drop the connection; its client asks for 15 keys at a time, which
+        always fit."""
+        limit = MAX_WIRECOMMAND_SIZE - TABLE_READ_FRAMING_BYTES - len(name.encode())
+        rows = await self._db.fetch(_SQL["read_table"], name, list(keys), ENTRY_FRAMING_BYTES, limit)
+        row = _table_row(name, rows[0] if rows else None)
+        if int(row["reply_bytes"]) > limit:
+            raise TooLarge(
+                name,
+                f"a TableRead of {len(keys)} keys would carry {int(row['reply_bytes'])} bytes, "
+                f"more than the {limit} a frame holds",
+            )
         found = {bytes(r["key"]): r for r in rows if r["key"] is not None}
         result: list[TableEntry] = []
         for key in keys:
@@ -260,37 +280,34 @@ class PgTableSegments:
     ) -> TablePage:
         """The token is the last key returned (keys are never empty, so an empty token is the
         start); the next page holds the keys strictly after it as they are when it is read."""
+        count = min(max(1, suggested_count), MAX_PAGE_ENTRIES)
         rows = await self._db.fetch(
-            _SQL["read_table_page"], name, token, from_key, to_key, max(1, suggested_count)
+            _SQL["read_table_page"],
+            name,
+            token,
+            from_key,
+            to_key,
+            count,
+            MAX_PAGE_BYTES,
+            ENTRY_FRAMING_BYTES,
         )
         _table_row(name, rows[0] if rows else None)
-        entries: list[TableEntry] = []
-        size = 0
-        for r in rows:
-            if r["key"] is None:
-                break
-            entry = _entry(r)
-            size += len(entry.key) + len(entry.value)
-            if entries and size > MAX_PAGE_BYTES:
-                break
-            entries.append(entry)
+        entries = [_entry(r) for r in rows if r["key"] is not None]
         return TablePage(entries, entries[-1].key if entries else b"")
 
     async def read_table_delta(self, name: str, from_position: int, suggested_count: int) -> TableDelta:
         """The live entries with a version at or after `from_position`, oldest first: a key updated
         several times comes once with its newest value, and a removed key not at all.
         `last_position` is one past the last version returned (from_position when none)."""
-        count = max(1, suggested_count)
-        rows = await self._db.fetch(_SQL["read_table_delta"], name, from_position, count + 1)
+        count = min(max(1, suggested_count), MAX_PAGE_ENTRIES)
+        rows = await self._db.fetch(
+            _SQL["read_table_delta"], name, from_position, count + 1, MAX_PAGE_BYTES, ENTRY_FRAMING_BYTES
+        )
         _table_row(name, rows[0] if rows else None)
-        found = [
-            TableEntry(bytes(r["key"]), bytes(r["value"]), int(r["version"]))
-            for r in rows
-            if r["key"] is not None
-        ]
-        entries = found[:count]
+        found = [r for r in rows if r["key"] is not None]
+        entries = [_entry(r) for r in found[:count] if r["fits"]]
         last = entries[-1].version + 1 if entries else from_position
-        return TableDelta(entries, last, reached_end=len(found) <= count)
+        return TableDelta(entries, last, reached_end=len(entries) == len(found))
 
     async def table_info(self, name: str) -> TableInfo:
         row = _table_row(name, await self._db.fetchrow(_SQL["table_info"], name))

@@ -85,20 +85,23 @@ SELECT seg.kind, seg.sealed, seg.length,
 FROM seg;
 
 -- name: read
--- The segment's row and at most $3 bytes from offset $2 in one snapshot: the chunk holding $2
--- (the last one starting at or before it) and those after it up to $2 + $3, each sliced.
+-- The segment's row and at most $3 bytes from offset $2 in one snapshot: the chunks overlapping
+-- [$2, $2 + $3), each sliced. Every slice position is taken relative to a chunk it overlaps, so
+-- it fits the int substring takes; the end of the range is capped at 2^63 - 1, as a client may
+-- put $2 near it.
 SELECT s.kind, s.length, s.start_offset, s.sealed,
        (SELECT string_agg(
                    substring(c.data FROM (GREATEST($2::bigint - c.start_offset, 0) + 1)::int
-                             FOR LEAST($2::bigint + $3::bigint - GREATEST(c.start_offset, $2::bigint),
+                             FOR LEAST($3::bigint - GREATEST(c.start_offset - $2::bigint, 0),
                                        2147483647)::int),
                    ''::bytea ORDER BY c.start_offset)
         FROM segment_chunks c
         WHERE c.segment = s.name
-          AND c.start_offset < $2::bigint + $3::bigint
+          AND c.start_offset < LEAST($2::bigint, 9223372036854775807 - $3::bigint) + $3::bigint
           AND c.start_offset >= COALESCE(
               (SELECT max(h.start_offset) FROM segment_chunks h
-               WHERE h.segment = s.name AND h.start_offset <= $2::bigint), 0)) AS data
+               WHERE h.segment = s.name AND h.start_offset <= $2::bigint), 0)
+          AND c.start_offset + octet_length(c.data) > $2::bigint) AS data
 FROM embedded_segments s
 WHERE s.name = $1;
 
@@ -217,34 +220,66 @@ DELETE FROM table_entries WHERE segment = $1 AND key = ANY($2::bytea[]);
 SELECT EXISTS (SELECT 1 FROM table_entries WHERE segment = $1);
 
 -- name: read_table
-SELECT s.kind, e.key, e.value, e.version
+-- The entries of the keys asked for ($2, in order, repeats included), with the bytes a reply
+-- naming each of them would carry ($3: the wire framing of one entry); the entries come only
+-- when that is at most $4, and a reply that could not be sent is never read.
+WITH reply AS (
+    SELECT COALESCE(sum(octet_length(a.key) + COALESCE(octet_length(t.value), 0) + $3::bigint), 0)
+           AS bytes
+    FROM unnest($2::bytea[]) AS a(key)
+    LEFT JOIN table_entries t ON t.segment = $1 AND t.key = a.key
+)
+SELECT s.kind, reply.bytes AS reply_bytes, e.key, e.value, e.version
 FROM embedded_segments s
-LEFT JOIN table_entries e ON e.segment = s.name AND e.key = ANY($2::bytea[])
+CROSS JOIN reply
+LEFT JOIN table_entries e ON e.segment = s.name AND e.key = ANY($2::bytea[]) AND reply.bytes <= $4
 WHERE s.name = $1;
 
 -- name: read_table_page
--- Keys after $2 in key order within [$3, $4] (an empty bound is no bound), at most $5.
+-- Keys after $2 in key order within [$3, $4] (an empty bound is no bound), at most $5, and of
+-- those the ones that fit $6 bytes (each counted with $7 bytes of wire framing; the first always
+-- fits): the scan stops at $5 rows, and no value past the page is read.
 SELECT s.kind, e.key, e.value, e.version
 FROM embedded_segments s
 LEFT JOIN LATERAL (
-    SELECT key, value, version FROM table_entries
-    WHERE segment = s.name AND key > $2::bytea
-      AND ($3::bytea = ''::bytea OR key >= $3::bytea)
-      AND ($4::bytea = ''::bytea OR key <= $4::bytea)
+    SELECT key, value, version FROM (
+        SELECT key, value, version,
+               sum(octet_length(key) + octet_length(value) + $7::bigint)
+                   OVER (ORDER BY key ROWS UNBOUNDED PRECEDING)
+               AS upto,
+               row_number() OVER (ORDER BY key) AS n
+        FROM table_entries
+        WHERE segment = s.name AND key > $2::bytea
+          AND ($3::bytea = ''::bytea OR key >= $3::bytea)
+          AND ($4::bytea = ''::bytea OR key <= $4::bytea)
+        ORDER BY key
+        LIMIT $5
+    ) page
+    WHERE upto <= $6::bigint OR n = 1
     ORDER BY key
-    LIMIT $5
 ) e ON true
 WHERE s.name = $1;
 
 -- name: read_table_delta
--- The live entries whose version is at or after $2, oldest first, at most $3.
-SELECT s.kind, e.key, e.value, e.version
+-- The live entries whose version is at or after $2, oldest first, at most $3; `fits` tells
+-- whether an entry fits $4 bytes (each counted with $5 bytes of wire framing; the first always
+-- fits), and only those that fit carry their value.
+SELECT s.kind, e.key, e.value, e.version, e.fits
 FROM embedded_segments s
 LEFT JOIN LATERAL (
-    SELECT key, value, version FROM table_entries
-    WHERE segment = s.name AND version >= $2::bigint
+    SELECT key, CASE WHEN upto <= $4::bigint OR n = 1 THEN value END AS value, version,
+           upto <= $4::bigint OR n = 1 AS fits
+    FROM (
+        SELECT key, value, version,
+               sum(octet_length(key) + octet_length(value) + $5::bigint)
+                   OVER (ORDER BY version ROWS UNBOUNDED PRECEDING) AS upto,
+               row_number() OVER (ORDER BY version) AS n
+        FROM table_entries
+        WHERE segment = s.name AND version >= $2::bigint
+        ORDER BY version
+        LIMIT $3
+    ) page
     ORDER BY version
-    LIMIT $3
 ) e ON true
 WHERE s.name = $1;
 
