@@ -3,19 +3,44 @@ table segments, each turned into one storage call and one reply (the connection'
 connection.ROUTES, names the method for each command type).
 
 Invariant: a reply is built only from what the storage call returned (so from committed state),
-and every change that can end a parked tail read wakes that segment's readers.
+or is a refusal of the request's own values made before any storage call (nothing is stored);
+every change that can end a parked tail read wakes that segment's readers.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
+from app.domain.records import ScaleType
 from app.domain.segment_names import has_transaction_delimiter
 from app.segmentstore import storage as st
+from app.segmentstore.server.refusals import illegal_argument
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.wire import commands as wc
+
+# The wire's scale type byte: NoScaling, Throughput (KB/s), EventRate (Java's ScaleType).
+_SCALE_TYPES: Final = frozenset(int(scale_type) for scale_type in ScaleType)
 
 
 def _entries(entries: list[st.TableEntry]) -> tuple[tuple[wc.TableKey, wc.TableValue], ...]:
     return tuple((wc.TableKey(e.key, e.version), wc.TableValue(e.value)) for e in entries)
+
+
+def _policy_refusal(request_id: int, segment: str, scale_type: int, target_rate: int) -> wc.Command | None:
+    """ErrorMessage(ILLEGAL_ARGUMENT) for a policy no store can act on. Java's store stores any
+    byte and rate and replies success, and then its auto-scaler's ScaleType.fromValue throws
+    IllegalArgumentException, out of the client's sight; refused here, nothing of it is stored.
+    No controller sends either (Java's ScalingPolicy wants a positive rate to scale by)."""
+    if scale_type not in _SCALE_TYPES:
+        return illegal_argument(request_id, segment, f"unsupported scale type {scale_type}")
+    if target_rate < 0:
+        return illegal_argument(request_id, segment, f"target rate {target_rate} is negative")
+    return None
+
+
+def _name_refusal(request_id: int, segment: str) -> wc.Command | None:
+    # Java's segment metadata refuses an empty name (IllegalArgumentException).
+    return illegal_argument(request_id, segment, "a segment name must not be empty") if not segment else None
 
 
 class Handlers:
@@ -26,9 +51,15 @@ class Handlers:
     # --- stream segments ------------------------------------------------------------------------
 
     async def create_segment(self, cmd: wc.CreateSegment) -> wc.Command:
+        refused = _name_refusal(cmd.request_id, cmd.segment) or _policy_refusal(
+            cmd.request_id, cmd.segment, cmd.scale_type, cmd.target_rate
+        )
+        if refused is not None:
+            return refused
         kind: st.SegmentKind = "transaction" if has_transaction_delimiter(cmd.segment) else "stream"
+        # A negative rollover size is Java's default (0), as its store takes it.
         await self._storage.create_segment(
-            cmd.segment, kind, cmd.scale_type, cmd.target_rate, cmd.rollover_size_bytes
+            cmd.segment, kind, cmd.scale_type, cmd.target_rate, max(0, cmd.rollover_size_bytes)
         )
         return wc.SegmentCreated(cmd.request_id, cmd.segment)
 
@@ -52,6 +83,9 @@ class Handlers:
         return wc.SegmentTruncated(cmd.request_id, cmd.segment)
 
     async def update_segment_policy(self, cmd: wc.UpdateSegmentPolicy) -> wc.Command:
+        refused = _policy_refusal(cmd.request_id, cmd.segment, cmd.scale_type, cmd.target_rate)
+        if refused is not None:
+            return refused
         await self._storage.update_policy(cmd.segment, cmd.scale_type, cmd.target_rate)
         return wc.SegmentPolicyUpdated(cmd.request_id, cmd.segment)
 
@@ -104,7 +138,12 @@ class Handlers:
     # --- table segments -------------------------------------------------------------------------
 
     async def create_table_segment(self, cmd: wc.CreateTableSegment) -> wc.Command:
-        await self._storage.create_table(cmd.segment, cmd.key_length, cmd.rollover_size_bytes)
+        refused = _name_refusal(cmd.request_id, cmd.segment)
+        if refused is not None:
+            return refused
+        # As Java's store: a key length that is not positive makes a table without a fixed key
+        # length (0), and a negative rollover size is the default (0).
+        await self._storage.create_table(cmd.segment, max(0, cmd.key_length), max(0, cmd.rollover_size_bytes))
         return wc.SegmentCreated(cmd.request_id, cmd.segment)
 
     async def delete_table_segment(self, cmd: wc.DeleteTableSegment) -> wc.Command:

@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Final
 
 from app.segmentstore import storage as st
+from app.segmentstore.server.refusals import illegal_argument
 from app.segmentstore.server.tails import Tails, TailWatch
 from app.segmentstore.wire import commands as wc
 
@@ -55,6 +56,9 @@ class Reads:
     async def read(self, cmd: wc.ReadSegment) -> wc.Command | TailWatch:
         """The reply, or (at the tail of an unsealed segment) the watch to park on with
         `wait_at_tail`. Storage refusals propagate."""
+        if cmd.offset < 0:
+            # Java's read index checks this before it looks at the segment.
+            return illegal_argument(cmd.request_id, cmd.segment, f"read offset {cmd.offset} is negative")
         watch = self._tails.watch(cmd.segment)
         try:
             result = await self._storage.read(cmd.segment, cmd.offset, read_size(cmd.suggested_length))

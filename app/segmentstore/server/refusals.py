@@ -38,8 +38,14 @@ def _truncated(ctx: RefusalContext, exc: st.StorageError) -> wc.Command:
     return wc.SegmentIsTruncated(ctx.request_id, exc.segment, start, "", ctx.offset)
 
 
+def illegal_argument(request_id: int, segment: str, message: str) -> wc.ErrorMessage:
+    """Pravega's answer to an IllegalArgumentException: the request is wrong, the connection
+    is not (the client fails that request once, and the connection serves the next)."""
+    return wc.ErrorMessage(request_id, segment, message, ILLEGAL_ARGUMENT)
+
+
 def _illegal_argument(ctx: RefusalContext, exc: st.StorageError) -> wc.Command:
-    return wc.ErrorMessage(ctx.request_id, exc.segment, str(exc), ILLEGAL_ARGUMENT)
+    return illegal_argument(ctx.request_id, exc.segment, str(exc))
 
 
 # A table operation on a stream segment (or the reverse) makes Java's segment store fail the
