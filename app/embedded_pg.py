@@ -3,7 +3,12 @@ Invariant: D maps to one cluster, never run as root: D/pg, or, if root and `nobo
 parents, /var/lib/pgcontroller/<first 16 hex of sha256(realpath D)>/pg, whose path D/pg-location records.
 Every connection authenticates with SCRAM-SHA-256 (no `trust`): the superuser's password is generated at
 initdb and kept in D/pgpass-admin, the service role's in D/pgpass, both owner-only (0600) .pgpass files
-that the URLs name (`passfile=`), so no password is ever in a URL, an argv or a log."""
+that the URLs name (`passfile=`), so no password is ever in a URL, an argv or a log.
+
+A server is owned by the process that launched it, as D/pg-owner records (that process's pid and start
+time, and the postmaster's pid): its owner stops it on exit, and a later start adopts a server whose
+owner died without stopping it (SIGKILL) rather than leave it running as if someone else had started it.
+`pgcontroller db start` launches servers nobody owns: they run until `db stop`."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import json
+import logging
 import os
 import pathlib
 import pwd
@@ -27,6 +34,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from pgurl import write_pgpass
+
+logger = logging.getLogger("pgcontroller")
 
 __all__ = [
     "BINDIR_ENV",
@@ -46,6 +55,7 @@ ADMIN_USER = "postgres"
 HOST = "127.0.0.1"
 ADMIN_PGPASS = "pgpass-admin"
 SERVICE_PGPASS = "pgpass"
+OWNER_FILE = "pg-owner"
 
 _SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 _DEBIAN_PG_ROOT = pathlib.Path("/usr/lib/postgresql")
@@ -286,6 +296,20 @@ def _is_zombie(pid: int) -> bool:
     return stat_line.rpartition(")")[2].split()[:1] in (["Z"], ["X"])
 
 
+def _started_at(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid,
+    it names one process for good, as a pid alone does not once it is reused."""
+    try:
+        stat_line = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat_line.rpartition(")")[2].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def _is_cluster_process(pid: int, pgdata: pathlib.Path) -> bool:
     """Whether `pid` is a live postgres process of this cluster; undecidable cases count as live."""
     if pid <= 0:
@@ -372,10 +396,14 @@ class EmbeddedPostgres:
         digest = hashlib.sha256(os.path.realpath(self.data_dir).encode()).hexdigest()[:16]
         return _FALLBACK_ROOT / digest / "pg"
 
-    def start(self) -> bool:
-        """Make the server run and accept connections; True if this call started it.
+    def start(self, *, owned: bool = False, port: int | None = None) -> bool:
+        """Make the server run and accept connections; True if this call started it, or, when `owned`,
+        if this process owns it now (started or adopted from an owner that died): it is its to stop.
 
-        A server that is already running is reused as it is, whatever its `fast` settings.
+        A server that is already running is reused as it is, whatever its `fast` settings. `owned`: the
+        caller stops the server when it ends (serve); without it (`db start`) a server it launches is
+        nobody's and runs until `db stop`. `port`: the one it must listen on (a restart after a crash
+        keeps the URL its clients hold); by default the previous one if free.
         """
         bindir = find_bindir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -392,14 +420,14 @@ class EmbeddedPostgres:
             started = not self._await_running_server(pgdata)
             if started:
                 self._install_tls(pgdata, user)
-                self._launch(bindir, pgdata, user)
-            port = self._ready_port(pgdata)
-            if port is None:
+                self._launch(bindir, pgdata, user, port)
+            ready_port = self._ready_port(pgdata)
+            if ready_port is None:
                 raise EmbeddedPostgresError(f"the server for {pgdata} stopped right after starting")
             if not self._admin_pgpass.exists():
-                self._require_passwords(bindir, pgdata, user, port)
-            self._ensure_database(bindir, port)
-            return started
+                self._require_passwords(bindir, pgdata, user, ready_port)
+            self._ensure_database(bindir, ready_port)
+            return self._settle_owner(pgdata, started, owned)
 
     def stop(self) -> None:
         """Shut the server down (fast mode, waiting); a no-op when it is not running."""
@@ -420,12 +448,13 @@ class EmbeddedPostgres:
                 and _is_cluster_process(remaining.pid, pgdata)
             ):
                 raise EmbeddedPostgresError(f"pg_ctl stop failed for {pgdata}: {result.stderr.strip()}")
+            self._owner_file.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def running_for_command(self) -> Iterator[None]:
         """Running while a one-off command uses it: started if it was not, and then stopped again
         after, so a server the operator started is left as it was."""
-        started = self.start()
+        started = self.start(owned=True)
         try:
             yield
         finally:
@@ -434,6 +463,26 @@ class EmbeddedPostgres:
 
     def is_running(self) -> bool:
         return self._ready_port(self.pgdata) is not None
+
+    def port(self) -> int:
+        """The port the running server listens on (its URL's)."""
+        port = self._ready_port(self.pgdata)
+        if port is None:
+            raise EmbeddedPostgresError(f"the embedded PostgreSQL server for {self.data_dir} is not running")
+        return port
+
+    def server_pid(self) -> int | None:
+        """The postmaster's pid while one runs for this data dir (ready or not), else None."""
+        pgdata = self.pgdata
+        pid_file = _read_pid_file(pgdata)
+        if pid_file is None or not _is_cluster_process(pid_file.pid, pgdata):
+            return None
+        return pid_file.pid
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        """The server's own log (startups, crash recovery, errors)."""
+        return self.pgdata.parent / "postgres.log"
 
     def url(self) -> str:
         """The service role's URL; its password comes from the owner-only file the URL names."""
@@ -454,16 +503,17 @@ class EmbeddedPostgres:
         return DB_USER
 
     def _url(self, user: str, passfile: pathlib.Path) -> str:
-        port = self._ready_port(self.pgdata)
-        if port is None:
-            raise EmbeddedPostgresError(f"the embedded PostgreSQL server for {self.data_dir} is not running")
-        return f"postgresql://{user}@{HOST}:{port}/{DB_NAME}?passfile={quote(str(passfile), safe='/')}"
+        return f"postgresql://{user}@{HOST}:{self.port()}/{DB_NAME}?passfile={quote(str(passfile), safe='/')}"
 
     # -- layout -------------------------------------------------------------------------------------------
 
     @property
     def _location_file(self) -> pathlib.Path:
         return self.data_dir / "pg-location"
+
+    @property
+    def _owner_file(self) -> pathlib.Path:
+        return self.data_dir / OWNER_FILE
 
     @property
     def _port_file(self) -> pathlib.Path:
@@ -519,6 +569,55 @@ class EmbeddedPostgres:
             yield
         finally:
             os.close(fd)
+
+    # -- ownership ----------------------------------------------------------------------------------------
+
+    def _settle_owner(self, pgdata: pathlib.Path, launched: bool, owned: bool) -> bool:
+        """Records who owns the running server and answers whether this process does (start()'s answer)."""
+        pid_file = _read_pid_file(pgdata)
+        postmaster = pid_file.pid if pid_file is not None else 0
+        owner = self._read_owner()
+        mine = owner is not None and owner.get("postmaster_pid") == postmaster
+        owner_pid = owner.get("owner_pid") if owner is not None and mine else None
+        owner_started = owner.get("owner_started") if owner is not None else None
+        owner_alive = isinstance(owner_pid, int) and _started_at(owner_pid) == owner_started
+        if not owned:
+            # The operator's from now on, unless a live process owns it (it stops it when it ends).
+            if launched or not owner_alive:
+                self._owner_file.unlink(missing_ok=True)
+            return launched
+        if launched:
+            self._write_owner(postmaster)
+            return True
+        if not mine:
+            return False  # `db start`'s, or launched by a version that recorded no owner: not ours to stop
+        if owner_pid == os.getpid():
+            return True
+        if owner_alive:
+            return False
+        # Its owner was killed before it could stop it: without adoption it would run on forever.
+        logger.warning(
+            "adopting the embedded PostgreSQL (pid %d) that pgcontroller process %s started and did not "
+            "stop (it was killed); it is stopped when this process ends",
+            postmaster,
+            owner_pid,
+        )
+        self._write_owner(postmaster)
+        return True
+
+    def _read_owner(self) -> dict[str, object] | None:
+        try:
+            record = json.loads(self._owner_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _write_owner(self, postmaster: int) -> None:
+        me = os.getpid()
+        record = {"owner_pid": me, "owner_started": _started_at(me), "postmaster_pid": postmaster}
+        tmp = self._owner_file.with_name(OWNER_FILE + ".tmp")
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, self._owner_file)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -610,7 +709,9 @@ class EmbeddedPostgres:
         for leftover in (*pgdata.glob(".s.PGSQL.*"), pgdata / "postmaster.pid"):
             leftover.unlink(missing_ok=True)
 
-    def _launch(self, bindir: pathlib.Path, pgdata: pathlib.Path, user: _User | None) -> None:
+    def _launch(
+        self, bindir: pathlib.Path, pgdata: pathlib.Path, user: _User | None, fixed_port: int | None
+    ) -> None:
         log = pgdata.parent / "postgres.log"
         log.touch(mode=0o640, exist_ok=True)
         if user is not None and log.stat().st_uid != user.uid:
@@ -618,7 +719,7 @@ class EmbeddedPostgres:
             os.chown(log, user.uid, user.gid)
         attempts = 3
         while True:
-            port = self._choose_port()
+            port = fixed_port if fixed_port is not None else self._choose_port()
             offset = log.stat().st_size
             argv = [
                 str(bindir / "pg_ctl"), "start", "-w", "-t", str(_START_TIMEOUT_S),
@@ -630,7 +731,8 @@ class EmbeddedPostgres:
                 return
             tail = _tail(log, offset)
             attempts -= 1
-            # Someone may grab the port between our probe and postgres binding it; a new port fixes that.
+            # Someone may grab the port between our probe and postgres binding it; a new port fixes that
+            # (a fixed one may be free again on the next try).
             if attempts == 0 or ("could not bind" not in tail and "Address already in use" not in tail):
                 raise EmbeddedPostgresError(
                     f"pg_ctl start failed for {pgdata} (exit {result.returncode}): {result.stderr.strip()}\n"

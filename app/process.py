@@ -59,6 +59,7 @@ from app.wiring import (
     wire,
     with_embedded_store,
 )
+from app.wiring.embedded_db import keep_embedded_database
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
 from app.wiring.store_listener import MetricsListener, start_metrics_listener, store_health, watch_store
@@ -139,11 +140,14 @@ async def open_process(
     async with AsyncExitStack() as stack:
         if options.owns_process:
             stack.callback(watchdog.disarm)  # first in, so the last step out: the budget covers every other
-        url = await _database(settings, role, stack)
+        url, started = await _database(settings, role, stack)
         if options.owns_process:
             _stop_on_signals(stop, stack)
-        pool = await _pool(settings, url, stack)
         health = HealthService(SystemClock()) if role is Role.CONTROLLER else store_health()
+        if started is not None:
+            # Kept from here on: a database that dies during the start-up is restarted too.
+            keep_embedded_database(started, settings.embedded_db_restart_attempts, health, loops, stack, log)
+        pool = await _pool(settings, url, stack)
         runtime = Runtime(role, settings, url, pool, health, stop, loops)
         if role is Role.CONTROLLER:
             await _compose_controller(runtime, stack, options)
@@ -169,22 +173,26 @@ def _logger_name(role: Role) -> str:
     return "pgcontroller" if role is Role.CONTROLLER else "pgcontroller.segment-store"
 
 
-async def _database(settings: Settings, role: Role, stack: AsyncExitStack) -> str:
-    """The database URL: settings.db_url, or the embedded PostgreSQL's. A controller starts it
-    if need be; a segment store only joins one that runs."""
+async def _database(
+    settings: Settings, role: Role, stack: AsyncExitStack
+) -> tuple[str, EmbeddedPostgres | None]:
+    """The database URL: settings.db_url, or the embedded PostgreSQL's; and the embedded server when
+    this process owns it (started it, or adopted it from a killed one), to keep it running. A
+    controller starts it if need be; a segment store only joins one that runs."""
     if settings.db_url is not None:
-        return settings.db_url
+        return settings.db_url, None
     embedded = EmbeddedPostgres(settings.data_dir)
     if role is Role.SEGMENT_STORE:
         if not embedded.is_running():
             raise ProcessRefused(
                 EXIT_STORE_FAILED, "no database: give --db-url, or start one with `pgcontroller db start`"
             )
-        return embedded.url()
-    if await asyncio.to_thread(embedded.start):
+        return embedded.url(), None
+    if await asyncio.to_thread(embedded.start, owned=True):
         stack.push_async_callback(asyncio.to_thread, embedded.stop)
-    # Otherwise someone else (`pgcontroller db start`) owns it; we must not stop it on exit.
-    return embedded.url()
+        return embedded.url(), embedded
+    # Otherwise someone else (`pgcontroller db start`, a live serve) owns it; we must not stop it on exit.
+    return embedded.url(), None
 
 
 def _stop_on_signals(stop: asyncio.Event, stack: AsyncExitStack) -> None:

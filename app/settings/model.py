@@ -92,6 +92,13 @@ class Settings:
     )
     # `setting` returns a dataclasses.field, which RUF009 cannot tell from a shared default.
     data_dir: Path = setting(Path(".pgcontroller"), metavar="DIR", help="embedded database and state")  # noqa: RUF009
+    embedded_db_restart_attempts: int = setting(
+        5,
+        check=positive,
+        help="restarts in a row (0.5 s backoff, doubling to 8 s) of an embedded PostgreSQL that died before "
+        "serve gives up on it: liveness turns false and serve exits 1 (with --processes N, the "
+        "supervisor, which runs the database, stops every child and exits 1)",
+    )
 
     # Listeners and identity.
     grpc_host: str = setting("127.0.0.1", metavar="HOST", help="gRPC listener address")

@@ -86,7 +86,14 @@ class PgListener:
             try:
                 await self._listen_until_lost()
                 backoff = self._first_backoff_s
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            # InternalClientError: the driver's own, when the server dies in the middle of a LISTEN.
+            except (
+                OSError,
+                asyncpg.PostgresError,
+                asyncpg.InterfaceError,
+                asyncpg.InternalClientError,
+                TimeoutError,
+            ) as exc:
                 log.warning("notification connection lost: %r; reconnecting", exc)
             finally:
                 self.connected.clear()

@@ -34,6 +34,7 @@ from app.embedded_pg import EmbeddedPostgres
 from app.security.signing_key import KEY_ENV
 from app.settings import Settings
 from app.waiting import bounded, wait_event
+from app.wiring.embedded_db import EMBEDDED_DATABASE, cancel_keeper, keep_database
 from app.wiring.shutdown_watchdog import EXIT_SHUTDOWN_OVERRAN, shutdown_budget_s
 
 log = logging.getLogger("pgcontroller.supervisor")
@@ -230,6 +231,12 @@ class Supervisor:
             await asyncio.sleep(_POLL_S)
         return True
 
+    def abort(self, code: int) -> None:
+        """Stops the run, which then exits with `code` (something it cannot do without has gone)."""
+        if self._fatal is None:
+            self._fatal = code
+        self._stop.set()
+
     def _fail(self, code: int) -> None:
         # Only at the run's start: a child that cannot start there will not start on a retry either
         # (bad settings, a cluster refusing them), so the whole run stops with its exit code.
@@ -322,20 +329,42 @@ class Supervisor:
                 await child.process.wait()
 
 
-async def _database_env(settings: Settings, stack: contextlib.AsyncExitStack) -> dict[str, str]:
+async def _database_env(
+    settings: Settings, stack: contextlib.AsyncExitStack
+) -> tuple[dict[str, str], EmbeddedPostgres | None]:
     """What the children need beyond argv, in their environment (never argv, which `ps` shows):
     the embedded PostgreSQL's URL, started here once and stopped after every child has, and the
-    signing key made for this run, so each child's tokens are checked by the store of another."""
+    signing key made for this run, so each child's tokens are checked by the store of another.
+    Also the embedded server when this run owns it, to keep it running."""
     env = dict(os.environ)
+    owned = None
     if settings.db_url is None:
         embedded = EmbeddedPostgres(settings.data_dir)
-        if await asyncio.to_thread(embedded.start):
+        if await asyncio.to_thread(embedded.start, owned=True):
             stack.push_async_callback(asyncio.to_thread, embedded.stop)
+            owned = embedded
         env["PGCONTROLLER_DB_URL"] = embedded.url()
     key = settings.token_signing_key
     if key is not None and settings.auth_token_signing_key_file is None:
         env[KEY_ENV] = key.decode()
-    return env
+    return env, owned
+
+
+def _keep_database(
+    embedded: EmbeddedPostgres, attempts: int, supervisor: Supervisor, stack: contextlib.AsyncExitStack
+) -> None:
+    """The children hold the server's URL but cannot restart it: the supervisor, which started it,
+    keeps it running; one it cannot bring back ends the run (exit 1)."""
+    keeping = keep_database(embedded, embedded.port(), attempts, log)
+    keeper = asyncio.create_task(keeping, name=EMBEDDED_DATABASE)
+
+    def lost(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stopping: %s", task.exception())
+            supervisor.abort(1)
+
+    keeper.add_done_callback(lost)
+    stack.push_async_callback(cancel_keeper, keeper)
 
 
 def _alive(pid: int) -> bool:
@@ -382,10 +411,13 @@ async def supervise(settings: Settings, argv: Sequence[str]) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
             stack.callback(loop.remove_signal_handler, sig)
-        env = await _database_env(settings, stack)
+        env, embedded = await _database_env(settings, stack)
         ports = _reserve_ports(settings)
         stack.callback(ports.close)  # after the children have stopped: the ports are ours until then
         work = private_dir()
         stack.callback(shutil.rmtree, work, ignore_errors=True)
-        return await Supervisor(settings, argv, env, ports, work, stop).run()
+        supervisor = Supervisor(settings, argv, env, ports, work, stop)
+        if embedded is not None:
+            _keep_database(embedded, settings.embedded_db_restart_attempts, supervisor, stack)
+        return await supervisor.run()
     return 0  # not reached (the stack swallows nothing); mypy cannot tell

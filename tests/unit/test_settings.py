@@ -26,6 +26,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 SAMPLES = {
     "db_url": "postgresql://someone@dbhost:5433/controller",
     "data_dir": "/var/lib/pgc",
+    "embedded_db_restart_attempts": "2",
     "grpc_host": "0.0.0.0",
     "grpc_port": "19090",
     "grpc_max_concurrent_streams": "50",
@@ -100,6 +101,7 @@ SAMPLES = {
 # Refused values; "" only on the command line (an empty variable counts as unset), a switch's
 # only through its variable (the flag takes no value).
 BAD = {
+    "embedded_db_restart_attempts": ["0", "-1", "1.5"],
     "grpc_port": ["70000", "-1", "abc", "90.5"],
     "grpc_max_concurrent_streams": ["0", "-1", "many"],
     "grpc_max_resets_per_window": ["0"],
