@@ -3,9 +3,13 @@ user:password>` (Pravega's built-in method) against the accounts, with a short-l
 verified credentials, and any other method by the auth handler plugin registered under its name.
 
 Invariants: a credential is trusted from the cache for at most `ttl_s`; after that the account's
-version is read again and a changed (or removed) account is verified afresh. Every principal
-remembers the handler that authenticated it, and its permissions are asked of that handler only.
-No message raised here names a password, a hash or the credential itself.
+version is read again and a changed (or removed) account is verified afresh. A cached credential
+never waits for a password check. An uncached one is checked within the limits of
+`app/security/guessing.py` (refused at once with TooManyAttempts past them), once however many
+calls carry it at the same time, and a name without an account is refused in the time a wrong
+password takes. Every principal remembers the handler that authenticated it, and its permissions
+are asked of that handler only. No message raised here names a password, a hash or the credential
+itself.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import contextvars
+import functools
 import hashlib
 import hmac
 import logging
@@ -27,7 +32,8 @@ from typing import Protocol, runtime_checkable
 from app.domain.errors import NotFound, WriteConflict
 from app.security.accounts import AccountStore
 from app.security.acl import Acl, Permission, parse_acl
-from app.security.passwords import BadPasswordHash, hash_password, verify_password
+from app.security.guessing import CheckGate, GuessLimits, source_of
+from app.security.passwords import BadPasswordHash, hash_password, verify_in_equal_time
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +41,6 @@ BASIC = "Basic"  # Pravega's AuthConstants.BASIC: the method name is compared ex
 MAX_HEADER_CHARS = 8 * 1024
 DEFAULT_TTL_S = 5.0
 DEFAULT_MAX_ENTRIES = 10_000
-# Argon2id needs 64 MiB and ~0.1 s of CPU per check; at most this many run at once, so a flood
-# of wrong passwords queues instead of exhausting memory.
-MAX_CONCURRENT_VERIFICATIONS = 2
 
 
 class AuthenticationFailed(Exception):
@@ -149,6 +152,7 @@ class PasswordAuthHandler:
         ttl_s: float = DEFAULT_TTL_S,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         monotonic: Callable[[], float] = time.monotonic,
+        limits: GuessLimits = GuessLimits(),  # noqa: B008 - frozen, shared harmlessly
     ) -> None:
         self._accounts = accounts
         self._now_ms = now_ms
@@ -156,51 +160,82 @@ class PasswordAuthHandler:
         self._max_entries = max_entries
         self._monotonic = monotonic
         self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
-        # Cache keys are keyed hashes of the header: nothing in memory is a password, and the
+        # Cache keys are keyed hashes of the credential: nothing in memory is a password, and the
         # key differs per process.
         self._key = os.urandom(32)
-        self._verifications = asyncio.Semaphore(MAX_CONCURRENT_VERIFICATIONS)
+        self.gate = CheckGate(limits, monotonic)
+        # The check in progress of each credential: calls carrying it meanwhile (a client's first
+        # calls go out together) wait for that one instead of each taking a check of its own.
+        self._checks: dict[bytes, asyncio.Future[Principal]] = {}
         self.verifications = 0  # counted for tests and the figures: how often Argon2id ran
 
     def authorize(self, resource: str, principal: Principal) -> Permission:
         return principal.acl.permission_for(resource)
 
-    async def authenticate(self, token: str) -> Principal:
-        """The account's principal for a Basic token, or AuthenticationFailed."""
-        key = hmac.new(self._key, token.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    async def authenticate(self, token: str, source: str = "") -> Principal:
+        """The account's principal for a Basic token, or AuthenticationFailed; TooManyAttempts
+        when a check is needed and `source` (app/security/guessing.source_of) or the process is
+        past its limits."""
+        user, password = decode_basic(token)
+        # Of the decoded pair, so that every base64 spelling of one credential shares its entry.
+        key = hmac.new(self._key, f"{user}:{password}".encode(), hashlib.sha256).digest()
         entry = self._cache.get(key)
         now = self._monotonic()
         if entry is not None and now - entry.checked_at < self._ttl_s:
             self._cache.move_to_end(key)
             return entry.principal
-        user, password = decode_basic(token)
-        account = await self._accounts.get(user)
-        if account is None:
+        if entry is not None:
+            account = await self._accounts.get(user)
+            if account is not None and entry.version == account.version and entry.principal.name == user:
+                entry.checked_at = now
+                self._cache.move_to_end(key)
+                return entry.principal
             self._cache.pop(key, None)
-            raise AuthenticationFailed("wrong user name or password")
-        if entry is not None and entry.version == account.version and entry.principal.name == user:
-            entry.checked_at = now
-            self._cache.move_to_end(key)
-            return entry.principal
-        version = await self._verify(account.name, account.password_hash, account.version, password)
+        check = self._checks.get(key)
+        if check is None:
+            check = asyncio.ensure_future(self._check(key, user, password, source))
+            self._checks[key] = check
+            check.add_done_callback(functools.partial(self._checked, key))
+        # Shielded: a caller that goes away does not cut short a check others wait for, and the
+        # check keeps its slot until Argon2id's thread has really finished.
+        return await asyncio.shield(check)
+
+    def _checked(self, key: bytes, check: asyncio.Future[Principal]) -> None:
+        if self._checks.get(key) is check:
+            del self._checks[key]
+        if not check.cancelled():
+            check.exception()  # retrieved here, so no waiter left is needed to read it
+
+    async def _check(self, key: bytes, user: str, password: str, source: str) -> Principal:
+        async with self.gate.admitted(source) as ticket:
+            # Read inside the limits: a refused guess costs no query either.
+            account = await self._accounts.get(user)
+            self.verifications += 1
+            try:
+                stored = None if account is None else account.password_hash
+                verdict = await self.gate.run(
+                    ticket, functools.partial(verify_in_equal_time, stored, password)
+                )
+            except BadPasswordHash:
+                log.warning("account %s has an unreadable password hash; it cannot log in", user)
+                raise AuthenticationFailed("wrong user name or password") from None
+            if account is None or not verdict.ok:
+                raise AuthenticationFailed("wrong user name or password")
+            ticket.succeeded()
+            new_hash = (
+                await self.gate.run(ticket, functools.partial(hash_password, password))
+                if verdict.rehash
+                else None
+            )
+        version = account.version
+        if new_hash is not None:
+            version = await self._store_rehash(account.name, account.version, new_hash)
         principal = Principal(account.name, account.acl, parse_acl(account.acl), self)
         self._remember(key, _Entry(principal, version, self._monotonic()))
         return principal
 
-    async def _verify(self, name: str, stored: str, version: int, password: str) -> int:
-        """The account's version after a successful check (a re-hash writes a new one)."""
-        async with self._verifications:
-            self.verifications += 1
-            try:
-                verdict = await asyncio.to_thread(verify_password, stored, password)
-            except BadPasswordHash:
-                log.warning("account %s has an unreadable password hash; it cannot log in", name)
-                raise AuthenticationFailed("wrong user name or password") from None
-            if not verdict.ok:
-                raise AuthenticationFailed("wrong user name or password")
-            if not verdict.rehash:
-                return version
-            new_hash = await asyncio.to_thread(hash_password, password)
+    async def _store_rehash(self, name: str, version: int, new_hash: str) -> int:
+        """The account's version after the re-hash is written (-1 when it lost to a change)."""
         try:
             # Conditional on the version read: an operator's concurrent change wins.
             return await self._accounts.update(name, version, self._now_ms(), password_hash=new_hash)
@@ -228,9 +263,10 @@ class Authenticator:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         monotonic: Callable[[], float] = time.monotonic,
         plugins: Sequence[AuthHandler] = (),
+        limits: GuessLimits = GuessLimits(),  # noqa: B008 - frozen, shared harmlessly
     ) -> None:
         self.password = PasswordAuthHandler(
-            accounts, now_ms, ttl_s=ttl_s, max_entries=max_entries, monotonic=monotonic
+            accounts, now_ms, ttl_s=ttl_s, max_entries=max_entries, monotonic=monotonic, limits=limits
         )
         handlers: dict[str, AuthHandler] = {BASIC: self.password}
         for plugin in plugins:
@@ -256,8 +292,10 @@ class Authenticator:
         credentials = split_header(header)
         return credentials is not None and credentials.method in self._handlers
 
-    async def authenticate(self, header: str | None) -> Principal:
-        """The principal of an `Authorization` value, or AuthenticationFailed."""
+    async def authenticate(self, header: str | None, peer: str | None = None) -> Principal:
+        """The principal of an `Authorization` value, or AuthenticationFailed; TooManyAttempts
+        (app/security/guessing.py) when a password check is needed and the caller's address
+        `peer` (or the process) is past its limits."""
         credentials = split_header(header)
         if credentials is None:
             raise AuthenticationFailed(f"authentication required: {self._how()}")
@@ -270,7 +308,7 @@ class Authenticator:
         if len(header) > MAX_HEADER_CHARS:
             raise AuthenticationFailed("credentials too long")
         if handler is self.password:
-            return await self.password.authenticate(credentials.token)
+            return await self.password.authenticate(credentials.token, source_of(peer))
         try:
             principal = await handler.authenticate(credentials.token)
         except AuthenticationFailed:

@@ -6,8 +6,10 @@ Invariant: no function here logs, returns or raises with a password or a digest 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import secrets
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
@@ -58,6 +60,37 @@ def verify_password(stored: str, password: str) -> Verdict:
     actual = hashlib.pbkdf2_hmac(_PBKDF2_DIGEST, password.encode("utf-8"), salt, iterations, len(expected))
     ok = hmac.compare_digest(actual, expected)
     return Verdict(ok, rehash=ok)
+
+
+def verify_in_equal_time(stored: str | None, password: str) -> Verdict:
+    """`verify_password`, taking at least an Argon2id check's time whatever the reason for a
+    refusal: a name with no account (`stored` None), an unreadable hash, or a wrong password for a
+    faster Pravega digest is also checked against a decoy hash, so the time of a refusal does not
+    tell which names exist. Raises BadPasswordHash as `verify_password` does."""
+    if stored is None:
+        _check_decoy(password)
+        return Verdict(False)
+    try:
+        verdict = verify_password(stored, password)
+    except BadPasswordHash:
+        _check_decoy(password)
+        raise
+    if not verdict.ok and not stored.startswith(ARGON2_PREFIX):
+        _check_decoy(password)
+    return verdict
+
+
+@functools.cache
+def _decoy_hash() -> str:
+    # Made on first need, not at import: hashing costs as much as a check.
+    return hash_password(secrets.token_urlsafe(32))
+
+
+def _check_decoy(password: str) -> None:
+    try:
+        _HASHER.verify(_decoy_hash(), password)
+    except VerificationError:
+        return
 
 
 def parse_pravega_digest(stored: str) -> tuple[int, bytes, bytes]:

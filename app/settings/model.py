@@ -260,6 +260,51 @@ class Settings:
     # The key itself, resolved at start from the file or the variable (app/security/signing_key.py);
     # not a flag (it would show in `ps`), never printed.
     token_signing_key: bytes | None = field(default=None, repr=False, compare=False)
+    # Password guessing (app/security/guessing.py): an Argon2id check costs ~0.1 s of a core and
+    # 64 MiB; past these limits a call needing one is refused at once (RESOURCE_EXHAUSTED, 429).
+    auth_check_concurrency: int = setting(
+        2,
+        check=positive,
+        help="password checks (Argon2id: ~0.1 s of CPU and 64 MiB each) run at once, at most one per "
+        "address, so one address's guesses leave the others a slot; credentials already verified are "
+        "served from a cache and never wait for one",
+    )
+    auth_check_queue: int = setting(
+        8,
+        check=not_negative,
+        help="password checks that may wait for a slot; past it a login needing one is refused at once "
+        "(gRPC RESOURCE_EXHAUSTED, REST 429, which clients retry) rather than queued",
+    )
+    auth_checks_per_source: int = setting(
+        2,
+        check=positive,
+        help="password checks one address (an IPv6 /64) may have running or waiting; more are refused "
+        "at once, so one client's flood of guesses cannot fill the queue",
+    )
+    auth_failures_per_source_per_s: float = setting(
+        0.2,
+        check=positive,
+        help="failed logins (wrong password or unknown name) one address may make each second, on "
+        "average, past its burst; beyond, a login from it that needs a password check is refused at "
+        "once (a success costs nothing), and while it has failed of late its checks run at a low CPU "
+        "priority",
+    )
+    auth_failure_burst_per_source: int = setting(
+        20,
+        check=positive,
+        help="failed logins one address may make in a row before --auth-failures-per-source-per-s applies",
+    )
+    auth_failures_per_s: float = setting(
+        5.0,
+        check=positive,
+        help="failed logins the process accepts each second from all addresses together, on average "
+        "past its burst (about half a core of password checks), however many addresses guess",
+    )
+    auth_failure_burst: int = setting(
+        40,
+        check=positive,
+        help="failed logins from all addresses in a row before --auth-failures-per-s applies",
+    )
     # TLS on the service's own ports (Pravega's controller.security.tls.* settings).
     tls_enabled: bool = setting(
         False,

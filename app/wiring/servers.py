@@ -25,6 +25,7 @@ from app.api.rest.auth import auth_middleware
 from app.api.rest.metrics import metrics_routes
 from app.observability.logs import ACCESS_LOGGER
 from app.security.authn import Authenticator
+from app.security.guessing import GuessLimits
 from app.security.plugins import load_handlers
 from app.security.tls import ALPN_GRPC, server_context
 from app.services.health import HealthService, HealthStatus
@@ -67,7 +68,18 @@ def _authenticator(settings: Settings, controller: Controller) -> Authenticator 
     resources = controller.resources
     # A plugin that cannot load is a SettingError: serve stops with one line (exit 2).
     plugins = load_handlers(settings)
-    return Authenticator(PgAccountStore(resources.pool), resources.clock.now_ms, plugins=plugins)
+    limits = GuessLimits(
+        concurrency=settings.auth_check_concurrency,
+        queue=settings.auth_check_queue,
+        per_source=settings.auth_checks_per_source,
+        source_failures_per_s=settings.auth_failures_per_source_per_s,
+        source_failure_burst=settings.auth_failure_burst_per_source,
+        failures_per_s=settings.auth_failures_per_s,
+        failure_burst=settings.auth_failure_burst,
+    )
+    return Authenticator(
+        PgAccountStore(resources.pool), resources.clock.now_ms, plugins=plugins, limits=limits
+    )
 
 
 def _rest_extensions(settings: Settings, controller: Controller) -> list[RestExtension]:

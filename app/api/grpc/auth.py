@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpclib.server
 from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -20,6 +21,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.security import acl
 from app.security.acl import Permission
 from app.security.authn import AuthenticationFailed, Authenticator, Principal
+from app.security.guessing import TooManyAttempts
 
 READ, READ_UPDATE = Permission.READ, Permission.READ_UPDATE
 Check = tuple[str, Permission]
@@ -190,14 +192,26 @@ LISTINGS: dict[str, Listing] = {
 MAX_HIDDEN_PAGES = 1000
 
 
+def peer_host(stream: grpclib.server.Stream[Any, Any]) -> str | None:
+    """The address a call's connection comes from (the source the guessing limits count by)."""
+    addr = stream.peer.addr()
+    return str(addr[0]) if addr else None
+
+
 class GrpcGuard:
     """Checks a call's credentials and rights before its handler runs."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
 
-    async def admit(self, method: str, authorization: str | None, request: Any) -> Principal | None:
-        """The caller's principal, or GRPCError UNAUTHENTICATED / PERMISSION_DENIED. An open RPC
+    async def admit(
+        self, method: str, authorization: str | None, request: Any, peer: str | None = None
+    ) -> Principal | None:
+        """The caller's principal, or GRPCError UNAUTHENTICATED / PERMISSION_DENIED, or
+        RESOURCE_EXHAUSTED when its credentials need a password check and its address `peer` (or
+        the process) is past the guessing limits: Pravega's client retries that status with
+        backoff (ControllerImpl's retry policy) but gives up on UNAUTHENTICATED, so a real client
+        caught by a limit gets in later, and is not told its password is wrong. An open RPC
         is admitted with no principal when no handler serves its credentials' method (none sent, or
         a method nobody registered: Pravega's interceptors each pass a method not theirs); wrong
         credentials of a served method are refused on any RPC (the handler's interceptor refuses
@@ -210,7 +224,9 @@ class GrpcGuard:
         principal: Principal | None = None
         if authorization or checks is not _OPEN:
             try:
-                principal = await self._authenticator.authenticate(authorization)
+                principal = await self._authenticator.authenticate(authorization, peer)
+            except TooManyAttempts as exc:
+                raise GRPCError(Status.RESOURCE_EXHAUSTED, str(exc)) from None
             except AuthenticationFailed as exc:
                 if checks is _OPEN and not authorization:
                     return None

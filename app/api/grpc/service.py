@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from app.api.grpc.auth import GrpcGuard
+from app.api.grpc.auth import GrpcGuard, peer_host
 from app.api.grpc.convert import (
     add_segment_ranges,
     completed_txns_to_proto,
@@ -495,7 +495,7 @@ def _serve(
         principal = None
         try:
             if guard is not None:
-                principal = await guard.admit(method, _authorization(stream), request)
+                principal = await guard.admit(method, _authorization(stream), request, peer_host(stream))
                 current_principal.set(principal)
             if handler is None:
                 raise GRPCError(Status.UNIMPLEMENTED, f"{method} is not implemented by pgcontroller yet")

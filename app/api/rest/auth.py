@@ -11,6 +11,7 @@ bodies never echo credentials.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from app.api.rest.http import error_response
 from app.security import acl
 from app.security.acl import Permission
 from app.security.authn import AuthenticationFailed, Authenticator, Principal
+from app.security.guessing import TooManyAttempts
 
 READ, READ_UPDATE = Permission.READ, Permission.READ_UPDATE
 REALM = "pgcontroller"
@@ -119,7 +121,13 @@ def auth_middleware(authenticator: Authenticator) -> Middleware:
         if pattern is None or request.match_info.http_exception is not None:
             return await handler(request)  # 404 / 405: nothing is read or changed
         try:
-            principal = await authenticator.authenticate(request.headers.get(hdrs.AUTHORIZATION))
+            principal = await authenticator.authenticate(
+                request.headers.get(hdrs.AUTHORIZATION), request.remote
+            )
+        except TooManyAttempts as exc:
+            # 429, as gRPC answers RESOURCE_EXHAUSTED: come back later, not "wrong credentials".
+            retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+            return error_response(429, str(exc), headers={hdrs.RETRY_AFTER: retry_after})
         except AuthenticationFailed as exc:
             return unauthorized(str(exc), authenticator.methods)
         request[PRINCIPAL] = principal
