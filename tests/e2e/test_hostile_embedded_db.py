@@ -8,6 +8,7 @@ stops it on a clean exit: no postmaster outlives them."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pathlib
 import shutil
@@ -24,8 +25,11 @@ from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.clock import SystemClock
 from app.embedded_pg import EmbeddedPostgres
+from app.services.health import HealthService, HealthStatus
 from app.testing.served import ServedProcess, start_served
+from app.wiring.embedded_db import EMBEDDED_DATABASE, EmbeddedDatabaseLost, Report, keep_database
 
 # From the SIGKILL to a new postmaster accepting connections: the check interval, the killed
 # server's children exiting, crash recovery (durable settings) and the start; generous for a
@@ -206,3 +210,34 @@ async def test_a_killed_serve_leaves_its_database_to_the_next_one_which_stops_it
         "a postmaster outlived every serve that used it:\n" + log[-4000:]
     )
     assert "adopting the embedded PostgreSQL" in log, log[-4000:]
+
+
+async def test_liveness_turns_false_when_the_keeper_gives_up(data_dir: pathlib.Path) -> None:
+    # The keeper alone, on a real server: serve's exit (above) follows from the keeper's end; this
+    # holds the verdict an orchestrator reads in between, which serve's exit makes too brief to poll.
+    embedded = EmbeddedPostgres(data_dir, fast=True)
+    assert await asyncio.to_thread(embedded.start, owned=True)
+    health = HealthService(SystemClock())
+    try:
+        keeper = asyncio.create_task(
+            keep_database(embedded, embedded.port(), 1, logging.getLogger("test"), _reporter(health))
+        )
+        running = _postmaster(embedded)
+        assert running is not None
+        await asyncio.sleep(0.3)
+        assert health.alive and health.find(EMBEDDED_DATABASE) is not None
+        with (embedded.pgdata / "postgresql.conf").open("a") as conf:
+            conf.write("\nthis line = = is not a setting\n")
+        os.kill(running[0], signal.SIGKILL)
+        with pytest.raises(EmbeddedDatabaseLost):
+            await asyncio.wait_for(keeper, BACK_WITHIN_S)
+        assert not health.alive
+    finally:
+        await asyncio.to_thread(embedded.stop)
+
+
+def _reporter(health: HealthService) -> Report:
+    def report(status: HealthStatus, details: dict[str, str]) -> None:
+        health.set(EMBEDDED_DATABASE, status, **details)
+
+    return report
