@@ -399,6 +399,59 @@ class Settings:
         help="the controller's bound on one segment-store request (connect, send, reply); a request "
         "that runs out is retried by its workflow",
     )
+    segment_store_max_connections: int = setting(
+        1000,
+        check=positive,
+        help="most connections the segment store's port holds; one more is closed at once, logged once "
+        "per 10 s with a count (a flood of idle connections cannot take every file descriptor)",
+    )
+    segment_store_hello_timeout_s: float = setting(
+        10.0,
+        check=positive,
+        help="a segment-store connection that has not said Hello this long after opening is closed "
+        "(every Pravega client says it first)",
+    )
+    segment_store_idle_timeout_s: float = setting(
+        120.0,
+        check=positive,
+        help="a segment-store connection with no writer set up, nothing pending and no frame for this "
+        "long is closed (well above the 20 s between Pravega clients' KeepAlives)",
+    )
+    segment_store_frame_deadline_s: float = setting(
+        30.0,
+        check=positive,
+        help="a frame (an AppendBlock with its end) on the segment-store port must arrive this long after "
+        "its header, or the connection is closed: a stalled frame holds no memory for ever",
+    )
+    segment_store_untrusted_frame_bytes: int = setting(
+        1024 * 1024,
+        check=at_least(64 * 1024, "a Hello, a SetupAppend or a read request must fit"),
+        help="largest frame the segment store reads before the connection said Hello (with "
+        "--auth-enabled: before it presented a valid delegation token; a larger request is read on "
+        "only when its token, at the start of its payload, is valid), against Pravega's 16 MiB "
+        "MAX_WIRECOMMAND_SIZE for the others",
+    )
+    segment_store_frame_budget_bytes: int = setting(
+        64 * 1024 * 1024,
+        check=at_least(16 * 1024 * 1024, "one frame of Pravega's 16 MiB MAX_WIRECOMMAND_SIZE must fit"),
+        help="bytes of unfinished frames over 64 KiB (appends of up to Pravega's 8 MiB events, table "
+        "updates of up to 16 MiB) the segment-store port holds for all its connections together; the "
+        "connection whose frame does not fit is closed (its client reconnects and sends it again)",
+    )
+    segment_store_reply_budget_bytes: int = setting(
+        32 * 1024 * 1024,
+        check=at_least(4 * 1024 * 1024, "a connection may queue one 2 MiB read reply and then some"),
+        help="bytes of segment-store replies being read out of the database or queued for clients that "
+        "are not reading them, for all connections together (each is bounded to about 2.5 MB); past "
+        "it, the connections whose replies have waited longest are closed",
+    )
+    segment_store_reads_at_once: int = setting(
+        8,
+        check=positive,
+        help="segment reads (up to 2 MiB each, Pravega's READ_MAX_SIZE) fetching their bytes at once on "
+        "the segment-store port; the others wait their turn: a burst of large reads can neither take "
+        "the whole database pool nor allocate a burst of replies (keep it below --pool-max-size)",
+    )
 
     # Buckets and membership.
     request_buckets: int = setting(

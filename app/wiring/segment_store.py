@@ -24,6 +24,7 @@ from app.security.tls import client_context, server_context
 from app.security.tokens import TokenSigner, TokenVerifier
 from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.server import SegmentStoreServer
+from app.segmentstore.server.limits import ConnectionLimits
 from app.segmentstore.server.membership import StoreMembership
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
@@ -89,6 +90,19 @@ def _key(settings: Settings) -> bytes:
     return settings.token_signing_key
 
 
+def _connection_limits(settings: Settings) -> ConnectionLimits:
+    return ConnectionLimits(
+        untrusted_frame_bytes=settings.segment_store_untrusted_frame_bytes,
+        frame_budget_bytes=settings.segment_store_frame_budget_bytes,
+        frame_deadline_s=settings.segment_store_frame_deadline_s,
+        hello_timeout_s=settings.segment_store_hello_timeout_s,
+        idle_timeout_s=settings.segment_store_idle_timeout_s,
+        reply_budget_bytes=settings.segment_store_reply_budget_bytes,
+        max_connections=settings.segment_store_max_connections,
+        reads_at_once=settings.segment_store_reads_at_once,
+    )
+
+
 def _peers(settings: Settings) -> StorePeers | None:
     group = settings.segment_store_group
     if group is None:
@@ -122,6 +136,7 @@ async def _start_measured_server(
             tls=tls,
             reuse_port=settings.reuse_port,
             peers=peers,
+            limits=_connection_limits(settings),
         )
     except BaseException:
         await storage.close()

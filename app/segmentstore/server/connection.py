@@ -7,7 +7,10 @@ MAX_CONCURRENT_CREATES at once) and answers when done, as Pravega's store answer
 order they complete; every reply echoes its request's id; nothing is sent unasked; a
 malformed frame, a protocol violation or an unexpected failure closes this connection only.
 What waits for a slow peer is bounded: one request's reply, one woken read's reply, and at most
-MAX_PARKED_READS parked reads.
+MAX_PARKED_READS parked reads. What a peer can make it hold before it is trusted (it said Hello,
+or with authentication on, presented a valid delegation token) is a frame of
+`untrusted_frame_bytes`; unfinished large frames and unread replies count against budgets shared
+by the port (limits.py), and a frame must arrive within its deadline.
 
 Every command is dispatched by one lookup in ROUTES, keyed by its type and built once from the
 codec's declarations: its `Route` names the flow it takes (the handshake, an append, a read, a
@@ -25,24 +28,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from app.metrics.record import StoreTraffic
 from app.observability import context
-from app.security.tokens import Verdict
+from app.observability.throttled_log import ThrottledWarning
+from app.security.tokens import Permission, Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.appends import Appends, ProtocolViolation
 from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.limits import (
+    SLOW_READER_BYTES,
+    UNCOUNTED_FRAME_BYTES,
+    ConnectionLimits,
+    FrameBudget,
+    ReplyBacklog,
+)
 from app.segmentstore.server.ownership import ContainerOwnership, requested_segments
-from app.segmentstore.server.reads import Reads
+from app.segmentstore.server.reads import Reads, read_size
 from app.segmentstore.server.refusals import RefusalContext, refusal_reply
 from app.segmentstore.server.tails import Tails, TailWatch
 from app.segmentstore.server.tokens import TokenGate, refusal
 from app.segmentstore.server.transients import Transients, transient_name
 from app.segmentstore.wire import commands as wc
-from app.segmentstore.wire.codec import MalformedCommand, encode, read_command
+from app.segmentstore.wire.codec import (
+    HEADER_SIZE,
+    MalformedCommand,
+    decode,
+    encode,
+    frame_header,
+    read_token_prefix,
+)
 from app.turns import EndOfTurn
 
 log = logging.getLogger(__name__)
@@ -58,6 +77,40 @@ MAX_PARKED_READS: Final = 1024
 # transaction's segments on one connection; run together, the store groups their rows into one
 # statement and their replies leave in one send). Beyond it a create waits its turn inline.
 MAX_CONCURRENT_CREATES: Final = 64
+
+# What a connection is waiting for, as the port's sweep sees it.
+_HEADER: Final = 0
+_PAYLOAD: Final = 1
+_SERVING: Final = 2
+
+
+class Refused(Exception):
+    """A frame this connection may not send now (too large before it is trusted, or past the
+    port's budget of unfinished frames): the connection is closed, logged once per interval."""
+
+
+@dataclass(frozen=True, slots=True)
+class PortShare:
+    """What the connections of one port share: their limits and budgets."""
+
+    limits: ConnectionLimits
+    frames: FrameBudget
+    replies: ReplyBacklog
+    # A burst of large reads cannot fetch more than this many replies' bytes at once.
+    reads: asyncio.Semaphore
+    # Closures a peer can cause at will, so logged once per interval with a count.
+    closures: ThrottledWarning
+
+    @classmethod
+    def of(cls, limits: ConnectionLimits) -> PortShare:
+        return cls(
+            limits,
+            FrameBudget(limits.frame_budget_bytes),
+            ReplyBacklog(limits.reply_budget_bytes),
+            asyncio.Semaphore(limits.reads_at_once),
+            ThrottledWarning(log, "segment store connection closed"),
+        )
+
 
 # A route's parts, each taking the command its route is keyed by (so typed Any here).
 Serve = Callable[["Connection", Any, "Route"], Awaitable[bool]]
@@ -101,8 +154,21 @@ class Connection:
         tokens: TokenGate | None = None,
         traffic: StoreTraffic | None = None,
         transient_tag: int | None = None,
+        share: PortShare | None = None,
     ) -> None:
         self._reader = reader
+        self._share = share if share is not None else PortShare.of(ConnectionLimits())
+        # Trusted: it said Hello (with authentication on: presented a valid token); until then its
+        # frames are small.
+        self._helloed = False
+        self._trusted = False
+        # Set up writers or creates in flight: a silent connection is not idle then.
+        self._busy = False
+        self._waiting = _HEADER
+        self.opened_at = self._frame_since = time.monotonic()
+        # The budget an AppendBlock holds until its AppendBlockEnd arrives (its bytes stay here).
+        self._block_bytes = 0
+        self._aborted: str | None = None
         # The store's data-plane counters (app/metrics); None in protocol tests of a bare store.
         self._traffic = traffic
         # None: authentication is off and tokens are not looked at (as Pravega's PassingTokenVerifier).
@@ -130,12 +196,16 @@ class Connection:
         try:
             while True:
                 try:
-                    cmd = await read_command(self._reader)
+                    cmd = await self._next_command()
                 except asyncio.IncompleteReadError:
                     break
                 except MalformedCommand as exc:
                     reason = f"malformed frame: {exc}"
                     log.warning("segment store connection from %s: %s", self._peer, reason)
+                    break
+                except Refused as exc:
+                    reason = str(exc)
+                    self._share.closures.record(f"{self._peer}: {reason}")
                     break
                 if not await self._process(cmd):
                     reason = f"closed after {type(cmd).__name__}"
@@ -144,7 +214,7 @@ class Connection:
             reason = f"protocol violation: {exc}"
             log.warning("segment store connection from %s: %s", self._peer, reason)
         except (ConnectionError, OSError) as exc:
-            reason = f"connection lost: {exc!r}"
+            reason = self._aborted or f"connection lost: {exc!r}"
         except asyncio.CancelledError:
             reason = "server closing"
             raise
@@ -153,6 +223,89 @@ class Connection:
             log.exception("segment store connection from %s failed", self._peer)
         finally:
             await self._finish(reason)
+
+    # --- frames in ---------------------------------------------------------------------------------
+
+    async def _next_command(self) -> wc.Command:
+        reader = self._reader
+        self._waiting = _HEADER
+        type_code, length = frame_header(await reader.readexactly(HEADER_SIZE))
+        if not self._block_bytes:
+            # An open AppendBlock's deadline runs on until its end has arrived.
+            self._frame_since = time.monotonic()
+        self._waiting = _PAYLOAD
+        if length <= UNCOUNTED_FRAME_BYTES:
+            payload = await reader.readexactly(length)
+            held = 0
+        else:
+            payload, held = await self._read_large(type_code, length)
+        if self._block_bytes:
+            self._share.frames.give(self._block_bytes)
+        self._block_bytes = held
+        self._waiting = _SERVING
+        return decode(type_code, payload)
+
+    async def _read_large(self, type_code: int, length: int) -> tuple[bytes, int]:
+        """The payload, and the budget it still holds (an AppendBlock's, until its end)."""
+        prefix = b""
+        if not self._trusted and length > self._share.limits.untrusted_frame_bytes:
+            prefix = await self._vouched_prefix(type_code, length)
+        frames = self._share.frames
+        if not frames.take(length):
+            raise Refused(
+                f"a frame of {length} bytes does not fit the port's budget of unfinished frames "
+                f"({frames.taken} bytes taken)"
+            )
+        try:
+            rest = await self._reader.readexactly(length - len(prefix))
+        except BaseException:
+            frames.give(length)
+            raise
+        if type_code == wc.AppendBlock.TYPE:
+            return rest, length
+        frames.give(length)
+        return (prefix + rest if prefix else rest), 0
+
+    async def _vouched_prefix(self, type_code: int, length: int) -> bytes:
+        """A large frame from a connection not yet trusted: with authentication on, after Hello, it
+        is read on if its payload begins with a valid delegation token (a table update can be a
+        connection's first request); the bytes read so far are returned."""
+        if self._tokens is None or not self._helloed:
+            raise Refused(f"frame of {length} bytes before Hello")
+        fields = await read_token_prefix(self._reader, type_code, length)
+        if fields is None:
+            raise Refused(f"frame of {length} bytes before a valid delegation token")
+        prefix, segment, token = fields
+        if not self._tokens.verifier.verify(token, segment, Permission.READ).ok:
+            raise Refused(f"frame of {length} bytes with an invalid delegation token")
+        self._trusted = True
+        return prefix
+
+    def overdue(self, now: float) -> str | None:
+        """Why the port's sweep must close this connection now, or None."""
+        limits = self._share.limits
+        if self._waiting == _PAYLOAD or self._block_bytes:
+            if now - self._frame_since > limits.frame_deadline_s:
+                return f"a frame not complete after {limits.frame_deadline_s} s"
+            return None
+        if self._waiting != _HEADER:
+            return None
+        if not self._helloed:
+            if now - self.opened_at > limits.hello_timeout_s:
+                return f"no Hello within {limits.hello_timeout_s} s"
+            return None
+        if self._busy or self._parked or self._creates:
+            return None
+        if now - self._frame_since > limits.idle_timeout_s:
+            return f"idle for {limits.idle_timeout_s} s"
+        return None
+
+    def abort(self, reason: str) -> None:
+        """Closes the connection at once, dropping what it has queued (its reader sees it lost)."""
+        if self._aborted is None:
+            self._aborted = reason
+            self._share.closures.record(f"{self._peer}: {reason}")
+            self._writer.transport.abort()
 
     def transient_segments(self) -> frozenset[str]:
         """The transient segments this connection created and has not seen merged or deleted."""
@@ -178,6 +331,8 @@ class Connection:
     # --- the flows --------------------------------------------------------------------------------
 
     async def _hello(self, cmd: wc.Hello, _route: Route) -> bool:
+        self._helloed = True
+        self._trusted = self._tokens is None
         await self._send(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
         compatible = cmd.low_version <= wc.WIRE_VERSION and cmd.high_version >= wc.OLDEST_COMPATIBLE_VERSION
         if not compatible:
@@ -213,7 +368,10 @@ class Connection:
             refused = self._token_refusal(verdict, cmd, route)
             if refused is None and verdict is not None:
                 self._writer_tokens[cmd.writer_id] = verdict
-        await self._send(refused if refused is not None else await self._reply(cmd, route))
+        reply = refused if refused is not None else await self._reply(cmd, route)
+        if isinstance(reply, wc.AppendSetup):
+            self._busy = self._trusted = True
+        await self._send(reply)
         return True
 
     async def _append(
@@ -272,7 +430,10 @@ class Connection:
         return self._token_refusal(self._tokens.check(cmd), cmd, route)
 
     def _token_refusal(self, verdict: Verdict | None, cmd: wc.Command, route: Route) -> wc.Command | None:
-        if verdict is None or verdict.ok:
+        if verdict is None:
+            return None
+        if verdict.ok:
+            self._trusted = True
             return None
         log.warning(
             "segment store connection from %s: %s refused, delegation token %s",
@@ -349,13 +510,22 @@ class Connection:
     # --- reads ------------------------------------------------------------------------------------
 
     async def _read(self, cmd: wc.ReadSegment, route: Route) -> None:
+        replies = self._share.replies
         try:
-            outcome = await self._reads.read(cmd)
+            async with self._share.reads:
+                # The reply's bytes count from before they are fetched (the reply and its queued
+                # copy): past the budget, the readers that stopped reading go before they exist.
+                replies.hold(
+                    self, self._writer.transport.get_write_buffer_size() + 2 * read_size(cmd.suggested_length)
+                )
+                outcome = await self._reads.read(cmd)
         except st.StorageError as exc:
             reply = refusal_reply(route.echo(cmd), exc)
             if reply is None:
                 raise
             outcome = reply
+        finally:
+            replies.release(self)
         if isinstance(outcome, TailWatch) and len(self._parked) >= MAX_PARKED_READS:
             outcome.cancel()
             outcome = wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
@@ -413,12 +583,28 @@ class Connection:
 
     async def _send(self, reply: wc.Command) -> None:
         # write() queues the whole frame at once, so frames from parked reads never interleave.
-        self._writer.write(encode(reply))
+        frame = encode(reply)
+        size = len(frame)
+        self._writer.write(frame)
+        del frame  # the transport keeps its own copy of what it could not send yet
         if self._traffic is not None and isinstance(reply, wc.SegmentRead):
             self._traffic.read(len(reply.data))
-        await self._writer.drain()
+        queued = self._writer.transport.get_write_buffer_size()
+        if queued <= SLOW_READER_BYTES:
+            await self._writer.drain()
+            return
+        replies = self._share.replies
+        # The reply itself stays alive (its caller holds it) while the transport's copy drains.
+        replies.hold(self, queued + size)
+        try:
+            await self._writer.drain()
+        finally:
+            replies.release(self)
 
     async def _finish(self, reason: str) -> None:
+        if self._block_bytes:
+            self._share.frames.give(self._block_bytes)
+            self._block_bytes = 0
         for task in list(self._parked):
             task.cancel()
         if self._parked:

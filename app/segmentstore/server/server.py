@@ -2,7 +2,9 @@
 
 Invariant: close() stops accepting, answers every parked tail read, then ends every connection
 (deleting their unmerged transient segments) before it returns; a failing connection never
-takes the listener down.
+takes the listener down. At most `max_connections` are open at once (one more is closed at
+once, the refusals logged once per interval with a count); a sweep closes the connections past
+their hello, idle or frame deadline (limits.py).
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from app.metrics.record import StoreTraffic
+from app.observability.throttled_log import ThrottledWarning
 from app.segmentstore import storage as st
-from app.segmentstore.server.connection import Connection
+from app.segmentstore.server.connection import Connection, PortShare
 from app.segmentstore.server.handlers import Handlers
+from app.segmentstore.server.limits import ConnectionLimits
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.tails import Tails
@@ -30,6 +35,8 @@ log = logging.getLogger(__name__)
 CLOSE_ANSWER_TIMEOUT_S: Final = 5.0
 # How long a new connection to a TLS listener has to complete its handshake.
 TLS_HANDSHAKE_TIMEOUT_S: Final = 10.0
+# The sweep looks at every connection this often (at most), a fraction of the shortest deadline.
+SWEEP_INTERVAL_S: Final = 1.0
 
 
 class SegmentStoreServer:
@@ -42,8 +49,13 @@ class SegmentStoreServer:
         tokens: TokenGate | None = None,
         tls: ssl.SSLContext | None = None,
         peers: StorePeers | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._storage = storage
+        self._share = PortShare.of(limits if limits is not None else ConnectionLimits())
+        self._open = 0
+        self._refusals = ThrottledWarning(log, "segment store connection refused")
+        self._sweep: asyncio.TimerHandle | None = None
         # With authentication on: every request carrying a delegation token is checked.
         self._tokens = tokens
         self._tls = tls
@@ -78,6 +90,7 @@ class SegmentStoreServer:
         tls: ssl.SSLContext | None = None,
         reuse_port: bool = False,
         peers: StorePeers | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -86,13 +99,30 @@ class SegmentStoreServer:
         With `tokens`, delegation tokens are checked (authentication on). With `tls`, every
         connection must complete a TLS handshake before its first command. `reuse_port`: bind with
         SO_REUSEPORT (the port is reserved by the supervisor of `serve --processes N`). `peers`: the
-        other stores of that run, behind the same port (started by the caller)."""
-        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers)
+        other stores of that run, behind the same port (started by the caller). `limits`: what
+        the port's connections may hold (ConnectionLimits' defaults without it)."""
+        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits)
         self._server = await asyncio.start_server(self._accept, host, port, reuse_port=reuse_port or None)
         sockname = self._server.sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
         log.info("segment store listening on %s:%d%s", *self._address, " (TLS)" if tls else "")
+        self._schedule_sweep()
         return self
+
+    def _schedule_sweep(self) -> None:
+        limits = self._share.limits
+        shortest = min(limits.hello_timeout_s, limits.idle_timeout_s, limits.frame_deadline_s)
+        interval = min(SWEEP_INTERVAL_S, max(0.05, shortest / 4))
+        self._sweep = asyncio.get_running_loop().call_later(interval, self._sweep_connections)
+
+    def _sweep_connections(self) -> None:
+        # A callback, not a task: it holds nothing and cannot die half-way (rescheduled first).
+        self._schedule_sweep()
+        now = time.monotonic()
+        for connection in list(self._connections.values()):
+            reason = connection.overdue(now)
+            if reason is not None:
+                connection.abort(reason)
 
     def _store_traffic(self) -> StoreTraffic:
         # Made at the first connection: the label is the address, known once listening.
@@ -122,6 +152,9 @@ class SegmentStoreServer:
         if self._closed:
             return
         self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._refusals.close()
         if self._server is not None:
             self._server.close()
         self._tails.close()
@@ -140,6 +173,7 @@ class SegmentStoreServer:
             await self._server.wait_closed()
         if self._on_close is not None:
             await self._on_close()
+        self._share.closures.close()
         log.info("segment store on %s:%d closed", *self._address)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -147,6 +181,22 @@ class SegmentStoreServer:
         if self._closed or task is None:
             writer.close()
             return
+        limit = self._share.limits.max_connections
+        if self._open >= limit:
+            self._refusals.record(
+                f"{self._open} connections open, the port's cap (--segment-store-max-connections)"
+            )
+            writer.transport.abort()
+            return
+        self._open += 1
+        try:
+            await self._serve(task, reader, writer)
+        finally:
+            self._open -= 1
+
+    async def _serve(
+        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if self._tls is not None and not await self._handshake(writer):
             return
         connection = Connection(
@@ -160,6 +210,7 @@ class SegmentStoreServer:
             self._tokens,
             self._store_traffic(),
             self._peers.index if self._peers is not None else None,
+            self._share,
         )
         self._connections[task] = connection
         try:

@@ -539,6 +539,65 @@ async def read_command(reader: asyncio.StreamReader) -> Command:
     return decode(type_code, await reader.readexactly(length))
 
 
+def frame_header(header: bytes) -> tuple[int, int]:
+    """The type and payload length of a frame's 8-byte header, refused as check_header does."""
+    type_code, length = _HEADER.unpack(header)
+    check_header(type_code, length)
+    return type_code, length
+
+
+def _token_prefix(cls: type) -> tuple[Wire, ...] | None:
+    # The fields up to and including the delegation token, when each is a fixed-size field or a
+    # string (so they can be read before the rest) and one of them names the segment.
+    kinds: list[Wire] = []
+    for field, kind in _wire_fields(cls):
+        if field.default is not dataclasses.MISSING or not (kind in _FIXED_FORMAT or kind is Wire.STR):
+            return None
+        if field.name == "delegation_token":
+            return (*kinds, kind) if Wire.STR in kinds and kind is Wire.STR else None
+        kinds.append(kind)
+    return None
+
+
+_TOKEN_PREFIXES: Final[dict[int, tuple[Wire, ...]]] = {
+    code: prefix for code, cls in COMMANDS.items() if (prefix := _token_prefix(cls)) is not None
+}
+
+
+async def read_token_prefix(
+    reader: asyncio.StreamReader, type_code: int, length: int
+) -> tuple[bytes, str, str] | None:
+    """For a frame whose payload begins with fixed-size fields and strings up to its delegation
+    token, reads those (at most two 64 KiB strings, never the rest of a large frame): the bytes
+    read, its first string (the segment it names) and the token. None for other frame types."""
+    kinds = _TOKEN_PREFIXES.get(type_code)
+    if kinds is None:
+        return None
+    parts: list[bytes] = []
+    strings: list[str] = []
+    left = length
+
+    async def take(n: int) -> bytes:
+        nonlocal left
+        if n > left:
+            raise MalformedCommand(f"field of {n} bytes with {left} left in the frame")
+        left -= n
+        data = await reader.readexactly(n)
+        parts.append(data)
+        return data
+
+    for kind in kinds:
+        if kind is not Wire.STR:
+            await take(_FIXED_SIZE[kind])
+            continue
+        (n,) = _U16.unpack(await take(2))
+        try:
+            strings.append((await take(n)).decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise MalformedCommand(f"string field: {exc}") from exc
+    return b"".join(parts), strings[0], strings[-1]
+
+
 def append_data(block: AppendBlock | None, end: AppendBlockEnd) -> bytes:
     """The bytes one append stores: a Java AppendBlock's whole events, the event its nested
     PartialEvent began and `end.data` finishes; or just `end.data` with no block (Rust)."""
