@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import aiohttp
 import pytest
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -290,3 +291,19 @@ async def test_an_unknown_name_is_refused_in_the_time_a_wrong_password_takes(ser
     )
     print(figures)
     assert 0.5 <= ratio <= 2.0, figures
+
+
+async def test_rest_refuses_guesses_past_the_limits_with_429_and_retry_after(served: ServedProcess) -> None:
+    connector = aiohttp.TCPConnector(local_addr=(ATTACKER, 0), limit=0)
+    async with aiohttp.ClientSession(served.rest_base, connector=connector) as http:
+
+        async def guess(i: int) -> tuple[int, str | None]:
+            headers = {"Authorization": basic("victim", f"rest-guess-{i}")}
+            async with http.get("/v1/scopes", headers=headers) as response:
+                return response.status, response.headers.get("Retry-After")
+
+        answers = await asyncio.gather(*(guess(i) for i in range(16)))
+    statuses = sorted(status for status, _ in answers)
+    # One check runs and one waits for the address; the rest are refused at once.
+    assert set(statuses) == {401, 429}, answers
+    assert all(retry and int(retry) >= 1 for status, retry in answers if status == 429), answers
