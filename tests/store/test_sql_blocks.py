@@ -20,6 +20,9 @@ from app.store import queries
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "app" / "store"
+# The rooms that run named SQL blocks: the store's adapters, and the dev data generators
+# (`pgcontroller dev seed`'s seed.sql), which moved out of app/store to app/dev.
+SQL_USERS = (STORE, ROOT / "app" / "dev")
 # The files `queries.load` reads: the package data of `sql.queries`.
 SQL_FILES = sorted(
     (f for f in queries.queries_dir().iterdir() if f.name.endswith(".sql")), key=lambda f: f.name
@@ -105,7 +108,7 @@ def module_refs(path: Path) -> ModuleRefs | None:
 
 
 def all_module_refs() -> list[ModuleRefs]:
-    found = [module_refs(p) for p in sorted(STORE.rglob("*.py"))]
+    found = [module_refs(p) for room in SQL_USERS for p in sorted(room.rglob("*.py"))]
     return [r for r in found if r is not None]
 
 
@@ -128,7 +131,7 @@ def test_every_block_is_used_by_the_store(sql_file: Traversable) -> None:
     blocks = queries.parse_blocks(sql_file.read_text(encoding="utf-8"), str(sql_file))
     assert blocks, f"{sql_file.name} has no blocks"
     users = [r for r in all_module_refs() if r.stem == stem(sql_file)]
-    assert users, f"no module in app/store loads {sql_file.name}"
+    assert users, f"no module in app/store or app/dev loads {sql_file.name}"
     used = set().union(*(r.names for r in users))
     unused = sorted(set(blocks) - used)
     assert unused == [], f"blocks in {sql_file.name} that no store code runs: {unused}"
