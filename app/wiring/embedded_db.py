@@ -41,6 +41,8 @@ _RECOVERY_LINES = (
     "FATAL",
     "PANIC",
 )
+# Our own clients' reconnects refused while it starts: one line each, nothing about the recovery.
+_CLIENT_REFUSALS = ("is starting up", "not yet accepting connections")
 _START_FAILURES = (EmbeddedPostgresError, PostgresBinariesNotFound, OSError, subprocess.SubprocessError)
 
 # The keeper's reports: the status of the embedded database and the details that explain it.
@@ -129,7 +131,12 @@ def _recovery_lines(embedded: EmbeddedPostgres, offset: int) -> list[str]:
             text = log_file.read(1 << 20).decode(errors="replace")
     except OSError:
         return []
-    return [line for line in text.splitlines() if any(marker in line for marker in _RECOVERY_LINES)]
+    return [
+        line
+        for line in text.splitlines()
+        if any(marker in line for marker in _RECOVERY_LINES)
+        and not any(refusal in line for refusal in _CLIENT_REFUSALS)
+    ]
 
 
 def keep_embedded_database(
