@@ -3,18 +3,27 @@ connection may take, so a flood of idle connections can neither exhaust the proc
 (the database pool could then not reconnect: readiness, leadership and buckets lost) nor crowd out
 each other port. A connection past either bound is refused at once (the port's refusal, e.g. an
 HTTP 503, then closed) before the server's protocol sees it; refusals are logged once per interval
-with a count."""
+with a count.
+
+The reserve is kept at accept() itself (`ReservingListener`): asyncio accepts up to the backlog
+in one loop turn and only makes the protocols turns later, so a check in the protocol would let
+a burst overrun the reserve by hundreds of descriptors before the first refusal closed one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
+import socket
 from collections.abc import Callable
 
 from app.observability.throttled_log import ThrottledWarning
 
 log = logging.getLogger("pgcontroller.connections")
+
+# Refusals one accept() call makes before it yields the loop turn (the rest wait for the next).
+_REFUSALS_PER_ACCEPT = 64
 
 
 def descriptor_ceiling(fd_reserve: int) -> int:
@@ -31,22 +40,28 @@ class ConnectionCap:
     so a client sees why rather than a bare close."""
 
     def __init__(self, port_name: str, max_connections: int, fd_ceiling: int, refusal: bytes = b"") -> None:
+        # Settable: a port asked for as 0 is only known once bound.
+        self.port_name = port_name
         self.max_connections = max_connections
-        self.refusal = refusal
         self.fd_ceiling = fd_ceiling
+        self.refusal = refusal
         self.open = 0
-        self._refusals = ThrottledWarning(log, f"{port_name}: connection refused")
+        self._refusals = ThrottledWarning(log, "connection refused")
 
-    def admit(self, transport: asyncio.BaseTransport) -> bool:
-        if self.open >= self.max_connections:
-            self._refusals.record(f"{self.open} connections open, the cap")
-            return False
-        sock = transport.get_extra_info("socket")
-        descriptor = sock.fileno() if sock is not None else -1
+    def admits_descriptor(self, conn: socket.socket) -> bool:
         # The kernel hands out the lowest free descriptor: a connection numbered n means the n
         # below it are all taken, so past the ceiling fewer than the reserve are left.
-        if descriptor >= self.fd_ceiling:
-            self._refusals.record(f"descriptor {descriptor}, in the reserve kept for the database and logs")
+        descriptor = conn.fileno()
+        if descriptor < self.fd_ceiling:
+            return True
+        self._refusals.record(
+            f"{self.port_name}: descriptor {descriptor}, in the reserve kept for the database and logs"
+        )
+        return False
+
+    def admit(self) -> bool:
+        if self.open >= self.max_connections:
+            self._refusals.record(f"{self.port_name}: {self.open} connections open, the cap")
             return False
         self.open += 1
         return True
@@ -58,6 +73,33 @@ class ConnectionCap:
         self._refusals.close()
 
 
+class ReservingListener(socket.socket):
+    """A listening socket whose accept() closes at once a connection that took a reserved
+    descriptor; asyncio's accept loop calls it for each connection waiting."""
+
+    __slots__ = ("cap",)
+
+    def __init__(self, family: int, type_: int, proto: int, cap: ConnectionCap) -> None:
+        super().__init__(family, type_, proto)
+        self.cap = cap
+
+    def accept(self) -> tuple[socket.socket, socket._RetAddress]:
+        for _ in range(_REFUSALS_PER_ACCEPT):
+            conn, address = super().accept()  # BlockingIOError once none waits: asyncio stops there
+            if self.cap.admits_descriptor(conn):
+                return conn, address
+            _refuse(conn, self.cap.refusal)
+        raise BlockingIOError
+
+
+def _refuse(conn: socket.socket, refusal: bytes) -> None:
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        if refusal:
+            conn.send(refusal)
+    conn.close()
+
+
 class _Capped(asyncio.Protocol):
     """The server's protocol, created only for an admitted connection."""
 
@@ -67,7 +109,7 @@ class _Capped(asyncio.Protocol):
         self._inner: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._cap.admit(transport):
+        if not self._cap.admit():
             if self._cap.refusal and isinstance(transport, asyncio.WriteTransport):
                 transport.write(self._cap.refusal)
             transport.close()
@@ -100,3 +142,30 @@ class _Capped(asyncio.Protocol):
 def capped(make_inner: Callable[[], asyncio.Protocol], cap: ConnectionCap) -> Callable[[], asyncio.Protocol]:
     """A protocol factory for loop.create_server that admits a connection through `cap` first."""
     return lambda: _Capped(make_inner, cap)
+
+
+async def reserving_listeners(
+    host: str, port: int, cap: ConnectionCap, *, reuse_port: bool
+) -> list[ReservingListener]:
+    """Bound (not yet listening) sockets for every address `host` names, as loop.create_server
+    would bind them (SO_REUSEADDR, IPv6 only on IPv6 addresses); OSError when one cannot bind."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    listeners: list[ReservingListener] = []
+    try:
+        for family, type_, proto, _name, address in dict.fromkeys(infos):
+            sock = ReservingListener(family, type_, proto, cap)
+            listeners.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in listeners:
+            sock.close()
+        raise
+    return listeners

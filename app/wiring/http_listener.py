@@ -16,13 +16,14 @@ from aiohttp import web
 
 from app.security.tls import ALPN_REST, server_context
 from app.settings import Settings
-from app.wiring.connection_cap import ConnectionCap, capped, descriptor_ceiling
+from app.wiring.connection_cap import ConnectionCap, capped, descriptor_ceiling, reserving_listeners
 
 _REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 class _CappedSite(web.BaseSite):
-    """aiohttp's TCPSite with every connection admitted through a ConnectionCap first."""
+    """aiohttp's TCPSite with every connection admitted through a ConnectionCap first: one server
+    per address the host names, as loop.create_server binds them."""
 
     def __init__(
         self,
@@ -39,6 +40,7 @@ class _CappedSite(web.BaseSite):
         self._port = port
         self._cap = cap
         self._reuse_port = reuse_port
+        self._others: list[asyncio.Server] = []
 
     @property
     def name(self) -> str:
@@ -48,19 +50,29 @@ class _CappedSite(web.BaseSite):
         await super().start()
         server = self._runner.server
         assert server is not None  # set by runner.setup(), which listen_http awaits first
-        self._server = await asyncio.get_running_loop().create_server(
-            capped(server, self._cap),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-            # None, not False: asyncio then leaves the option alone, as it always did.
-            reuse_port=self._reuse_port or None,
-        )
+        loop = asyncio.get_running_loop()
+        listeners = await reserving_listeners(self._host, self._port, self._cap, reuse_port=self._reuse_port)
+        servers: list[asyncio.Server] = []
+        try:
+            for sock in listeners:
+                servers.append(
+                    await loop.create_server(
+                        capped(server, self._cap), sock=sock, ssl=self._ssl_context, backlog=self._backlog
+                    )
+                )
+        except BaseException:
+            for started in servers:
+                started.close()
+            for sock in listeners:
+                sock.close()
+            raise
+        # aiohttp reads the first for the runner's addresses and closes it on stop.
+        self._server, self._others = servers[0], servers[1:]
 
     async def stop(self) -> None:
         self._cap.close()
+        for other in self._others:
+            other.close()
         await super().stop()
 
 
@@ -73,7 +85,7 @@ async def listen_http(
     )
     await runner.setup()
     cap = ConnectionCap(
-        f"HTTP port {host}:{port}",
+        f"HTTP port {port}",
         settings.rest_max_connections,
         descriptor_ceiling(settings.fd_reserve),
         refusal=_REFUSAL,
@@ -92,4 +104,6 @@ async def listen_http(
         cap.close()
         await runner.cleanup()
         raise
-    return runner, int(runner.addresses[0][1]) if runner.addresses else port
+    bound = int(runner.addresses[0][1]) if runner.addresses else port
+    cap.port_name = f"HTTP port {bound}"
+    return runner, bound
