@@ -59,6 +59,7 @@ from app.wiring import (
     wire,
     with_embedded_store,
 )
+from app.wiring.accept_errors import quiet_accept_errors
 from app.wiring.embedded_db import keep_embedded_database
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
@@ -140,6 +141,9 @@ async def open_process(
     async with AsyncExitStack() as stack:
         if options.owns_process:
             stack.callback(watchdog.disarm)  # first in, so the last step out: the budget covers every other
+            # Failed accepts (out of descriptors) are counted and logged once per interval, not
+            # one traceback each; only a process's own loop gets the handler, never pytest's.
+            stack.callback(quiet_accept_errors(asyncio.get_running_loop()))
         url, started = await _database(settings, role, stack)
         if options.owns_process:
             _stop_on_signals(stop, stack)

@@ -134,9 +134,7 @@ def _container_map(
     hosts = settings.segment_store_hosts
     store = PgContainerMapStore(resources.pool)
     locator = SharedContainerMap(settings.container_count, hosts, store)
-    service = ContainerMapService(
-        store, resources.clock, settings.container_count, list(hosts)
-    )
+    service = ContainerMapService(store, resources.clock, settings.container_count, list(hosts))
     balancer = ContainerBalancerDuty(
         service,
         resources.clock,

@@ -55,7 +55,6 @@ class _KvtHandler:
 
 
 class CreateKvtHandler(_KvtHandler):
-
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope, name, kvt_id = _target(request)
         current = await _read(self._kvts, scope, name, kvt_id)
@@ -113,7 +112,6 @@ class CreateKvtHandler(_KvtHandler):
 
 
 class DeleteKvtHandler(_KvtHandler):
-
     async def handle(self, request: Request, mark_started: MarkStarted) -> None:
         scope, name, kvt_id = _target(request)
         current = await _read(self._kvts, scope, name, kvt_id)
