@@ -58,6 +58,10 @@ class _Ping(NamedTuple):
     max_lease_ms: int
 
 
+def _ping_key(ping: _Ping) -> tuple[str, str, int, int]:
+    return ping.scope, ping.name, ping.txn_high, ping.txn_low
+
+
 class _Create(NamedTuple):
     scope: str
     name: str
@@ -187,7 +191,21 @@ class PgTxnStore:
 
     async def _ping_many(self, batch: Sequence[_Ping]) -> list[bool | Exception]:
         extended = await self._fetch_batch("extend_open_leases", batch)
-        return [ordinal in extended for ordinal in range(1, len(batch) + 1)]
+        # A transaction pinged twice in one batch is updated once: the ping that lost is
+        # answered by the lease the winner set when it reaches as far as the loser asked (else
+        # the loser reads the record on its own). Without this, N concurrent pings of one
+        # transaction took N rounds of conflicting writes on the slow path.
+        reached = {
+            _ping_key(batch[ordinal - 1]): int(row["lease_expiry"]) for ordinal, row in extended.items()
+        }
+        return [
+            ordinal in extended
+            or (
+                ping.lease_ms <= ping.max_lease_ms
+                and reached.get(_ping_key(ping), -1) >= ping.now_ms + ping.lease_ms
+            )
+            for ordinal, ping in enumerate(batch, start=1)
+        ]
 
     async def move_txn(
         self,

@@ -116,8 +116,9 @@ RETURNING t.version;
 
 -- name: extend_open_leases
 -- extend_open_lease for many pings of one loop turn: one statement, the same conditions per
--- ping. Answers the ordinal (1-based) of each ping that extended its lease; a ping whose
--- transaction is pinged twice in the batch may lose to the other and reads the record alone.
+-- ping. Answers the ordinal (1-based) of each ping that extended its lease, and the expiry it
+-- set; a ping whose transaction is pinged twice in the batch updates the row once, and the one
+-- that lost is answered by the lease the other set when that reaches as far as it asked.
 -- Each ping's whole key (stream id, id halves) comes from one materialized row, so every probe
 -- of transactions is a primary-key lookup, whatever the statistics of a freshly filled table say.
 WITH asked AS MATERIALIZED (
@@ -132,7 +133,7 @@ SET lease_expiry = a.now_ms + a.lease_ms, lease_ms = a.lease_ms, version = t.ver
 FROM asked a
 WHERE (t.stream_id, t.txn_high, t.txn_low) = (a.stream_id, a.txn_high, a.txn_low)
   AND t.status = 'OPEN' AND a.now_ms + a.lease_ms <= t.max_exec_expiry
-RETURNING a.ord;
+RETURNING a.ord, t.lease_expiry;
 
 -- name: move_txn
 -- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request

@@ -62,18 +62,35 @@ async def test_pings_of_one_turn_are_one_statement_with_each_pings_own_answer(se
     assert (await _lease(services, "a", second))[0] == 10_000  # untouched
 
 
-async def test_the_same_transaction_pinged_twice_in_a_turn_is_extended(services: Services) -> None:
+async def test_the_same_transaction_pinged_many_times_in_a_turn_is_extended_for_all(
+    services: Services,
+) -> None:
     txn = await _open(services, "a")
     store = PgTxnStore(services.resources.pool)
     now = services.clock.now_ms()
     answers = await asyncio.gather(
-        store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS),
-        store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS),
+        *(store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS) for _ in range(5))
     )
-    # PostgreSQL updates a row once per statement, however many source rows match it: one ping
-    # extends it, the other answers False, and the service then reads the record and pings alone.
-    assert sorted(answers) == [False, True]
+    # PostgreSQL updates a row once per statement, however many source rows match it: the pings
+    # that lost are answered by the lease the winner set, which reaches as far as each asked
+    # (before, four of the five answered False and raced each other on the service's slow path).
+    assert answers == [True] * 5
     assert await _lease(services, "a", txn) == (20_000, now + 20_000)
+
+
+async def test_a_ping_asking_further_than_the_one_that_won_is_not_answered_by_it(services: Services) -> None:
+    txn = await _open(services, "a")
+    store = PgTxnStore(services.resources.pool)
+    now = services.clock.now_ms()
+    shorter, longer = await asyncio.gather(
+        store.extend_open_lease(SC, "a", txn, 20_000, now, MAX_LEASE_MS),
+        store.extend_open_lease(SC, "a", txn, 30_000, now, MAX_LEASE_MS),
+    )
+    _, expiry = await _lease(services, "a", txn)
+    # Whichever won, the shorter ask is reached; the longer one only if it was the one that won
+    # (else the service reads the record and pings alone).
+    assert shorter is True
+    assert longer == (expiry == now + 30_000)
 
 
 async def test_a_lone_ping_runs_alone(services: Services) -> None:
