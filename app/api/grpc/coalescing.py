@@ -10,13 +10,17 @@ except those written before it (flushed first), none after abort().
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
 from app.api.grpc.h2_limits import H2Limits, LimitedH2Protocol
+from app.observability.throttled_log import ThrottledWarning
 from app.turns import EndOfTurn
+
+log = logging.getLogger(__name__)
 
 
 class CoalescingTransport(asyncio.Transport):
@@ -86,9 +90,14 @@ class CoalescingServer(grpclib.server.Server):
     to `h2_limits` (app/api/grpc/h2_limits.py: rapid reset, PING and SETTINGS floods)."""
 
     h2_limits = H2Limits()
+    # One per server, made on its loop at the first connection: a flood of cut-off connections
+    # costs a line per interval with a count.
+    _cut_offs: ThrottledWarning | None = None
 
     def _protocol_factory(self) -> H2Protocol:
-        return _coalesced(LimitedH2Protocol(super()._protocol_factory(), self.h2_limits))
+        if self._cut_offs is None:
+            self._cut_offs = ThrottledWarning(log, "gRPC connection cut off (GOAWAY ENHANCE_YOUR_CALM)")
+        return _coalesced(LimitedH2Protocol(super()._protocol_factory(), self.h2_limits, self._cut_offs))
 
 
 def limit_connections(server: grpclib.server.Server, limits: H2Limits) -> None:

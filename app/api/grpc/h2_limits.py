@@ -33,13 +33,13 @@ from h2.events import PingReceived, RemoteSettingsChanged, RequestReceived, Stre
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
+from app.observability.throttled_log import ThrottledWarning
+
 log = logging.getLogger(__name__)
 
 # h2 parses a whole read (up to 256 KiB from asyncio) before grpclib sees one event; fed in
 # slices, a connection over its budget costs at most one slice more (about 150 streams here).
 FEED_SLICE_BYTES = 4 * 1024
-# One warning line per this many seconds, however many connections are cut off.
-CUT_OFF_LOG_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -76,30 +76,15 @@ class WindowBudget:
         self._spent = 0
 
 
-class _CutOffLog:
-    def __init__(self) -> None:
-        self._last: float | None = None
-        self._suppressed = 0
-
-    def warning(self, peer: Any, reason: str) -> None:
-        now = time.monotonic()
-        if self._last is not None and now - self._last < CUT_OFF_LOG_INTERVAL_S:
-            self._suppressed += 1
-            return
-        more = f" ({self._suppressed} more since the last such line)" if self._suppressed else ""
-        self._last, self._suppressed = now, 0
-        log.warning("gRPC connection from %s cut off (GOAWAY ENHANCE_YOUR_CALM): %s%s", peer, reason, more)
-
-
-_cut_offs = _CutOffLog()
-
-
 class LimitedEventsProcessor(EventsProcessor):
     """grpclib's event processor, each event first charged to the connection's budgets."""
 
-    def __init__(self, handler: AbstractHandler, connection: Connection, limits: H2Limits) -> None:
+    def __init__(
+        self, handler: AbstractHandler, connection: Connection, limits: H2Limits, cut_offs: ThrottledWarning
+    ) -> None:
         super().__init__(handler, connection)
         self._limits = limits
+        self._cut_offs = cut_offs
         self._resets = WindowBudget(limits.max_resets_per_window, limits.window_s)
         self._pings = WindowBudget(limits.max_pings_per_window, limits.window_s)
         self._settings = WindowBudget(limits.max_settings_per_window, limits.window_s)
@@ -168,7 +153,7 @@ class LimitedEventsProcessor(EventsProcessor):
         self.cut_off = True
         if self.connection.is_closing():
             return
-        _cut_offs.warning(self.connection.get_peer().addr(), reason)
+        self._cut_offs.record(f"{self.connection.get_peer().addr()}: {reason}")
         h2 = self.connection._connection
         h2.close_connection(error_code=ErrorCodes.ENHANCE_YOUR_CALM)
         self.connection.flush()
@@ -210,9 +195,10 @@ class LimitedHandler(AbstractHandler):
 class LimitedH2Protocol(H2Protocol):
     """grpclib's server protocol with the limits of this module."""
 
-    def __init__(self, protocol: H2Protocol, limits: H2Limits) -> None:
+    def __init__(self, protocol: H2Protocol, limits: H2Limits, cut_offs: ThrottledWarning) -> None:
         super().__init__(LimitedHandler(protocol.handler), protocol.config, protocol.h2_config)
         self._limits = limits
+        self._cut_offs = cut_offs
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -220,7 +206,7 @@ class LimitedH2Protocol(H2Protocol):
         if h2.local_settings.max_concurrent_streams != self._limits.max_concurrent_streams:
             h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams})
             self.connection.flush()
-        self.processor = LimitedEventsProcessor(self.handler, self.connection, self._limits)
+        self.processor = LimitedEventsProcessor(self.handler, self.connection, self._limits, self._cut_offs)
 
     def data_received(self, data: bytes) -> None:
         for start in range(0, len(data), FEED_SLICE_BYTES):
