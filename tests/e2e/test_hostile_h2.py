@@ -24,6 +24,7 @@ from hpack import Encoder
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess
+from tests.support.hostile import rss_kb
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -145,14 +146,6 @@ def _control_flood(kind: int, payload: bytes, frames: int, per_batch: int = 2_00
         yield one * min(per_batch, frames - start)
 
 
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
 async def _probe_until(stub: ControllerServiceStub, stop: Callable[[], bool]) -> list[float]:
     latencies: list[float] = []
     while not stop():
@@ -184,7 +177,7 @@ async def test_rapid_reset_is_cut_off_with_enhance_your_calm_and_costs_neither_l
     try:
         stub = ControllerServiceStub(channel)
         await _warm(stub)
-        rss_before = _rss_kb(served.process.pid)
+        rss_before = rss_kb(served.process.pid)
 
         # Each connection tries 50,000 streams; the attacker comes back on a new connection each
         # time one is cut off, for ATTACK_S, so the probe runs through a sustained attack.
@@ -220,7 +213,7 @@ async def test_rapid_reset_is_cut_off_with_enhance_your_calm_and_costs_neither_l
 
         # The attack's memory is not kept once its connections are gone.
         deadline = time.monotonic() + 20
-        while (grown := _rss_kb(served.process.pid) - rss_before) >= RSS_MARGIN_KB:
+        while (grown := rss_kb(served.process.pid) - rss_before) >= RSS_MARGIN_KB:
             assert time.monotonic() < deadline, f"RSS grew {grown} kB over the attack and stayed"
             await asyncio.sleep(0.2)
         print(f"rapid reset: RSS {rss_before} kB before, grown {grown} kB after")
@@ -242,7 +235,7 @@ async def test_control_frame_flood_is_cut_off_with_enhance_your_calm(
     try:
         stub = ControllerServiceStub(channel)
         await _warm(stub)
-        rss_before = _rss_kb(served.process.pid)
+        rss_before = rss_kb(served.process.pid)
         attacker = asyncio.ensure_future(
             asyncio.to_thread(_attack, served.grpc_port, _control_flood(kind, payload, 200_000))
         )
@@ -252,6 +245,6 @@ async def test_control_frame_flood_is_cut_off_with_enhance_your_calm(
         assert attack.goaway_code == ENHANCE_YOUR_CALM, (attack, served.log()[-3000:])
         assert attack.closed_by_server, attack
         assert _p99(latencies) < PROBE_P99_LIMIT_S, (len(latencies), sorted(latencies)[-5:])
-        assert _rss_kb(served.process.pid) - rss_before < RSS_MARGIN_KB
+        assert rss_kb(served.process.pid) - rss_before < RSS_MARGIN_KB
     finally:
         channel.close()

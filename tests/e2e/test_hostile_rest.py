@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import aiohttp
 
 from app.testing.served import ServedProcess, start_served
+from tests.support.hostile import p99, rss_kb
 
 IDLE_TIMEOUT_S = 3.0
 # The closing timer's own lateness on a loaded 2-core machine, and a flood's connections that sat
@@ -28,13 +28,6 @@ RSS_BOUND_KB = 100 * 1024
 NOFILE = 1024
 FLOOD = 1100
 SLOWLORIS = 40
-
-
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def _descriptors(pid: int) -> int:
@@ -145,12 +138,6 @@ async def _close(connections: list[tuple[asyncio.StreamReader, asyncio.StreamWri
             await writer.wait_closed()
 
 
-def _p99(latencies: list[float]) -> float:
-    if len(latencies) < 2:
-        return latencies[0]
-    return statistics.quantiles(latencies, n=100, method="inclusive")[98]
-
-
 async def test_a_port_past_its_cap_refuses_at_once_with_one_log_line_per_interval(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -175,7 +162,7 @@ async def test_a_port_past_its_cap_refuses_at_once_with_one_log_line_per_interva
             stop.set()
             latencies = await probe
             await _close(opened)
-        assert _p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
+        assert p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
         log = served.log()
         lines = [line for line in log.splitlines() if "connection refused" in line]
         assert 1 <= len(lines) <= 3, lines
@@ -188,7 +175,7 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
     async with _serve(tmp_path, db_url, nofile=NOFILE) as served:
         async with aiohttp.ClientSession() as http:
             before = await _until_leader(http, served)
-            rss_before = _rss_kb(served.process.pid)
+            rss_before = rss_kb(served.process.pid)
             descriptors_before = _descriptors(served.process.pid)
             stop = asyncio.Event()
             probe = asyncio.create_task(_probe(http, served, stop))
@@ -202,7 +189,7 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
             await _until_descriptors_at_most(
                 served.process.pid, descriptors_before + 10, IDLE_TIMEOUT_S + CLOSE_SLACK_S
             )
-            rss_during = _rss_kb(served.process.pid)
+            rss_during = rss_kb(served.process.pid)
             slow_closed = await asyncio.gather(*slow)
             assert all(s is not None and s < IDLE_TIMEOUT_S + CLOSE_SLACK_S for s in slow_closed), slow_closed
             stop.set()
@@ -215,7 +202,7 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
         assert isinstance(after, dict) and after["leader"] is True and after["owned"] == before["owned"], (
             after
         )
-        assert _p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
+        assert p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
         assert rss_during - rss_before < RSS_BOUND_KB, (rss_before, rss_during)
         log = served.log()
         assert "out of system resource" not in log and "Too many open files" not in log, log[-4000:]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import statistics
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +23,7 @@ from app.segmentstore.wire.codec import encode
 from app.settings.model import Settings
 from app.testing.served import ServedProcess, start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
+from tests.support.hostile import p99, rss_kb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,19 +39,6 @@ BIG_SEGMENT = "hostile/port/1.#epoch.0"
 # Each holds one 2 MiB read reply unread (about 3.4 MB with its queued copy): 340 MB without a
 # budget for them all (+127 MB of RSS measured before the fix, the kernel taking part of it).
 SLOW_READERS = 100
-
-
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def _p99(latencies: list[float]) -> float:
-    return (
-        statistics.quantiles(latencies, n=100, method="inclusive")[98] if len(latencies) > 1 else latencies[0]
-    )
 
 
 @contextlib.asynccontextmanager
@@ -163,14 +150,14 @@ async def test_stalled_huge_frames_cost_no_memory_and_are_dropped_at_their_deadl
     async with _serve(tmp_path, db_url, *flags) as served:
         address = _address(served)
         probe = await _Probe.start(address)
-        rss_before = _rss_kb(served.process.pid)
+        rss_before = rss_kb(served.process.pid)
         stop = asyncio.Event()
         probing = asyncio.create_task(probe.run(stop))
         attack_started = time.monotonic()
         # Before Hello (refused at the header) and after it (within the port's budget, then dropped
         # at the frame's deadline, or refused at once past the budget).
         attackers = await asyncio.gather(*(_stalled_frame(address, hello=n % 2 == 1) for n in range(40)))
-        rss_during = _rss_kb(served.process.pid)
+        rss_during = rss_kb(served.process.pid)
         closed = await asyncio.gather(
             *(_closed(reader, FRAME_DEADLINE_S + CLOSE_SLACK_S) for reader, _ in attackers)
         )
@@ -184,7 +171,7 @@ async def test_stalled_huge_frames_cost_no_memory_and_are_dropped_at_their_deadl
         log = served.log()
     assert all(closed), f"{closed.count(False)} of 40 stalled frames still held {dropped_within_s:.1f} s on"
     assert rss_during - rss_before < RSS_BOUND_KB, (rss_before, rss_during)
-    assert _p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
+    assert p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
     assert "Traceback" not in log, log[-4000:]
     closures = [line for line in log.splitlines() if "segment store connection closed" in line]
     assert 1 <= len(closures) <= 4, closures
@@ -239,7 +226,7 @@ async def test_clients_that_never_read_hold_no_more_than_the_reply_budget(
         for n in range(4):
             reply = await probe.client.append(filler, event(bytes([n]) * ((2 << 20) - 8)), n + 1)
             assert isinstance(reply, wc.DataAppended), reply
-        rss_before = _rss_kb(served.process.pid)
+        rss_before = rss_kb(served.process.pid)
         slow = await asyncio.gather(*(_slow_reader(address, 50) for _ in range(SLOW_READERS)))
         # The burst of their first reads (200 MiB out of the database at once) is load, not what
         # this item is about: the legitimate client is timed once each has its reply queued.
@@ -250,7 +237,7 @@ async def test_clients_that_never_read_hold_no_more_than_the_reply_budget(
         stop = asyncio.Event()
         probing = asyncio.create_task(probe.run(stop))
         await asyncio.sleep(3)
-        rss_during = _rss_kb(served.process.pid)
+        rss_during = rss_kb(served.process.pid)
         stop.set()
         await probing
         closed = [_ended(sock) for sock in slow]
@@ -262,7 +249,7 @@ async def test_clients_that_never_read_hold_no_more_than_the_reply_budget(
     # How many the budget closed depends on how much of their replies the kernel took off the
     # store's hands: what is asserted is the memory the store itself holds.
     assert rss_during - rss_before < RSS_BOUND_KB, (rss_before, rss_during, closed.count(True))
-    assert _p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
+    assert p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
     assert "Traceback" not in log, log[-4000:]
     closures = [line for line in log.splitlines() if "segment store connection closed" in line]
     assert len(closures) <= 4, closures
@@ -300,7 +287,7 @@ async def test_silent_connections_are_closed_and_a_full_port_refuses_at_once(
         for _, writer in silent:
             writer.close()
         log = served.log()
-    assert _p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
+    assert p99(probe.latencies) < PROBE_P99_BOUND_S, sorted(probe.latencies)[-5:]
     refusals = [line for line in log.splitlines() if "segment store connection refused" in line]
     assert 1 <= len(refusals) <= 2, refusals
 

@@ -34,6 +34,7 @@ from app.security.passwords import hash_password
 from app.store.accounts import PgAccountStore
 from app.store.pool import create_pool
 from app.testing.served import ServedProcess, start_served
+from tests.support.hostile import rss_kb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,13 +85,6 @@ async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
     finally:
         code = await instance.stop()
         assert code == 0, instance.log()[-3000:]
-
-
-def _vm_rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS line")
 
 
 def _p99(latencies: list[float]) -> float:
@@ -220,7 +214,7 @@ async def test_a_guessing_flood_does_not_delay_another_clients_login_nor_its_cal
             scalingPolicy=pb.ScalingPolicy(scaleType=pb.ScalingPolicy.FIXED_NUM_SEGMENTS, minNumSegments=1),
         )
         await stub.createStream(config, metadata=ops)
-        rss_before_kb = _vm_rss_kb(served.process.pid)
+        rss_before_kb = rss_kb(served.process.pid)
         async with attacking(served.grpc_port, "control") as control:
             reference = await _probe(stub, ops["authorization"], PROBES)
         async with attacking(served.grpc_port, "guess") as guesses:
@@ -234,7 +228,7 @@ async def test_a_guessing_flood_does_not_delay_another_clients_login_nor_its_cal
                 )
             first_login_s = time.perf_counter() - started
             during = await _probe(stub, writer, PROBES)
-            rss_during_kb = _vm_rss_kb(served.process.pid)
+            rss_during_kb = rss_kb(served.process.pid)
     finally:
         channel.close()
 
