@@ -39,6 +39,7 @@ from pathlib import Path
 from app.clock import SystemClock
 from app.domain.errors import IllegalState, StoreUnavailable
 from app.embedded_pg import EmbeddedPostgres
+from app.observability.access_sampling import sample_access_log
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
 from app.settings import Settings
 from app.store.cluster import PgClusterStore
@@ -246,6 +247,8 @@ async def _compose_controller(runtime: Runtime, stack: AsyncExitStack, options: 
         )
     if not options.servers:
         return
+    # Removed after the servers close: their last lines are sampled too, and the counts written.
+    stack.callback(sample_access_log(settings.access_log_alike_per_second))
     servers = await start_servers(settings, controller, runtime.health)
     runtime.servers = servers
     stack.push_async_callback(servers.close, settings.shutdown_timeout_s)

@@ -211,6 +211,14 @@ class Settings:
         help="do not write the access log (one INFO line per REST request and gRPC call, on the "
         "`pgcontroller.access` logger)",
     )
+    access_log_alike_per_second: int = setting(
+        10,
+        metavar="N",
+        check=not_negative,
+        help="alike access-log lines (same method, path, status and client host) written per second; "
+        "the rest are counted in one line a second, so a client retrying in a loop cannot flood the "
+        "log; 0 writes every line",
+    )
 
     # Segment containers and stores.
     container_count: int = setting(4, check=positive, help="segment containers; fixed for the cluster's life")
