@@ -20,6 +20,7 @@ from app.domain import errors
 UNAVAILABLE = "the metadata store is unavailable; retry"
 SLOW = "the metadata store did not answer in time; retry"
 FAILED = "the metadata store could not complete the operation; retry"
+FULL = "the metadata store is out of disk space; retry once space is freed"
 CHANGED = "the record changed concurrently; retry"
 EXISTS = "the record exists already"
 DRIVER_NOTE = "metadata store driver: "
@@ -36,6 +37,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     ConnectionError,
     OSError,
 )
+
+# PostgreSQL's words when a file it writes cannot grow (with SQLSTATE 53100 disk_full, or in the
+# text of an I/O error that reached the client under another code).
+_NO_SPACE = "No space left on device"
 
 # SQLSTATE class 22 ("data exception") is a value the server refuses: the caller's input, not an
 # outage. The few that input can reach get a message in the caller's terms; the rest share one.
@@ -81,6 +86,11 @@ def _domain_error(exc: BaseException) -> errors.DomainError | None:
         return errors.StoreUnavailable(SLOW)
     if isinstance(exc, _UNAVAILABLE):
         return errors.StoreUnavailable(UNAVAILABLE)
+    if isinstance(exc, asyncpg.DiskFullError) or (
+        isinstance(exc, asyncpg.PostgresError) and _NO_SPACE in str(exc)
+    ):
+        # Retryable as any outage, but named: the operator, not a retry, brings the space back.
+        return errors.StoreUnavailable(FULL)
     if isinstance(exc, asyncpg.PostgresError):
         return errors.StoreUnavailable(FAILED)
     return None

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from app.domain.errors import StoreUnavailable
 from app.metrics.record import StoreTraffic
 from app.observability import context
 from app.observability.throttled_log import ThrottledWarning
@@ -77,6 +78,13 @@ MAX_PARKED_READS: Final = 1024
 # transaction's segments on one connection; run together, the store groups their rows into one
 # statement and their replies leave in one send). Beyond it a create waits its turn inline.
 MAX_CONCURRENT_CREATES: Final = 64
+# A request the database cannot serve now (out of disk space, restarting) closes its connection,
+# as Pravega's store closes on a failure it has no reply for: the clients reconnect and resend
+# what was not acknowledged, which the writer's event numbers deduplicate (an ErrorMessage would
+# leave the Rust client's append in flight forever). The close waits this long first, because
+# that client reconnects and resends at once, without a backoff: a full disk must not turn each
+# writer into hundreds of failing appends (and getURI calls) per second.
+STORAGE_FAILURE_CLOSE_DELAY_S: Final = 1.0
 
 # What a connection is waiting for, as the port's sweep sees it.
 _HEADER: Final = 0
@@ -100,6 +108,8 @@ class PortShare:
     reads: asyncio.Semaphore
     # Closures a peer can cause at will, so logged once per interval with a count.
     closures: ThrottledWarning
+    # Requests the database could not serve: every writer fails at once, and retries.
+    storage_failures: ThrottledWarning
 
     @classmethod
     def of(cls, limits: ConnectionLimits) -> PortShare:
@@ -109,6 +119,9 @@ class PortShare:
             ReplyBacklog(limits.reply_budget_bytes),
             asyncio.Semaphore(limits.reads_at_once),
             ThrottledWarning(log, "segment store connection closed"),
+            ThrottledWarning(
+                log, "segment store request failed, its connection closed for the client to retry"
+            ),
         )
 
 
@@ -320,13 +333,24 @@ class Connection:
         """Handles one frame; False when the connection must close."""
         self._appends.expect_block_end(cmd)
         route = ROUTES[type(cmd)]
-        if not route.tagged:
-            return await route.serve(self, cmd, route)
-        tag = context.request_id.set(str(route.echo(cmd).request_id))
         try:
-            return await route.serve(self, cmd, route)
-        finally:
-            context.request_id.reset(tag)
+            if not route.tagged:
+                return await route.serve(self, cmd, route)
+            tag = context.request_id.set(str(route.echo(cmd).request_id))
+            try:
+                return await route.serve(self, cmd, route)
+            finally:
+                context.request_id.reset(tag)
+        except StoreUnavailable as exc:
+            self._storage_failed(type(cmd).__name__, exc)
+            await asyncio.sleep(STORAGE_FAILURE_CLOSE_DELAY_S)
+            return False
+
+    def _storage_failed(self, what: str, exc: StoreUnavailable) -> None:
+        # The driver's first line (a note the store adds) says what the database said.
+        driver = next(iter(getattr(exc, "__notes__", ())), "")
+        detail = f"{self._peer}: {what}: {exc}"
+        self._share.storage_failures.record(f"{detail} ({driver.splitlines()[0]})" if driver else detail)
 
     # --- the flows --------------------------------------------------------------------------------
 
@@ -493,6 +517,10 @@ class Connection:
     async def _create_concurrently(self, cmd: wc.CreateSegment, route: Route) -> None:
         try:
             reply = await self._reply(cmd, route)
+        except StoreUnavailable as exc:
+            self._storage_failed(type(cmd).__name__, exc)
+            self._writer.close()
+            return
         except Exception:
             log.exception("segment store connection from %s: a CreateSegment failed", self._peer)
             self._writer.close()
@@ -566,6 +594,9 @@ class Connection:
         except (ConnectionError, OSError):
             # The peer left while its read waited: there is nobody to answer.
             return
+        except StoreUnavailable as exc:
+            self._storage_failed(type(cmd).__name__, exc)
+            self._writer.close()
         except Exception:
             log.exception("segment store connection from %s: a parked read failed", self._peer)
             self._writer.close()
