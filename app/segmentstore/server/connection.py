@@ -97,6 +97,14 @@ class Refused(Exception):
     port's budget of unfinished frames): the connection is closed, logged once per interval."""
 
 
+class NotReady(Exception):
+    """This store cannot tell now whether it owns a request's container (its heartbeats stopped
+    landing: the database is out of its reach). Pravega's store closes the connection for a
+    container that is not running (IllegalContainerStateException) and so does this one: the
+    clients reconnect with back-off, where a WrongHost sends them straight back through getURI,
+    which names this store again while the map cannot change (hundreds of calls a second)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PortShare:
     """What the connections of one port share: their limits and budgets."""
@@ -223,6 +231,10 @@ class Connection:
                 if not await self._process(cmd):
                     reason = f"closed after {type(cmd).__name__}"
                     break
+        except NotReady as exc:
+            # Every connection meets it at once in an outage: counted, not one line each.
+            reason = str(exc)
+            self._share.closures.record(f"{self._peer}: {reason}")
         except ProtocolViolation as exc:
             reason = f"protocol violation: {exc}"
             log.warning("segment store connection from %s: %s", self._peer, reason)
@@ -472,6 +484,8 @@ class Connection:
         does not own; the client asks the controller's getURI again."""
         if self._ownership is None:
             return None
+        if segments and not self._ownership.loaded:
+            raise NotReady("its containers are not ready: the database is out of its reach")
         for segment in segments:
             if not self._ownership.owns(segment):
                 return wc.WrongHost(route.echo(cmd).request_id, segment, "", "")
