@@ -8,7 +8,7 @@ Three `serve` subprocesses, one after the other, at their default limits:
 - on a throwaway PostgreSQL, with the soft RLIMIT_NOFILE at 1024 (the issue's `ulimit -n 1024`):
   HTTP/2 rapid reset, PING and SETTINGS floods on the gRPC port; stalled 16 MiB frames, clients
   that never read and a flood of silent connections on the store port; slowloris and a flood of
-  idle connections on the REST port;
+  idle connections on the REST port; a flood of idle connections on the gRPC port;
 - with `--auth-enabled` on the same database: password guessing from another loopback address;
 - on its own embedded PostgreSQL (`--data-dir`): SIGKILL of the postmaster.
 
@@ -500,6 +500,7 @@ PLAIN_ATTACKS = (
     ("REST slowloris", "slowloris", "rest"),
     ("REST idle flood", "idle-flood", "rest"),
     ("store idle flood", "idle-flood", "store"),
+    ("gRPC idle flood", "idle-flood", "grpc"),
 )
 PASSWORD_GUESSING = "password guessing"
 POSTMASTER_KILL = "postmaster SIGKILL"
