@@ -61,8 +61,8 @@ RAW_SEGMENT = f"{SCOPE}/raw/0.#epoch.0"
 
 @pytest.fixture
 def small_fs() -> Iterator[pathlib.Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
+    # Failed, not skipped: a disk-full check that does not run says nothing; CI runs as root.
+    assert os.geteuid() == 0, "this test mounts a size-limited tmpfs, which needs root"
     # Under /tmp and searchable: as root the server runs as `nobody`, which must reach the cluster.
     root = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="pgc-disk-full-"))
     root.chmod(0o755)
@@ -75,7 +75,7 @@ def small_fs() -> Iterator[pathlib.Path]:
     )
     if mounted.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        pytest.fail(f"cannot mount a size-limited tmpfs here: {mounted.stderr.strip()}")
     try:
         yield mount
     finally:
