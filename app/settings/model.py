@@ -103,6 +103,13 @@ class Settings:
     # Listeners and identity.
     grpc_host: str = setting("127.0.0.1", metavar="HOST", help="gRPC listener address")
     grpc_port: int = setting(9090, metavar="PORT", check=port, help="gRPC listener port (0: any free port)")
+    grpc_max_connections: int = setting(
+        1000,
+        check=positive,
+        help="most connections the gRPC port holds; one more is told GOAWAY ENHANCE_YOUR_CALM and closed "
+        "at once, logged once per 10 s with a count (Pravega 0.13's controller, on grpc-java, sets no "
+        "limit; idle connections are held until the client closes them)",
+    )
     grpc_max_concurrent_streams: int = setting(
         100,
         check=positive,
@@ -155,9 +162,10 @@ class Settings:
     fd_reserve: int = setting(
         128,
         check=at_least(32, "the database pool, the lock and listener sessions, logs and files need some"),
-        help="file descriptors below the soft RLIMIT_NOFILE that no HTTP client connection may take, so "
-        "a flood of connections leaves the database pool, the lock session and the listener room to "
-        "(re)connect (leadership and readiness kept); such a connection is answered 503 and closed",
+        help="file descriptors below the soft RLIMIT_NOFILE that no client connection (gRPC, REST, the "
+        "segment store's port) may take, so a flood of connections leaves the database pool, the lock "
+        "session and the listener room to (re)connect (leadership and readiness kept); such a connection "
+        "is closed at once (REST: 503; gRPC: GOAWAY ENHANCE_YOUR_CALM)",
     )
     advertise_host: str | None = setting(
         None,

@@ -37,14 +37,24 @@ def descriptor_ceiling(fd_reserve: int) -> int:
 
 class ConnectionCap:
     """One per listening port. `refusal` is written to a refused connection before it is closed,
-    so a client sees why rather than a bare close."""
+    so a client sees why rather than a bare close. On a port under TLS (`encrypted`) a connection
+    refused at accept() has no TLS session yet to carry it: it is closed bare."""
 
-    def __init__(self, port_name: str, max_connections: int, fd_ceiling: int, refusal: bytes = b"") -> None:
+    def __init__(
+        self,
+        port_name: str,
+        max_connections: int,
+        fd_ceiling: int,
+        refusal: bytes = b"",
+        *,
+        encrypted: bool = False,
+    ) -> None:
         # Settable: a port asked for as 0 is only known once bound.
         self.port_name = port_name
         self.max_connections = max_connections
         self.fd_ceiling = fd_ceiling
         self.refusal = refusal
+        self.refusal_at_accept = b"" if encrypted else refusal
         self.open = 0
         self._refusals = ThrottledWarning(log, "connection refused")
 
@@ -88,7 +98,7 @@ class ReservingListener(socket.socket):
             conn, address = super().accept()  # BlockingIOError once none waits: asyncio stops there
             if self.cap.admits_descriptor(conn):
                 return conn, address
-            _refuse(conn, self.cap.refusal)
+            _refuse(conn, self.cap.refusal_at_accept)
         raise BlockingIOError
 
 

@@ -37,6 +37,7 @@ from app.store.db import Database
 from app.store.notifications import PgListener
 from app.store.segment_data import PgSegmentStorage
 from app.wiring.autoscale import measured_storage
+from app.wiring.connection_cap import ConnectionCap, descriptor_ceiling, reserving_listeners
 from app.wiring.loops import BackgroundLoops
 from app.wiring.resources import Contribution, Resources
 from workers.failpoints import failpoint_hook
@@ -124,23 +125,45 @@ async def _start_measured_server(
     storage = measured_storage(PgSegmentStorage(pool, clock, after_append), settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)
+    reserve = _descriptor_reserve(settings)
+
+    async def close() -> None:
+        reserve.close()
+        await storage.close()
+
     storage.start()
     try:
-        return await SegmentStoreServer.start(
+        # The store counts its own connections against its cap; this listener only keeps the
+        # process's reserved descriptors out of a flood's reach (a refused one is closed at once).
+        sockets = await reserving_listeners(
+            settings.segment_store_host, settings.segment_store_port, reserve, reuse_port=settings.reuse_port
+        )
+        server = await SegmentStoreServer.start(
             storage,
             settings.segment_store_host,
             settings.segment_store_port,
             tail_wait_s=settings.segment_store_tail_wait_s,
-            on_close=storage.close,
+            on_close=close,
             tokens=_token_gate(settings),
             tls=tls,
             reuse_port=settings.reuse_port,
             peers=peers,
             limits=_connection_limits(settings),
+            sockets=sockets,
         )
     except BaseException:
-        await storage.close()
+        await close()
         raise
+    reserve.port_name = f"segment store port {server.address[1]}"
+    return server
+
+
+def _descriptor_reserve(settings: Settings) -> ConnectionCap:
+    return ConnectionCap(
+        f"segment store port {settings.segment_store_port}",
+        settings.segment_store_max_connections,
+        descriptor_ceiling(settings.fd_reserve),
+    )
 
 
 class RunningStore:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 from dataclasses import dataclass, field
 
 import grpclib.server
@@ -33,6 +34,7 @@ from app.settings import Settings
 from app.store.accounts import PgAccountStore
 from app.store.metrics_gauges import gauge_refresher
 from app.waiting import bounded
+from app.wiring.connection_cap import ConnectionCap, ReservingListener, capped, descriptor_ceiling
 from app.wiring.controller import Controller, grpc_extensions, rest_extensions
 from app.wiring.http_listener import listen_http
 from app.wiring.resources import RestExtension
@@ -45,6 +47,7 @@ class Servers:
     grpc_port: int
     rest_port: int
     in_flight: InFlightCalls = field(default_factory=InFlightCalls)
+    grpc_connections: ConnectionCap | None = None
 
     async def drain(self, health: HealthService, window_s: float) -> None:
         """Readiness turns false at once; gRPC calls in flight get up to `window_s` to finish
@@ -55,6 +58,8 @@ class Servers:
     async def close(self, timeout_s: float) -> None:
         """Stops intake; each server gets half of `timeout_s` to finish its calls in flight."""
         self.grpc_server.close()
+        if self.grpc_connections is not None:
+            self.grpc_connections.close()
         with contextlib.suppress(TimeoutError):
             await bounded(self.grpc_server.wait_closed(), limit_s=timeout_s / 2)
         with contextlib.suppress(TimeoutError):
@@ -99,7 +104,9 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING if settings.no_access_log else logging.NOTSET)
     authenticator = _authenticator(settings, controller)
     in_flight = InFlightCalls()
-    grpc_server, grpc_port = await _start_grpc(settings, controller, authenticator, health, in_flight)
+    grpc_server, grpc_port, grpc_connections = await _start_grpc(
+        settings, controller, authenticator, health, in_flight
+    )
     app = create_app(
         controller.scopes,
         controller.streams,
@@ -113,10 +120,11 @@ async def start_servers(settings: Settings, controller: Controller, health: Heal
         runner, rest_port = await listen_http(app, settings, settings.rest_host, settings.rest_port)
     except BaseException:
         grpc_server.close()
+        grpc_connections.close()
         await grpc_server.wait_closed()
         raise
     health.set("grpc-server", HealthStatus.UP, port=str(grpc_port))
-    return Servers(grpc_server, runner, grpc_port, rest_port, in_flight)
+    return Servers(grpc_server, runner, grpc_port, rest_port, in_flight, grpc_connections)
 
 
 async def _start_grpc(
@@ -125,10 +133,17 @@ async def _start_grpc(
     authenticator: Authenticator | None,
     health: HealthService,
     in_flight: InFlightCalls,
-) -> tuple[grpclib.server.Server, int]:
+) -> tuple[grpclib.server.Server, int, ConnectionCap]:
     tls = server_context(settings, ALPN_GRPC)
+    cap = ConnectionCap(
+        f"gRPC port {settings.grpc_port}",
+        settings.grpc_max_connections,
+        descriptor_ceiling(settings.fd_reserve),
+        refusal=_GOAWAY_REFUSAL,
+        encrypted=tls is not None,
+    )
     # Bind first so an ephemeral port (0) is known before we advertise it.
-    sock = _bind(settings.grpc_host, settings.grpc_port, reuse_port=settings.reuse_port)
+    sock = _bind(settings.grpc_host, settings.grpc_port, cap, reuse_port=settings.reuse_port)
     # Message size limit and the checked codec (app/api/grpc/limits.py): grpclib has neither.
     service = ControllerService(
         controller.scopes,
@@ -156,13 +171,34 @@ async def _start_grpc(
     )
     in_flight.attach(server)
     attach_access_log(server)
+    # grpclib makes each connection's protocol with this method: the cap admits the connection
+    # first, so one past it costs no handler, no h2 state and no SETTINGS exchange.
+    server._protocol_factory = capped(server._protocol_factory, cap)  # type: ignore[assignment,method-assign]
     await server.start(sock=sock, ssl=tls)
-    return server, sock.getsockname()[1]
+    bound = int(sock.getsockname()[1])
+    cap.port_name = f"gRPC port {bound}"
+    return server, bound, cap
 
 
-def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def _goaway_refusal() -> bytes:
+    """What a gRPC connection past the cap is told before it is closed: the server's preface (an
+    empty SETTINGS frame) and GOAWAY ENHANCE_YOUR_CALM for stream 0, no stream processed, so a
+    client retries elsewhere or later rather than reading a bare close as a network fault."""
+    settings_frame = struct.pack("!I", 0)[1:] + struct.pack("!BBI", 0x4, 0, 0)
+    debug = b"connection limit"
+    payload = struct.pack("!II", 0, 0xB) + debug
+    goaway_frame = struct.pack("!I", len(payload))[1:] + struct.pack("!BBI", 0x7, 0, 0) + payload
+    return settings_frame + goaway_frame
+
+
+_GOAWAY_REFUSAL = _goaway_refusal()
+
+
+def _bind(host: str, port: int, cap: ConnectionCap, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket that keeps the process's reserved descriptors out of its connections'
+    reach (`ReservingListener`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = ReservingListener(family, socket.SOCK_STREAM, 0, cap)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         # The processes of one `serve --processes N` share the port; the kernel spreads connections.

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from app.metrics.record import StoreTraffic
@@ -71,7 +72,8 @@ class SegmentStoreServer:
             peers.on_changed(self._tails.heard)
         self._handlers = Handlers(storage, self._tails)
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self._server: asyncio.Server | None = None
+        # One per listening socket (a host name may resolve to an IPv4 and an IPv6 address).
+        self._servers: list[asyncio.Server] = []
         self._address: tuple[str, int] = ("", 0)
         self._closed = False
         self._traffic: StoreTraffic | None = None
@@ -91,6 +93,7 @@ class SegmentStoreServer:
         reuse_port: bool = False,
         peers: StorePeers | None = None,
         limits: ConnectionLimits | None = None,
+        sockets: Sequence[socket.socket] = (),
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -100,10 +103,25 @@ class SegmentStoreServer:
         connection must complete a TLS handshake before its first command. `reuse_port`: bind with
         SO_REUSEPORT (the port is reserved by the supervisor of `serve --processes N`). `peers`: the
         other stores of that run, behind the same port (started by the caller). `limits`: what
-        the port's connections may hold (ConnectionLimits' defaults without it)."""
+        the port's connections may hold (ConnectionLimits' defaults without it). `sockets`: bound
+        sockets to listen on instead of binding host:port (the caller's own, e.g. a listener that
+        keeps descriptors in reserve at accept()); they are the server's from then on."""
         self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits)
-        self._server = await asyncio.start_server(self._accept, host, port, reuse_port=reuse_port or None)
-        sockname = self._server.sockets[0].getsockname()
+        try:
+            if sockets:
+                for sock in sockets:
+                    self._servers.append(await asyncio.start_server(self._accept, sock=sock))
+            else:
+                self._servers.append(
+                    await asyncio.start_server(self._accept, host, port, reuse_port=reuse_port or None)
+                )
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            for sock in sockets:
+                sock.close()
+            raise
+        sockname = self._servers[0].sockets[0].getsockname()
         self._address = (str(sockname[0]), int(sockname[1]))
         log.info("segment store listening on %s:%d%s", *self._address, " (TLS)" if tls else "")
         self._schedule_sweep()
@@ -155,8 +173,8 @@ class SegmentStoreServer:
         if self._sweep is not None:
             self._sweep.cancel()
         self._refusals.close()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         self._tails.close()
         connections = dict(self._connections)
         # Woken reads answer at once; the bound only covers peers that stopped reading their
@@ -169,8 +187,8 @@ class SegmentStoreServer:
         for task in connections:
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         if self._on_close is not None:
             await self._on_close()
         self._share.closures.close()
