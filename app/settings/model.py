@@ -153,6 +153,13 @@ class Settings:
         "keep-alive connections and requests trickling in (slowloris) cannot hold a connection for "
         "ever (Pravega's REST server, on Grizzly, closes idle ones after 30 s)",
     )
+    rest_body_timeout_s: float = setting(
+        30.0,
+        check=positive,
+        help="an HTTP request (REST, a segment store's metrics port) whose body has not all arrived this "
+        "long after its headers is answered 408 and its connection closed: a body sent a byte at a time, "
+        "or never finished, cannot hold a handler for ever (the idle timeout stops once the headers are in)",
+    )
     rest_max_connections: int = setting(
         1000,
         check=positive,

@@ -4,21 +4,62 @@ The REST port of `serve` and the metrics port of `segment-store` both start this
 
 Invariant: a connection that has not sent a complete request's headers within the idle timeout of
 opening or of its last response is closed (aiohttp's keep-alive timer covers both the idle wait and
-a request trickling in, slowloris); the port holds at most its cap of connections and never takes
-the process's reserved descriptors (app/wiring/connection_cap.py)."""
+a request trickling in, slowloris); a request whose body has not all arrived within the body
+timeout of its headers is answered 408 and its connection closed (aiohttp has no such timer: a
+handler reading a body that never ends waited for ever); the port holds at most its cap of
+connections and never takes the process's reserved descriptors (app/wiring/connection_cap.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.streams import StreamReader
+from aiohttp.typedefs import Middleware
 
+from app.api.rest.http import error_response
 from app.security.tls import ALPN_REST, server_context
 from app.settings import Settings
 from app.wiring.connection_cap import ConnectionCap, capped, descriptor_ceiling, reserving_listeners
 
 _REFUSAL = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _BodyTimedOut(TimeoutError):
+    """Raised in a handler's read of a body past its deadline. A TimeoutError, so that aiohttp's
+    draining of an unread body after a response (its lingering close) takes it as the end of the
+    drain rather than as a handler's failure."""
+
+
+def _cut_short(payload: StreamReader) -> None:
+    if not payload.is_eof():
+        payload.set_exception(_BodyTimedOut())
+
+
+def _body_deadline(timeout_s: float) -> Middleware:
+    @web.middleware
+    async def body_deadline(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        payload = request.content
+        if payload.is_eof():  # no body, or all of it arrived with the headers
+            return await handler(request)
+        timer = asyncio.get_running_loop().call_later(timeout_s, _cut_short, payload)
+        try:
+            return await handler(request)
+        except _BodyTimedOut:
+            response = error_response(
+                408, f"the request body did not arrive within {timeout_s:g} s (--rest-body-timeout-s)"
+            )
+            # The rest of the body may never come: the connection cannot carry another request.
+            response.force_close()
+            return response
+        finally:
+            timer.cancel()
+
+    return body_deadline
 
 
 class _CappedSite(web.BaseSite):
@@ -80,6 +121,9 @@ async def listen_http(
     app: web.Application, settings: Settings, host: str, port: int
 ) -> tuple[web.AppRunner, int]:
     """The started runner and its bound port; OSError (nothing left open) when the port is taken."""
+    tls = server_context(settings, ALPN_REST)
+    # Innermost, so the 408 passes through the access log and the error middlewares as any answer.
+    app.middlewares.append(_body_deadline(settings.rest_body_timeout_s))
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, keepalive_timeout=settings.rest_idle_timeout_s
     )
@@ -89,16 +133,10 @@ async def listen_http(
         settings.rest_max_connections,
         descriptor_ceiling(settings.fd_reserve),
         refusal=_REFUSAL,
+        encrypted=tls is not None,
     )
     try:
-        site = _CappedSite(
-            runner,
-            host,
-            port,
-            cap,
-            ssl_context=server_context(settings, ALPN_REST),
-            reuse_port=settings.reuse_port,
-        )
+        site = _CappedSite(runner, host, port, cap, ssl_context=tls, reuse_port=settings.reuse_port)
         await site.start()
     except BaseException:
         cap.close()

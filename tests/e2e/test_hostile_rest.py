@@ -1,12 +1,15 @@
 """Issue 32 item 4 on the REST port: idle and slowloris connections are closed after the idle
-timeout, a port past its cap answers 503 and closes at once (logged once per interval, not per
-connection), and a flood of connections under a low RLIMIT_NOFILE neither exhausts the process's
-descriptors nor costs it readiness or leadership, while a legitimate client keeps its answers."""
+timeout, a request whose body trickles in or stops after its headers is answered 408 at the body
+timeout and closed, a port past its cap answers 503 and closes at once (logged once per interval,
+not per connection), and a flood of connections under a low RLIMIT_NOFILE neither exhausts the
+process's descriptors nor costs it readiness or leadership, while a legitimate client keeps its
+answers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +21,7 @@ from app.testing.served import ServedProcess, start_served
 from tests.support.hostile import p99, rss_kb
 
 IDLE_TIMEOUT_S = 3.0
+BODY_TIMEOUT_S = 3.0
 # The closing timer's own lateness on a loaded 2-core machine, and a flood's connections that sat
 # in a full accept queue (the client counts them open before the server has accepted them).
 CLOSE_SLACK_S = 12.0
@@ -208,3 +212,56 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
         assert "out of system resource" not in log and "Too many open files" not in log, log[-4000:]
         refusals = [line for line in log.splitlines() if "connection refused" in line]
         assert 1 <= len(refusals) <= attack_s / 10 + 2, refusals
+
+
+async def _slow_body(port: int, trickle: bool) -> tuple[float, bytes]:
+    """A POST whose headers arrive whole, announcing a 1,000-byte body, then the body one byte a
+    second (`trickle`) or nothing more; seconds until the server closed, and what it answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
+    writer.write(
+        b"POST /v1/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    answer = b""
+    try:
+        while True:
+            if trickle:
+                writer.write(b" ")
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    chunk = await reader.read(65536)
+                    if chunk == b"":
+                        return time.monotonic() - started, answer
+                    answer += chunk
+            assert time.monotonic() - started < BODY_TIMEOUT_S + CLOSE_SLACK_S, f"still open: {answer!r}"
+    except ConnectionError:
+        return time.monotonic() - started, answer
+    finally:
+        await _close([(reader, writer)])
+
+
+async def test_a_body_that_trickles_in_or_stops_is_answered_408_at_the_body_timeout(
+    db_url: str, tmp_path: Path
+) -> None:
+    async with _serve(tmp_path, db_url, "--rest-body-timeout-s", str(BODY_TIMEOUT_S)) as served:
+        async with aiohttp.ClientSession() as http:
+            await _until_leader(http, served)
+            stop = asyncio.Event()
+            probe = asyncio.create_task(_probe(http, served, stop))
+            slow = [asyncio.create_task(_slow_body(served.rest_port, trickle=n % 2 == 0)) for n in range(40)]
+            # A legitimate write made meanwhile is served.
+            async with http.post(f"{served.rest_base}/v1/scopes", json={"scopeName": "legit"}) as created:
+                assert created.status == 201, await created.text()
+            answers = await asyncio.gather(*slow)
+            stop.set()
+            latencies = await probe
+        for took, answer in answers:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), answer
+            assert json.loads(body)["code"] == 408, answer
+            assert BODY_TIMEOUT_S - 0.5 < took < BODY_TIMEOUT_S + CLOSE_SLACK_S, took
+        assert p99(latencies) < PROBE_P99_BOUND_S, sorted(latencies)[-5:]
+        log = served.log()
+        assert "Traceback" not in log and "Unhandled exception" not in log, log[-4000:]
