@@ -5,7 +5,9 @@ Invariant: only the process that owns the server (EmbeddedPostgres.start answere
 the supervisor of `serve --processes N`) keeps it, and only while it runs: the keeper is cancelled
 before the server is stopped on the way out. A server that cannot be brought back in the allowed
 attempts ends the keeper with EmbeddedDatabaseLost, which ends the process (exit 1) rather than leave
-it serving nothing; its health contributor turns FAILED first, so liveness answers false.
+it serving nothing; its health contributor turns FAILED first, so liveness answers false. A start that
+fails for want of disk space (the WAL could not grow: PostgreSQL PANICs, and cannot start while the
+disk stays full) uses up no attempt: it is tried again until an operator frees space, readiness false.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ _RECOVERY_LINES = (
 )
 # Our own clients' reconnects refused while it starts: one line each, nothing about the recovery.
 _CLIENT_REFUSALS = ("is starting up", "not yet accepting connections")
+# strerror(ENOSPC), in PostgreSQL's log and in pg_ctl's output.
+NO_SPACE = "No space left on device"
 _START_FAILURES = (EmbeddedPostgresError, PostgresBinariesNotFound, OSError, subprocess.SubprocessError)
 
 # The keeper's reports: the status of the embedded database and the details that explain it.
@@ -83,18 +87,34 @@ async def _bring_back(
         report(HealthStatus.DOWN, {"port": str(port), "error": "restarting"})
     delay_s = BACKOFF_FIRST_S
     failure = ""
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while attempt < attempts:
         log_offset = _size(embedded)
         began = time.monotonic()
         try:
             await asyncio.to_thread(embedded.start, owned=True, port=port)
         except _START_FAILURES as exc:
             failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if _out_of_space(embedded, log_offset, exc):
+                # Not an attempt used up: nothing is wrong with the server, and it starts by itself
+                # once an operator frees space (ending the process would not free any).
+                logger.error(
+                    "the embedded PostgreSQL cannot start: its disk is full (%s); trying again every "
+                    "%.0f s until space is freed",
+                    embedded.pgdata,
+                    BACKOFF_MAX_S,
+                )
+                if report is not None:
+                    report(HealthStatus.DOWN, {"port": str(port), "error": "out of disk space"})
+                await asyncio.sleep(BACKOFF_MAX_S)
+                continue
+            attempt += 1
             logger.error("restart %d of %d of the embedded PostgreSQL failed: %s", attempt, attempts, failure)
             if attempt < attempts:
                 await asyncio.sleep(delay_s)
                 delay_s = min(BACKOFF_MAX_S, delay_s * 2)
             continue
+        attempt += 1
         for line in _recovery_lines(embedded, log_offset):
             logger.info("embedded PostgreSQL: %s", line)
         logger.warning(
@@ -117,6 +137,14 @@ async def _bring_back(
     )
 
 
+def _out_of_space(embedded: EmbeddedPostgres, log_offset: int, exc: BaseException) -> bool:
+    """Whether a start failed for want of disk space (PostgreSQL says so in its log: a WAL segment
+    or a checkpoint it could not write)."""
+    if NO_SPACE in str(exc):
+        return True
+    return any(NO_SPACE in line for line in _log_lines(embedded, log_offset))
+
+
 def _size(embedded: EmbeddedPostgres) -> int:
     try:
         return embedded.log_path.stat().st_size
@@ -124,16 +152,20 @@ def _size(embedded: EmbeddedPostgres) -> int:
         return 0
 
 
-def _recovery_lines(embedded: EmbeddedPostgres, offset: int) -> list[str]:
+def _log_lines(embedded: EmbeddedPostgres, offset: int) -> list[str]:
     try:
         with embedded.log_path.open("rb") as log_file:
             log_file.seek(offset)
             text = log_file.read(1 << 20).decode(errors="replace")
     except OSError:
         return []
+    return text.splitlines()
+
+
+def _recovery_lines(embedded: EmbeddedPostgres, offset: int) -> list[str]:
     return [
         line
-        for line in text.splitlines()
+        for line in _log_lines(embedded, offset)
         if any(marker in line for marker in _RECOVERY_LINES)
         and not any(refusal in line for refusal in _CLIENT_REFUSALS)
     ]

@@ -313,3 +313,97 @@ async def _raw_writer_as(address: tuple[str, int], writer_id: int, expect_last: 
     last = await client.setup(RAW_SEGMENT, writer_id)
     assert last == expect_last, f"the store holds event {last} of the writer, {expect_last} acknowledged"
     return client
+
+
+# The keeper's restarts while the disk stays full: more than its 5 counted attempts would take
+# (0.5 + 1 + 2 + 4 s of backoff), so a keeper that counted them would have ended serve.
+WAL_FULL_FOR_S = 20.0
+BACK_AFTER_FREED_WITHIN_S = 30.0
+
+
+async def _until_postmaster_dies(data_dir: pathlib.Path, timeout_s: float) -> None:
+    """Makes PostgreSQL need a new WAL segment on a full disk, which it cannot create: it PANICs."""
+    embedded = EmbeddedPostgres(data_dir)
+    deadline = time.monotonic() + timeout_s
+    while embedded.server_pid() is not None:
+        assert time.monotonic() < deadline, "PostgreSQL kept running with its disk full"
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            admin = await asyncpg.connect(embedded.admin_url(), timeout=5)
+            try:
+                await admin.execute("SELECT pg_switch_wal()")
+                await admin.execute("CREATE TABLE IF NOT EXISTS wal_filler (x text)")
+                await admin.execute(
+                    "INSERT INTO wal_filler SELECT repeat('x', 100) FROM generate_series(1, 1000)"
+                )
+            finally:
+                await admin.close()
+        await asyncio.sleep(0.1)
+
+
+async def test_a_full_disk_that_stops_postgresql_is_waited_out_and_writes_resume(
+    small_fs: pathlib.Path,
+) -> None:
+    """The WAL cannot grow: PostgreSQL PANICs and cannot start again while the disk is full. serve
+    stays up (liveness true, readiness false) and keeps trying, without counting those tries
+    against its restart attempts; once space is freed the database is back and writes resume,
+    with every acknowledged byte still there."""
+    data_dir = small_fs / "data"
+    served = await start_served(small_fs.parent, "--data-dir", str(data_dir))
+    filler = small_fs / "filler"
+    try:
+        assert served.segment_store_port is not None
+        address = ("127.0.0.1", served.segment_store_port)
+        channel = Channel("127.0.0.1", served.grpc_port)
+        stub = ControllerServiceStub(channel)
+        try:
+            await stub.createScope(pb.ScopeInfo(scope=SCOPE))
+            await _create_stream(stub, "raw", 1)
+        finally:
+            channel.close()
+        raw, raw_writer = await _raw_writer(address)
+        acknowledged = b""
+        for number in range(1, 4):
+            data = event(f"raw {number}|".encode() + os.urandom(EVENT_BYTES))
+            assert isinstance(await raw.append(raw_writer, data, number), wc.DataAppended)
+            acknowledged += data
+        await raw.close()
+
+        _fill(filler)
+        await _until_postmaster_dies(data_dir, timeout_s=30)
+        full_since = time.monotonic()
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() - full_since < WAL_FULL_FOR_S:
+                assert served.process.returncode is None, served.log()[-4000:]
+                async with http.get(f"{served.rest_base}/v1/health/liveness?strict=true") as response:
+                    assert response.status == 200, await response.text()
+                async with http.get(f"{served.rest_base}/v1/health/readiness") as response:
+                    assert await response.json() is False
+                await asyncio.sleep(0.5)
+            log = served.log()
+            assert "its disk is full" in log, log[-4000:]
+            assert "restart 1 of" not in log, log[-4000:]
+
+            filler.unlink()
+            freed_at = time.monotonic()
+            while True:
+                async with http.get(f"{served.rest_base}/v1/health/readiness") as response:
+                    if await response.json() is True:
+                        break
+                assert time.monotonic() - freed_at < BACK_AFTER_FREED_WITHIN_S, served.log()[-4000:]
+                await asyncio.sleep(0.2)
+
+        raw = await _raw_writer_as(address, raw_writer, expect_last=3)
+        data = event(b"raw 4|" + os.urandom(EVENT_BYTES))
+        assert isinstance(await raw.append(raw_writer, data, 4), wc.DataAppended)
+        acknowledged += data
+        stored = b""
+        while len(stored) < len(acknowledged):
+            read = await raw.read(RAW_SEGMENT, len(stored))
+            assert isinstance(read, wc.SegmentRead) and read.data, read
+            stored += read.data
+        assert stored == acknowledged
+        await raw.close()
+    finally:
+        filler.unlink(missing_ok=True)
+        code = await served.stop()
+    assert code == 0, served.log()[-4000:]
