@@ -450,6 +450,35 @@ class EmbeddedPostgres:
                 raise EmbeddedPostgresError(f"pg_ctl stop failed for {pgdata}: {result.stderr.strip()}")
             self._owner_file.unlink(missing_ok=True)
 
+    def guard(self) -> subprocess.Popen[bytes]:
+        """A process that stops the server once its owner is gone however it went, SIGKILL
+        included: it waits on a pipe only the owner holds, which the kernel closes when the owner
+        dies, then runs `pg_ctl stop`. An owner that stops the server itself kills its guard first
+        (`Popen.kill`). Its own session: a terminal's ^C reaches the owner, which stops in order."""
+        pgdata = self.pgdata
+        user = self._cluster_user(pgdata)
+        # `read` returns at end of file, whichever way the owner ended; the stop follows either way.
+        script = 'read -r _; exec "$@" >/dev/null 2>&1'
+        argv = [
+            "/bin/sh", "-c", script, "pgcontroller-db-guard",
+            str(find_bindir() / "pg_ctl"), "stop", "-m", "fast", "-w", "-t", str(_START_TIMEOUT_S),
+            "-D", str(pgdata),
+        ]  # fmt: skip
+        if user is None:
+            return subprocess.Popen(
+                argv, stdin=subprocess.PIPE, env=_child_env(None), cwd="/", start_new_session=True
+            )
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            env=_child_env(user),
+            cwd="/",
+            start_new_session=True,
+            user=user.uid,
+            group=user.gid,
+            extra_groups=[],
+        )
+
     @contextlib.contextmanager
     def running_for_command(self) -> Iterator[None]:
         """Running while a one-off command uses it: started if it was not, and then stopped again

@@ -61,7 +61,7 @@ from app.wiring import (
     with_embedded_store,
 )
 from app.wiring.accept_errors import quiet_accept_errors
-from app.wiring.embedded_db import keep_embedded_database
+from app.wiring.embedded_db import guard_database, keep_embedded_database
 from app.wiring.segment_store import RunningStore, embedded_store_address, start_segment_store
 from app.wiring.shutdown_watchdog import ShutdownWatchdog, shutdown_budget_s
 from app.wiring.store_listener import MetricsListener, start_metrics_listener, store_health, watch_store
@@ -195,6 +195,7 @@ async def _database(
         return embedded.url(), None
     if await asyncio.to_thread(embedded.start, owned=True):
         stack.push_async_callback(asyncio.to_thread, embedded.stop)
+        guard_database(embedded, stack)
         return embedded.url(), embedded
     # Otherwise someone else (`pgcontroller db start`, a live serve) owns it; we must not stop it on exit.
     return embedded.url(), None

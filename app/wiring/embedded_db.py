@@ -197,3 +197,18 @@ async def cancel_keeper(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+def guard_database(embedded: EmbeddedPostgres, stack: AsyncExitStack) -> None:
+    """Starts the guard that stops the server if this process ends without stopping it (SIGKILL,
+    the OOM killer), and pushes its dismissal: push it after the server's stop, so on the way out
+    the guard goes first and the stop is this process's own."""
+    guard = embedded.guard()
+
+    def dismiss() -> None:
+        guard.kill()
+        guard.wait()
+        if guard.stdin is not None:
+            guard.stdin.close()
+
+    stack.callback(dismiss)

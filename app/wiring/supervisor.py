@@ -34,7 +34,7 @@ from app.embedded_pg import EmbeddedPostgres
 from app.security.signing_key import KEY_ENV
 from app.settings import Settings
 from app.waiting import bounded, wait_event
-from app.wiring.embedded_db import EMBEDDED_DATABASE, cancel_keeper, keep_database
+from app.wiring.embedded_db import EMBEDDED_DATABASE, cancel_keeper, guard_database, keep_database
 from app.wiring.shutdown_watchdog import EXIT_SHUTDOWN_OVERRAN, shutdown_budget_s
 
 log = logging.getLogger("pgcontroller.supervisor")
@@ -342,6 +342,7 @@ async def _database_env(
         embedded = EmbeddedPostgres(settings.data_dir)
         if await asyncio.to_thread(embedded.start, owned=True):
             stack.push_async_callback(asyncio.to_thread, embedded.stop)
+            guard_database(embedded, stack)
             owned = embedded
         env["PGCONTROLLER_DB_URL"] = embedded.url()
     key = settings.token_signing_key

@@ -38,6 +38,8 @@ BACK_WITHIN_S = 30.0
 # A call made while the database is down must end (an error the client retries, or success once
 # it is back), never wait for an operator.
 CALL_ENDS_WITHIN_S = 15.0
+# From serve's SIGKILL to its database stopped: the guard's wake-up and a fast shutdown.
+STOPPED_WITHIN_S = 30.0
 
 
 @pytest.fixture
@@ -56,6 +58,21 @@ def data_dir() -> Iterator[pathlib.Path]:
 def _kill_leftovers(embedded: EmbeddedPostgres) -> None:
     for pid in _postgres_processes(embedded):
         os.kill(pid, signal.SIGKILL)
+
+
+def _guards(data_dir: pathlib.Path) -> list[int]:
+    """The live guard processes of the cluster under `data_dir` (app/embedded_pg.py `guard`)."""
+    found: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = pathlib.Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pgcontroller-db-guard" in argv and any(str(data_dir).encode() in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
 
 
 def _postmaster(embedded: EmbeddedPostgres) -> tuple[int, int] | None:
@@ -187,16 +204,42 @@ async def test_a_database_that_cannot_come_back_ends_serve_with_exit_1(data_dir:
     assert "could not be restarted in 2 attempts" in log, log[-4000:]
 
 
-async def test_a_killed_serve_leaves_its_database_to_the_next_one_which_stops_it(
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_a_killed_serve_leaves_no_postmaster(data_dir: pathlib.Path, processes: int) -> None:
+    # SIGKILL runs nothing on the way out: the guard serve started beside its database sees the
+    # pipe only serve held close, and stops the database.
+    embedded = EmbeddedPostgres(data_dir)
+    served = await start_served(data_dir.parent, "--data-dir", str(data_dir), "--processes", str(processes))
+    assert _postmaster(embedded) is not None
+    served.process.kill()
+    await served.process.wait()
+    deadline = time.monotonic() + STOPPED_WITHIN_S
+    while (left := _postgres_processes(embedded)) != []:
+        assert time.monotonic() < deadline, f"postgres processes {left} outlived the killed serve"
+        await asyncio.sleep(0.1)
+    assert _guards(data_dir) == []
+
+    # Stopped cleanly (fast mode): the next serve starts on it without crash recovery.
+    second = await start_served(data_dir.parent, "--data-dir", str(data_dir))
+    code = await second.stop()
+    assert code == 0, second.log()[-4000:]
+    assert "adopting the embedded PostgreSQL" not in second.log()
+    assert _postgres_processes(embedded) == []
+
+
+async def test_a_serve_killed_with_its_guard_leaves_its_database_to_the_next_one_which_stops_it(
     data_dir: pathlib.Path,
 ) -> None:
     embedded = EmbeddedPostgres(data_dir)
     first = await start_served(data_dir.parent, "--data-dir", str(data_dir))
     postmaster = _postmaster(embedded)
     assert postmaster is not None
+    guards = _guards(data_dir)
+    assert len(guards) == 1, guards
+    os.kill(guards[0], signal.SIGKILL)
     first.process.kill()
     await first.process.wait()
-    # Nothing ran on the way out of a SIGKILL: the database is still up, and still the dead serve's.
+    # Nothing ran on the way out of either SIGKILL: the database is still up, and still the dead serve's.
     assert _postmaster(embedded) == postmaster
 
     second = await start_served(data_dir.parent, "--data-dir", str(data_dir))
