@@ -24,6 +24,9 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ACCESS_FIELDS_ATTR = "access"
 # Loggers whose set-up chatter says nothing an operator acts on: quiet unless DEBUG.
 _QUIET_BELOW_DEBUG = ("alembic",)
+# Loggers whose failures are an outage's expected retries: the exception's one line says it all,
+# where its traceback (asyncpg's pool reconnecting, each second of a database outage) buries it.
+_ONE_LINE_FAILURES = ("asyncpg.pool",)
 
 
 _CONTEXT_VARS = (("request_id", context.request_id), ("scope", context.scope), ("stream", context.stream))
@@ -37,6 +40,18 @@ class ContextFilter(logging.Filter):
         for name, var in _CONTEXT_VARS:
             if getattr(record, name, None) is None:
                 setattr(record, name, var.get())
+        return True
+
+
+class OneLineFailure(logging.Filter):
+    """Puts a record's exception on its message line, as `repr`, instead of a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]!r}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
         return True
 
 
@@ -106,6 +121,10 @@ def configure(
     quiet = logging.getLevelName(level.upper()) > logging.DEBUG
     for name in _QUIET_BELOW_DEBUG:
         logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
+    for name in _ONE_LINE_FAILURES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OneLineFailure) for f in logger.filters):
+            logger.addFilter(OneLineFailure())
 
 
 # Beyond this a list of ranges is no longer read at a glance; the count says how many are left.

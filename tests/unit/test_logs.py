@@ -82,6 +82,29 @@ def test_alembic_is_quiet_unless_debug(restore_logging: None) -> None:
     assert logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
 
 
+def test_the_pools_reconnect_failures_are_one_line_each(restore_logging: None) -> None:
+    # asyncpg's pool logs each failed reconnect of a database outage with a traceback, once a
+    # second; the exception's one line says what happened.
+    out = io.StringIO()
+    configure("INFO", "text", stream=out, force=True)
+    configure("INFO", "text", stream=out, force=True)  # configured twice: still one filter
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+    except ConnectionRefusedError:
+        logging.getLogger("asyncpg.pool").warning(
+            "Failed to restore the pool connection floor; retrying", exc_info=True
+        )
+        logging.getLogger("pgcontroller.other").warning("kept whole", exc_info=True)
+    lines = out.getvalue().splitlines()
+    pool = [line for line in lines if "asyncpg.pool" in line]
+    assert len(pool) == 1
+    assert pool[0].endswith(
+        "Failed to restore the pool connection floor; retrying: "
+        "ConnectionRefusedError(111, \"Connect call failed ('127.0.0.1', 5432)\")"
+    ), pool
+    assert lines.count("Traceback (most recent call last):") == 1, lines
+
+
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="text, json"):
         configure("INFO", "xml", stream=io.StringIO(), force=True)
