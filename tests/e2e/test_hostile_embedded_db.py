@@ -8,6 +8,7 @@ stops it on a clean exit: no postmaster outlives them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import pathlib
@@ -27,9 +28,11 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.clock import SystemClock
 from app.embedded_pg import EmbeddedPostgres
+from app.segmentstore.wire import commands as wc
 from app.services.health import HealthService, HealthStatus
 from app.testing.served import ServedProcess, start_served
 from app.wiring.embedded_db import EMBEDDED_DATABASE, EmbeddedDatabaseLost, Report, keep_database
+from tests.segmentstore.server_harness import Client, event, rid, wid
 
 # From the SIGKILL to a new postmaster accepting connections: the check interval, the killed
 # server's children exiting, crash recovery (durable settings) and the start; generous for a
@@ -105,6 +108,51 @@ def _postgres_processes(embedded: EmbeddedPostgres) -> list[int]:
     return found
 
 
+_SCOPE, _STREAM = "kept", "appends"
+_SEGMENT = f"{_SCOPE}/{_STREAM}/0.#epoch.0"
+
+
+async def _create_stream(stub: ControllerServiceStub) -> None:
+    await _create_scope(stub, _SCOPE)
+    config = pb.StreamConfig(
+        streamInfo=pb.StreamInfo(scope=_SCOPE, stream=_STREAM),
+        scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+    )
+    assert (await stub.createStream(config)).status == pb.CreateStreamStatus.SUCCESS
+
+
+async def _set_up_writer(store: tuple[str, int]) -> tuple[Client, int]:
+    writer_id = wid()
+    client, _last = await _set_up_again(store, writer_id)
+    return client, writer_id
+
+
+async def _set_up_again(store: tuple[str, int], writer_id: int) -> tuple[Client, int]:
+    """A connection with `writer_id` set up on the segment once the store serves it, and the
+    writer's last event number the store holds."""
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            client = await Client.connect(store)
+            reply = await client.call(wc.SetupAppend(rid(), writer_id, _SEGMENT, ""))
+            if isinstance(reply, wc.AppendSetup):
+                return client, reply.last_event_number
+            await client.close()
+        assert time.monotonic() < deadline, "the store never set the writer up again"
+        await asyncio.sleep(0.2)
+
+
+async def _append(client: Client, writer_id: int, number: int) -> bytes | None:
+    """Event `number`'s bytes if the store acknowledged it; None if it closed the connection."""
+    data = event(f"event {number}|".encode() + os.urandom(1000))
+    try:
+        reply = await asyncio.wait_for(client.append(writer_id, data, number), CALL_ENDS_WITHIN_S)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return None
+    assert isinstance(reply, wc.DataAppended), reply
+    return data
+
+
 async def _liveness(http: aiohttp.ClientSession, served: ServedProcess) -> int:
     async with http.get(f"{served.rest_base}/v1/health/liveness?strict=true") as response:
         return response.status
@@ -139,6 +187,12 @@ async def test_a_killed_postmaster_is_restarted_and_writes_succeed_again(
         try:
             async with aiohttp.ClientSession() as http:
                 await _until_created(stub, "before", timeout_s=30)
+                assert served.segment_store_port is not None
+                store = ("127.0.0.1", served.segment_store_port)
+                await _create_stream(stub)
+                appender, writer_id = await _set_up_writer(store)
+                acknowledged = await _append(appender, writer_id, 1)
+                assert acknowledged is not None
                 before = _postmaster(embedded)
                 assert before is not None
                 killed, port = before
@@ -146,6 +200,12 @@ async def test_a_killed_postmaster_is_restarted_and_writes_succeed_again(
                 os.kill(killed, signal.SIGKILL)
                 # A write made during the outage ends: with an error the client retries, or done.
                 during = asyncio.create_task(_create_scope(stub, "during"))
+                # So does an append in flight: acknowledged, or its connection closed for the
+                # writer to set up again and resend.
+                started = time.monotonic()
+                in_flight = await _append(appender, writer_id, 2)
+                assert time.monotonic() - started < CALL_ENDS_WITHIN_S
+                await appender.close()
                 deadline = time.monotonic() + BACK_WITHIN_S
                 while (
                     (back := _postmaster(embedded)) is None or back[0] == killed or not embedded.is_running()
@@ -165,6 +225,16 @@ async def test_a_killed_postmaster_is_restarted_and_writes_succeed_again(
                     assert exc.status is Status.UNAVAILABLE, exc
                 await _until_created(stub, "after", timeout_s=30)
                 assert await _liveness(http, served) == 200
+                # Nothing acknowledged lost, nothing half-written: the store holds event 2 exactly
+                # when it acknowledged it, and a resend after setting up again is stored once.
+                appender, last = await _set_up_again(store, writer_id)
+                assert last == (2 if in_flight is not None else 1), (last, in_flight)
+                if in_flight is None:
+                    in_flight = await _append(appender, writer_id, 2)
+                    assert in_flight is not None
+                stored = await appender.read(_SEGMENT, 0)
+                assert isinstance(stored, wc.SegmentRead) and stored.data == acknowledged + in_flight, stored
+                await appender.close()
         finally:
             channel.close()
         # Logged once the restart has also checked the service's role and database, a moment after
