@@ -30,15 +30,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
-from grpclib.protocol import H2Protocol
 from hpack import Encoder
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
+from tests.support.hostile import BoundChannel, socket_ended
 
 Outcome = dict[str, Any]
 
@@ -249,23 +248,12 @@ async def _slow_reader(port: int, requests: int) -> socket.socket:
     return sock
 
 
-def _sock_ended(sock: socket.socket) -> bool:
-    try:
-        while sock.recv(1 << 20):
-            pass
-    except BlockingIOError:
-        return False
-    except ConnectionError:
-        return True
-    return True
-
-
 async def slow_readers(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
     count = max(2, round(SLOW_READERS * scale))
     socks = await asyncio.gather(*(_slow_reader(port, READS_PER_SLOW_READER) for _ in range(count)))
     ready()
     await stop.wait()
-    ended = sum(_sock_ended(sock) for sock in socks)
+    ended = sum(socket_ended(sock) for sock in socks)
     for sock in socks:
         sock.close()
     return {"connections": count, "reads_asked": count * READS_PER_SLOW_READER, "ended_by_server": ended}
@@ -340,24 +328,10 @@ GUESS_PAUSE_S = 0.05
 GUESSED_ACCOUNT = "victim"
 
 
-class _BoundChannel(Channel):
-    """A grpclib channel whose connection leaves from `local_host` (grpclib has no option)."""
-
-    def __init__(self, host: str, port: int, local_host: str) -> None:
-        super().__init__(host, port)
-        self._local_host = local_host
-
-    async def _create_connection(self) -> H2Protocol:
-        _, protocol = await self._loop.create_connection(
-            self._protocol_factory, self._host, self._port, local_addr=(self._local_host, 0)
-        )
-        return protocol
-
-
 async def password_guessing(
     port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event
 ) -> Outcome:
-    channel = _BoundChannel("127.0.0.1", port, ATTACKER_ADDRESS)
+    channel = BoundChannel("127.0.0.1", port, ATTACKER_ADDRESS)
     stub = ControllerServiceStub(channel)
     latencies: dict[str, list[float]] = {}
     counter = 0

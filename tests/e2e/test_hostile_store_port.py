@@ -23,7 +23,7 @@ from app.segmentstore.wire.codec import encode
 from app.settings.model import Settings
 from app.testing.served import ServedProcess, start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
-from tests.support.hostile import p99, rss_kb
+from tests.support.hostile import p99, rss_kb, socket_ended
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -202,18 +202,6 @@ def _answered(sock: socket.socket) -> bool:
     return True
 
 
-def _ended(sock: socket.socket) -> bool:
-    """Whether the server has ended the connection: what it sent before is read past first."""
-    try:
-        while sock.recv(1 << 20):
-            pass
-    except BlockingIOError:
-        return False
-    except ConnectionError:
-        return True
-    return True
-
-
 async def test_clients_that_never_read_hold_no_more_than_the_reply_budget(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -240,7 +228,7 @@ async def test_clients_that_never_read_hold_no_more_than_the_reply_budget(
         rss_during = rss_kb(served.process.pid)
         stop.set()
         await probing
-        closed = [_ended(sock) for sock in slow]
+        closed = [socket_ended(sock) for sock in slow]
         for sock in slow:
             sock.close()
         await probe.all_stored()

@@ -26,7 +26,6 @@ import pytest
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from grpclib.protocol import H2Protocol
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
@@ -34,7 +33,7 @@ from app.security.passwords import hash_password
 from app.store.accounts import PgAccountStore
 from app.store.pool import create_pool
 from app.testing.served import ServedProcess, start_served
-from tests.support.hostile import rss_kb
+from tests.support.hostile import BoundChannel, rss_kb
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,20 +53,6 @@ FULL_ACL = "prn::*,READ_UPDATE"
 
 def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-
-
-class BoundChannel(Channel):
-    """A grpclib channel whose connection leaves from `local_host` (grpclib has no option)."""
-
-    def __init__(self, host: str, port: int, local_host: str) -> None:
-        super().__init__(host, port)
-        self._local_host = local_host
-
-    async def _create_connection(self) -> H2Protocol:
-        _, protocol = await self._loop.create_connection(
-            self._protocol_factory, self._host, self._port, local_addr=(self._local_host, 0)
-        )
-        return protocol
 
 
 @pytest.fixture

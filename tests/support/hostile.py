@@ -1,9 +1,14 @@
-"""What the attack tests of issue 32 measure of a server: its resident memory, and a probe's p99."""
+"""What the attack tests of issue 32 (and bench/hostile.py) share: a server's resident memory, a
+probe's p99, whether the server ended a socket, and a gRPC channel leaving from another address."""
 
 from __future__ import annotations
 
+import socket
 import statistics
 from pathlib import Path
+
+from grpclib.client import Channel
+from grpclib.protocol import H2Protocol
 
 
 def rss_kb(pid: int | str = "self") -> int:
@@ -19,3 +24,30 @@ def p99(latencies: list[float]) -> float:
     if len(latencies) < 2:
         return latencies[0]
     return statistics.quantiles(latencies, n=100, method="inclusive")[98]
+
+
+def socket_ended(sock: socket.socket) -> bool:
+    """Whether the server has ended a non-blocking socket: what it sent before is read past first."""
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+class BoundChannel(Channel):
+    """A grpclib channel whose connection leaves from `local_host` (grpclib has no option): another
+    loopback address is another client to a per-address limit."""
+
+    def __init__(self, host: str, port: int, local_host: str) -> None:
+        super().__init__(host, port)
+        self._local_host = local_host
+
+    async def _create_connection(self) -> H2Protocol:
+        _, protocol = await self._loop.create_connection(
+            self._protocol_factory, self._host, self._port, local_addr=(self._local_host, 0)
+        )
+        return protocol
