@@ -1,0 +1,177 @@
+"""The two servers bench/beside_pravega.py compares, each with the same face: a controller URI for
+the client, a gRPC stub to create and delete streams, the processes whose CPU is the server's,
+and the server's memory.
+
+Pravega 0.13 standalone is one JVM (controller, segment store, ZooKeeper, in-memory durable log
+and storage): its CPU and RSS are that process's. `serve` runs on a throwaway embedded
+PostgreSQL with its durability on (--db-url): its CPU is serve's process tree and the
+postmaster's with every child of the postmaster (backends, WAL writer, checkpointer), which are
+not serve's children; its memory is the RSS of serve's tree plus the PSS of PostgreSQL's
+processes (they share the buffer pool, which RSS would count once per backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+from grpclib.client import Channel
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.api.grpc.proto.controller_grpc import ControllerServiceStub
+from app.testing.served import start_served
+from bench._common import throwaway_cluster
+from bench.dataplane import cpu_seconds, postgres_pids, rss_mb, tree_pids
+from tests.conformance.pravega_standalone import start_standalone
+
+SCOPE = "beside"
+SAMPLE_EVERY_S = 0.25
+READY_TIMEOUT_S = 60.0
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional set size: shared pages split among the processes sharing them."""
+    with suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def safe_rss_mb(pid: int) -> float:
+    with suppress(OSError):
+        return rss_mb(pid)
+    return 0.0
+
+
+@dataclass
+class Target:
+    name: str
+    uri: str
+    stub: ControllerServiceStub
+    pids: Callable[[], list[int]]
+    memory_mb: Callable[[], float]
+    idle_memory_mb: float = 0.0
+    peak_memory_mb: float = 0.0
+    _sampler: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def cpu(self) -> dict[int, float]:
+        return {pid: cpu_seconds(pid) for pid in self.pids()}
+
+    def cpu_used_since(self, before: dict[int, float]) -> float:
+        """CPU seconds of the server's processes since `before` (a process that started meanwhile
+        counts whole; one that ended meanwhile, a PostgreSQL backend, is lost)."""
+        return sum(now - before.get(pid, 0.0) for pid, now in self.cpu().items())
+
+    async def create_stream(self, stream: str, segments: int = 1) -> None:
+        status = await self.stub.createStream(
+            pb.StreamConfig(
+                streamInfo=pb.StreamInfo(scope=SCOPE, stream=stream),
+                scalingPolicy=pb.ScalingPolicy(minNumSegments=segments),
+            )
+        )
+        if status.status != pb.CreateStreamStatus.SUCCESS:
+            raise RuntimeError(f"{self.name}: createStream {stream}: {status}")
+
+    async def delete_stream(self, stream: str) -> None:
+        """Sealed and deleted, so that neither server holds more than a round's data (Pravega
+        standalone keeps its storage in its heap)."""
+        info = pb.StreamInfo(scope=SCOPE, stream=stream)
+        sealed = await self.stub.sealStream(info)
+        if sealed.status != pb.UpdateStreamStatus.SUCCESS:
+            raise RuntimeError(f"{self.name}: sealStream {stream}: {sealed}")
+        deleted = await self.stub.deleteStream(info)
+        if deleted.status != pb.DeleteStreamStatus.SUCCESS:
+            raise RuntimeError(f"{self.name}: deleteStream {stream}: {deleted}")
+
+    async def _sample(self) -> None:
+        while True:
+            self.peak_memory_mb = max(self.peak_memory_mb, await asyncio.to_thread(self.memory_mb))
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    async def ready(self) -> None:
+        """The bench scope, the idle memory, and the peak sampler from here on."""
+        # Pravega logs that it is ready a moment before its controller's gRPC port accepts (seen
+        # refused once on a loaded machine).
+        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
+        while True:
+            try:
+                await self.stub.createScope(pb.ScopeInfo(scope=SCOPE))
+                break
+            except OSError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        self.idle_memory_mb = self.peak_memory_mb = self.memory_mb()
+        self._sampler = asyncio.get_running_loop().create_task(self._sample())
+
+    def stop_sampling(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+
+
+@asynccontextmanager
+async def pravega(work: Path) -> AsyncIterator[Target]:
+    """Pravega 0.13 standalone from Maven Central (the conformance suite's class path: its pinned
+    protobuf-java, Jersey 2 and Netty), 3 GiB of heap, on free ports."""
+    standalone = await asyncio.to_thread(start_standalone, work / "pravega")
+    channel = Channel("localhost", standalone.controller_port)
+    pid = standalone.process.pid
+    target = Target("Pravega", standalone.controller_uri, ControllerServiceStub(channel), lambda: [pid],
+                    lambda: safe_rss_mb(pid))  # fmt: skip
+    try:
+        await target.ready()
+        yield target
+    finally:
+        target.stop_sampling()
+        channel.close()
+        await asyncio.to_thread(standalone.stop)
+
+
+@asynccontextmanager
+async def serve(work: Path, synchronous_commit: str) -> AsyncIterator[Target]:
+    """`serve --processes 1` from this checkout, its segment store embedded, on a throwaway
+    PostgreSQL whose durability is on unless `synchronous_commit` is `off`."""
+    async with throwaway_cluster() as cluster:
+        if synchronous_commit != "on":
+            conn = await asyncpg.connect(cluster.admin_url())
+            try:
+                await conn.execute(f"ALTER SYSTEM SET synchronous_commit = '{synchronous_commit}'")
+                await conn.execute("SELECT pg_reload_conf()")
+            finally:
+                await conn.close()
+        served = await start_served(work, "--db-url", cluster.url(), "--processes", "1")
+        channel = Channel("127.0.0.1", served.grpc_port)
+        root = served.process.pid
+
+        def pids() -> list[int]:
+            return tree_pids(root) + postgres_pids(cluster)
+
+        def memory() -> float:
+            return sum(safe_rss_mb(pid) for pid in tree_pids(root)) + sum(
+                pss_mb(pid) for pid in postgres_pids(cluster)
+            )
+
+        target = Target("serve", served.grpc_uri, ControllerServiceStub(channel), pids, memory)
+        try:
+            await target.ready()
+            yield target
+        finally:
+            target.stop_sampling()
+            channel.close()
+            await served.stop()
+
+
+@asynccontextmanager
+async def both(synchronous_commit: str) -> AsyncIterator[list[Target]]:
+    with tempfile.TemporaryDirectory(prefix="beside-pravega-") as work:
+        root = Path(work)
+        async with pravega(root) as jvm:
+            (root / "serve").mkdir()
+            async with serve(root / "serve", synchronous_commit) as ours:
+                yield [jvm, ours]
