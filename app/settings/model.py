@@ -143,6 +143,35 @@ class Settings:
         check=positive,
         help="the window the gRPC connection's reset, PING and SETTINGS budgets count in (Netty's 30 s)",
     )
+    grpc_max_header_list_bytes: int = setting(
+        8 * 1024,
+        check=positive,
+        help="largest decoded header list a gRPC request may carry, advertised as "
+        "SETTINGS_MAX_HEADER_LIST_SIZE (grpc-java's default maxInboundMetadataSize, which Pravega's "
+        "controller keeps); a larger one (an HPACK bomb) or an encoded header block still arriving past "
+        "it and a quarter (a CONTINUATION flood, Netty's rule): GOAWAY ENHANCE_YOUR_CALM",
+    )
+    grpc_max_unsent_bytes_per_connection: int = setting(
+        4 * 1024 * 1024,
+        check=positive,
+        help="reply bytes one gRPC connection may leave untaken (its HTTP/2 window closed or its socket "
+        "unread: zero-window stalls, CVE-2019-9517); past it: GOAWAY ENHANCE_YOUR_CALM and the "
+        "connection is closed",
+    )
+    grpc_max_unsent_bytes: int = setting(
+        8 * 1024 * 1024,
+        check=positive,
+        help="reply bytes all gRPC connections together may leave untaken; past it the connections that "
+        "have gone longest without taking any are cut off (GOAWAY ENHANCE_YOUR_CALM) until the rest "
+        "fit (a held reply costs the process several times its bytes)",
+    )
+    grpc_send_stall_s: float = setting(
+        20.0,
+        check=positive,
+        help="a gRPC call whose reply could send nothing for this long (the client's window closed) is "
+        "reset with RST_STREAM CANCEL, and a connection whose socket took nothing for this long is "
+        "closed (Tomcat's streamWriteTimeout)",
+    )
     rest_host: str = setting("127.0.0.1", metavar="HOST", help="REST listener address")
     rest_port: int = setting(9091, metavar="PORT", check=port, help="REST listener port (0: any free port)")
     rest_idle_timeout_s: float = setting(

@@ -167,6 +167,10 @@ async def _start_grpc(
             max_pings_per_window=settings.grpc_max_pings_per_window,
             max_settings_per_window=settings.grpc_max_settings_per_window,
             window_s=settings.grpc_frame_window_s,
+            max_header_list_bytes=settings.grpc_max_header_list_bytes,
+            max_unsent_bytes_per_connection=settings.grpc_max_unsent_bytes_per_connection,
+            max_unsent_bytes=settings.grpc_max_unsent_bytes,
+            send_stall_s=settings.grpc_send_stall_s,
         ),
     )
     in_flight.attach(server)

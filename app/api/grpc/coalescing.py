@@ -17,6 +17,7 @@ import grpclib.server
 from grpclib.protocol import H2Protocol
 
 from app.api.grpc.h2_limits import H2Limits, LimitedH2Protocol
+from app.api.grpc.h2_unsent import UnsentBudget
 from app.observability.throttled_log import ThrottledWarning
 from app.turns import EndOfTurn
 
@@ -87,17 +88,23 @@ def _coalesced(protocol: H2Protocol) -> H2Protocol:
 
 class CoalescingServer(grpclib.server.Server):
     """grpclib's server, each connection's writes coalesced per loop turn and its HTTP/2 use held
-    to `h2_limits` (app/api/grpc/h2_limits.py: rapid reset, PING and SETTINGS floods)."""
+    to `h2_limits` (app/api/grpc/h2_limits.py: rapid reset, PING and SETTINGS floods, header blocks,
+    replies the client does not take)."""
 
     h2_limits = H2Limits()
     # One per server, made on its loop at the first connection: a flood of cut-off connections
     # costs a line per interval with a count.
     _cut_offs: ThrottledWarning | None = None
+    # The unsent reply bytes of all its connections (app/api/grpc/h2_unsent.py), made likewise.
+    _unsent: UnsentBudget | None = None
 
     def _protocol_factory(self) -> H2Protocol:
         if self._cut_offs is None:
             self._cut_offs = ThrottledWarning(log, "gRPC connection cut off (GOAWAY ENHANCE_YOUR_CALM)")
-        return _coalesced(LimitedH2Protocol(super()._protocol_factory(), self.h2_limits, self._cut_offs))
+        if self._unsent is None:
+            self._unsent = self.h2_limits.unsent_budget()
+        inner = super()._protocol_factory()
+        return _coalesced(LimitedH2Protocol(inner, self.h2_limits, self._cut_offs, self._unsent))
 
 
 def limit_connections(server: grpclib.server.Server, limits: H2Limits) -> None:

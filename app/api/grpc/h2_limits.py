@@ -11,6 +11,14 @@ ask of the server before it has said who it is.
   nothing; at most so many per window (PINGs counted only while the server sends no stream frames,
   as grpc-go forgives pings once it has sent data, so BDP and keepalive pings never count up).
 
+- Header blocks: the decoded header list at most `max_header_list_bytes`, advertised as
+  SETTINGS_MAX_HEADER_LIST_SIZE and enforced from the first request (h2's hpack decoder refuses a
+  larger one: an HPACK bomb, one dynamic-table entry referenced many times, decodes to no more);
+  the encoded block, HEADERS plus its CONTINUATION frames, at most that and a quarter more while
+  it is still arriving (Netty's maxHeaderListSizeGoAway), where h2 alone would buffer 64
+  CONTINUATION frames of up to 16 KiB each per connection (CVE-2024-27316 class).
+- Unsent replies: app/api/grpc/h2_unsent.py (zero-window stalls, unread sockets).
+
 Past a budget the connection is told GOAWAY ENHANCE_YOUR_CALM and closed. Bytes are fed to h2 in
 slices so a budget spent in a large read stops the work on the rest of it. A handler whose task
 was cancelled before it ever ran releases its stream too (grpclib releases it only from the
@@ -33,6 +41,7 @@ from h2.events import PingReceived, RemoteSettingsChanged, RequestReceived, Stre
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
+from app.api.grpc.h2_unsent import ConnectionSends, UnsentBudget, reset_quietly, watch_streams
 from app.observability.throttled_log import ThrottledWarning
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,21 @@ class H2Limits:
     max_pings_per_window: int = 100
     max_settings_per_window: int = 100
     window_s: float = 30.0
+    # grpc-java's default maxInboundMetadataSize (GrpcUtil.DEFAULT_MAX_HEADER_LIST_SIZE).
+    max_header_list_bytes: int = 8 * 1024
+    max_unsent_bytes_per_connection: int = 4 * 1024 * 1024
+    max_unsent_bytes: int = 8 * 1024 * 1024
+    # Tomcat's streamWriteTimeout.
+    send_stall_s: float = 20.0
+
+    @property
+    def max_header_block_bytes(self) -> int:
+        """The encoded header block a connection may still be sending: Netty's
+        maxHeaderListSizeGoAway, the header list limit and a quarter more."""
+        return self.max_header_list_bytes + self.max_header_list_bytes // 4
+
+    def unsent_budget(self) -> UnsentBudget:
+        return UnsentBudget(self.max_unsent_bytes_per_connection, self.max_unsent_bytes, self.send_stall_s)
 
 
 class WindowBudget:
@@ -113,14 +137,14 @@ class LimitedEventsProcessor(EventsProcessor):
                 return
         elif isinstance(event, StreamReset):
             if event.remote_reset and not self._resets.spend():
-                self._cut_off(f"over {self._limits.max_resets_per_window} stream resets in {self._window}")
+                self.cut_off_for(f"over {self._limits.max_resets_per_window} stream resets in {self._window}")
                 return
         elif isinstance(event, PingReceived):
             if not self._pings.spend():
-                self._cut_off(f"over {self._limits.max_pings_per_window} PINGs in {self._window}")
+                self.cut_off_for(f"over {self._limits.max_pings_per_window} PINGs in {self._window}")
                 return
         elif isinstance(event, RemoteSettingsChanged) and not self._settings.spend():
-            self._cut_off(f"over {self._limits.max_settings_per_window} SETTINGS in {self._window}")
+            self.cut_off_for(f"over {self._limits.max_settings_per_window} SETTINGS in {self._window}")
             return
         super().process(event)
 
@@ -141,7 +165,7 @@ class LimitedEventsProcessor(EventsProcessor):
     def _refuse(self, stream_id: int) -> None:
         # A refused stream is a reset the client made us send: it spends the same budget.
         if not self._resets.spend():
-            self._cut_off(
+            self.cut_off_for(
                 f"over {self._limits.max_resets_per_window} streams reset or refused in {self._window} "
                 f"(more than {self._limits.max_concurrent_streams} handlers running)"
             )
@@ -149,7 +173,16 @@ class LimitedEventsProcessor(EventsProcessor):
         h2 = self.connection._connection
         h2.reset_stream(stream_id, error_code=ErrorCodes.REFUSED_STREAM)
 
-    def _cut_off(self, reason: str) -> None:
+    def reset_stalled(self, stream: Stream) -> None:
+        """Resets a stream that could send nothing of its reply for the stall deadline and ends its
+        handler, as a client's RST_STREAM would."""
+        reset_quietly(self.connection, stream, ErrorCodes.CANCEL)
+        if stream.id in self.streams:
+            stream.__terminated__(f"sent nothing for {self._limits.send_stall_s:g} s (flow control)")
+            self.handler.cancel(stream)
+
+    def cut_off_for(self, reason: str) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM and close, for `reason` (logged, throttled)."""
         self.cut_off = True
         if self.connection.is_closing():
             return
@@ -183,10 +216,23 @@ class LimitedHandler(AbstractHandler):
         self._inner.accept(stream, headers, release_stream)
         task: asyncio.Task[None] | None = self._inner._tasks.get(stream)
         if task is not None:
-            task.add_done_callback(lambda _: release_stream())
+            task.add_done_callback(lambda done: self._ended(stream, done, release_stream))
+
+    def _ended(self, stream: Stream, task: asyncio.Task[None], release_stream: Callable[[], None]) -> None:
+        release_stream()
+        # grpclib keeps a finished task until ten more streams arrive on its connection (and a
+        # connection's handler until ten more connections arrive): a cancelled one holds its
+        # CancelledError, whose traceback holds every frame of the handler, its reply among them.
+        # A connection cut off with a hundred replies unsent would keep them all for as long as no
+        # new stream or connection comes.
+        if self._inner._tasks.get(stream) is task:
+            del self._inner._tasks[stream]
+        self._inner._cancelled.discard(task)
 
     def cancel(self, stream: Stream) -> None:
-        self._inner.cancel(stream)
+        # A stream reset for its stall may have ended its handler already.
+        if stream in self._inner._tasks:
+            self._inner.cancel(stream)
 
     def close(self) -> None:
         self._inner.close()
@@ -195,18 +241,48 @@ class LimitedHandler(AbstractHandler):
 class LimitedH2Protocol(H2Protocol):
     """grpclib's server protocol with the limits of this module."""
 
-    def __init__(self, protocol: H2Protocol, limits: H2Limits, cut_offs: ThrottledWarning) -> None:
+    def __init__(
+        self, protocol: H2Protocol, limits: H2Limits, cut_offs: ThrottledWarning, unsent: UnsentBudget
+    ) -> None:
         super().__init__(LimitedHandler(protocol.handler), protocol.config, protocol.h2_config)
         self._limits = limits
         self._cut_offs = cut_offs
+        self._unsent = unsent
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         h2 = self.connection._connection
-        if h2.local_settings.max_concurrent_streams != self._limits.max_concurrent_streams:
-            h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams})
-            self.connection.flush()
+        h2.update_settings(
+            {
+                SettingCodes.MAX_CONCURRENT_STREAMS: self._limits.max_concurrent_streams,
+                SettingCodes.MAX_HEADER_LIST_SIZE: self._limits.max_header_list_bytes,
+            }
+        )
+        # h2 applies the limit once the client acknowledges it; one that never does would have
+        # h2's 64 KiB until then.
+        h2.decoder.max_header_list_size = self._limits.max_header_list_bytes
+        self.connection.flush()
         self.processor = LimitedEventsProcessor(self.handler, self.connection, self._limits, self._cut_offs)
+        self.sends = ConnectionSends(
+            self._unsent, self.connection, self.processor.cut_off_for, self.processor.reset_stalled
+        )
+        watch_streams(self.connection, self.sends)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.sends.paused(True)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.sends.paused(False)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.sends.detach()
+        super().connection_lost(exc)
+
+    def _header_block_too_large(self) -> bool:
+        pending = self.connection._connection.incoming_buffer._headers_buffer
+        return sum(len(frame.data) for frame in pending) > self._limits.max_header_block_bytes
 
     def data_received(self, data: bytes) -> None:
         for start in range(0, len(data), FEED_SLICE_BYTES):
@@ -224,7 +300,13 @@ class LimitedH2Protocol(H2Protocol):
             self.connection.flush()
             for event in events:
                 self.processor.process(event)
+            if self._header_block_too_large():
+                self.processor.cut_off_for(
+                    f"a header block over {self._limits.max_header_block_bytes} bytes (CONTINUATION frames)"
+                )
+                return
             if not self.connection.is_closing():
                 self.connection.flush()
 
     processor: LimitedEventsProcessor
+    sends: ConnectionSends
