@@ -248,6 +248,18 @@ DEFINITIONS: tuple[MetricDef, ...] = (
         "bytes read by segment store",
         labels=("store",),
     ),
+    MetricDef(
+        "pgcontroller_segmentstore_db_reads",
+        Kind.COUNTER,
+        "segment reads a segment store sent to PostgreSQL",
+        labels=("store",),
+    ),
+    MetricDef(
+        "pgcontroller_segmentstore_cached_reads",
+        Kind.COUNTER,
+        "segment reads a segment store answered from its read index, in memory",
+        labels=("store",),
+    ),
 )
 
 BY_NAME: dict[str, MetricDef] = {d.name: d for d in DEFINITIONS}

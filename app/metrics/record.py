@@ -120,6 +120,8 @@ class StoreTraffic:
         self._append_bytes = counter("pgcontroller_segmentstore_append_bytes").labels(store)
         self._reads = counter("pgcontroller_segmentstore_reads").labels(store)
         self._read_bytes = counter("pgcontroller_segmentstore_read_bytes").labels(store)
+        self._db_reads = counter("pgcontroller_segmentstore_db_reads").labels(store)
+        self._cached_reads = counter("pgcontroller_segmentstore_cached_reads").labels(store)
 
     def appended(self, events: int, size: int) -> None:
         self._appends.inc(events)
@@ -128,3 +130,9 @@ class StoreTraffic:
     def read(self, size: int) -> None:
         self._reads.inc()
         self._read_bytes.inc(size)
+
+    def db_read(self) -> None:
+        self._db_reads.inc()
+
+    def cached_read(self) -> None:
+        self._cached_reads.inc()

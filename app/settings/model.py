@@ -504,6 +504,20 @@ class Settings:
         "the segment-store port; the others wait their turn: a burst of large reads can neither take "
         "the whole database pool nor allocate a burst of replies (keep it below --pool-max-size)",
     )
+    segment_store_read_index_bytes: int = setting(
+        64 * 1024 * 1024,
+        check=not_negative,
+        help="bytes of segments' most recent appends the segment store keeps in memory for all segments "
+        "together (its read index; the least recently used segments' go first): reads at and near a "
+        "segment's tail, parked ones woken by an append too, are answered without a database read; "
+        "0 keeps none",
+    )
+    segment_store_read_index_segment_bytes: int = setting(
+        1024 * 1024,
+        check=not_negative,
+        at_most="segment_store_read_index_bytes",
+        help="bytes of one segment's most recent appends the read index keeps (its oldest go first)",
+    )
 
     # Buckets and membership.
     request_buckets: int = setting(

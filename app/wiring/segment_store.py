@@ -29,6 +29,7 @@ from app.segmentstore.server.membership import StoreMembership
 from app.segmentstore.server.orphans import OrphanTransients
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
+from app.segmentstore.server.read_index import ReadIndex
 from app.segmentstore.server.tokens import TokenGate
 from app.settings import Settings
 from app.store.cache import RecordCache
@@ -150,6 +151,9 @@ async def _start_measured_server(
             peers=peers,
             limits=_connection_limits(settings),
             sockets=sockets,
+            read_index=ReadIndex(
+                settings.segment_store_read_index_segment_bytes, settings.segment_store_read_index_bytes
+            ),
         )
     except BaseException:
         await close()

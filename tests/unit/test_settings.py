@@ -88,6 +88,8 @@ SAMPLES = {
     "segment_store_frame_budget_bytes": "33554432",
     "segment_store_reply_budget_bytes": "16777216",
     "segment_store_reads_at_once": "4",
+    "segment_store_read_index_bytes": "8388608",
+    "segment_store_read_index_segment_bytes": "65536",
     "segment_store_heartbeat_s": "1.5",
     "segment_store_expiry_s": "6",
     "request_buckets": "32",
@@ -176,6 +178,8 @@ BAD = {
     "segment_store_frame_budget_bytes": ["16777215"],
     "segment_store_reply_budget_bytes": ["4194303"],
     "segment_store_reads_at_once": ["0"],
+    "segment_store_read_index_bytes": ["-1", "1.5"],
+    "segment_store_read_index_segment_bytes": ["-1", "128M"],
     "segment_store_heartbeat_s": ["0", "-1"],
     "segment_store_expiry_s": ["0"],
     "request_buckets": ["0", "4097"],
@@ -419,6 +423,15 @@ def test_leases_must_be_ordered() -> None:
     with pytest.raises(SettingError, match=r"^--txn-min-lease-ms must not exceed --txn-max-lease-ms"):
         resolved_settings(["serve", "--txn-max-lease-ms", "5000"])
     assert resolved_settings(["serve", "--txn-min-lease-ms", "5000", "--txn-max-lease-ms", "5000"])
+
+
+def test_a_segments_read_index_budget_fits_the_whole_budget() -> None:
+    refusal = r"^--segment-store-read-index-segment-bytes must not exceed --segment-store-read-index-bytes"
+    with pytest.raises(SettingError, match=refusal):
+        resolved_settings(["serve", "--segment-store-read-index-bytes", "1000"])
+    assert resolved_settings(
+        ["serve", "--segment-store-read-index-bytes", "0", "--segment-store-read-index-segment-bytes", "0"]
+    )
 
 
 def test_settings_built_in_code_are_checked_too_and_take_keywords_only() -> None:

@@ -105,15 +105,19 @@ class Appends:
         return writer
 
     async def _store(self, request: st.AppendRequest, request_id: int) -> wc.Command:
+        ticket = self._tails.append_started(request.segment)
         try:
             result = await self._storage.append(request)
-        except (st.SegmentSealed, st.NoSuchSegment):
-            self.drop(request.writer_id)
+        except BaseException as exc:
+            self._tails.append_failed(request.segment)
+            if isinstance(exc, st.SegmentSealed | st.NoSuchSegment):
+                self.drop(request.writer_id)
             raise
-        if not result.duplicate:
-            self._tails.notify(request.segment)
-            if self._traffic is not None:
-                self._traffic.appended(request.num_events, len(request.data))
+        self._tails.append_ended(
+            request.segment, ticket, result.length, None if result.duplicate else request.data
+        )
+        if not result.duplicate and self._traffic is not None:
+            self._traffic.appended(request.num_events, len(request.data))
         return wc.DataAppended(
             request.writer_id, result.event_number, result.previous_event_number, request_id, result.length
         )

@@ -201,7 +201,7 @@ class Connection:
         self._storage = storage
         self._handlers = handlers
         self._appends = Appends(storage, tails, traffic)
-        self._reads = Reads(storage, tails, tail_wait_s)
+        self._reads = Reads(storage, tails, tail_wait_s, traffic)
         self._transients = Transients(transient_tag)
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
         self._creates: set[asyncio.Task[None]] = set()

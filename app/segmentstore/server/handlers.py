@@ -78,7 +78,12 @@ class Handlers:
         return wc.SegmentDeleted(cmd.request_id, cmd.segment)
 
     async def truncate_segment(self, cmd: wc.TruncateSegment) -> wc.Command:
-        await self._storage.truncate(cmd.segment, cmd.truncation_offset)
+        try:
+            await self._storage.truncate(cmd.segment, cmd.truncation_offset)
+        except BaseException:
+            # Refused, or its outcome unknown: what the read index holds may be stale.
+            self._tails.drop_cached(cmd.segment)
+            raise
         self._tails.notify(cmd.segment)
         return wc.SegmentTruncated(cmd.request_id, cmd.segment)
 

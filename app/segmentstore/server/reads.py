@@ -3,7 +3,9 @@
 Invariant: every read is answered exactly once, echoing its offset and request id: at once when
 there are bytes, an end, or a refusal; otherwise after the segment changes (append, merge, seal,
 truncate, delete), or empty with at_tail after `tail_wait_s`, or empty at once when the server
-closes. A parked read never holds its connection's other requests.
+closes. A parked read never holds its connection's other requests. A read whose offset the read
+index holds is answered from memory with what PostgreSQL would answer (tails.py, read_index.py);
+every other read goes to the database, and `db_reads` counts those.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Final
 
+from app.metrics.record import StoreTraffic
 from app.segmentstore import storage as st
 from app.segmentstore.server.refusals import illegal_argument
 from app.segmentstore.server.tails import Tails, TailWatch
@@ -48,10 +51,29 @@ def _reply(cmd: wc.ReadSegment, result: st.ReadResult) -> wc.SegmentRead:
 
 
 class Reads:
-    def __init__(self, storage: st.SegmentStorage, tails: Tails, tail_wait_s: float) -> None:
+    def __init__(
+        self,
+        storage: st.SegmentStorage,
+        tails: Tails,
+        tail_wait_s: float,
+        traffic: StoreTraffic | None = None,
+    ) -> None:
         self._storage = storage
         self._tails = tails
         self._tail_wait_s = tail_wait_s
+        self._traffic = traffic
+
+    async def _fetch(self, cmd: wc.ReadSegment) -> st.ReadResult:
+        size = read_size(cmd.suggested_length)
+        cached = self._tails.index.read(cmd.segment, cmd.offset, size)
+        if cached is not None:
+            # The entry exists only while the segment is unsealed and not truncated past it.
+            if self._traffic is not None:
+                self._traffic.cached_read()
+            return st.ReadResult(cmd.offset, cached.data, cached.length, 0, False)
+        if self._traffic is not None:
+            self._traffic.db_read()
+        return await self._storage.read(cmd.segment, cmd.offset, size)
 
     async def read(self, cmd: wc.ReadSegment) -> wc.Command | TailWatch:
         """The reply, or (at the tail of an unsealed segment) the watch to park on with
@@ -59,9 +81,9 @@ class Reads:
         if cmd.offset < 0:
             # Java's read index checks this before it looks at the segment.
             return illegal_argument(cmd.request_id, cmd.segment, f"read offset {cmd.offset} is negative")
-        watch = self._tails.watch(cmd.segment)
+        watch = self._tails.watch(cmd.segment, cmd.offset)
         try:
-            result = await self._storage.read(cmd.segment, cmd.offset, read_size(cmd.suggested_length))
+            result = await self._fetch(cmd)
         except BaseException:
             watch.cancel()
             raise
@@ -83,11 +105,10 @@ class Reads:
                 watch.cancel()
             if not woken:
                 return wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
-            watch = self._tails.watch(cmd.segment)
+            watch = self._tails.watch(cmd.segment, cmd.offset)
             try:
                 async with slot():
-                    size = read_size(cmd.suggested_length)
-                    result = await self._storage.read(cmd.segment, cmd.offset, size)
+                    result = await self._fetch(cmd)
             except BaseException:
                 watch.cancel()
                 raise

@@ -26,6 +26,7 @@ from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.limits import ConnectionLimits
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
+from app.segmentstore.server.read_index import DEFAULT_SEGMENT_BYTES, DEFAULT_TOTAL_BYTES, ReadIndex
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.server.tokens import TokenGate
 from app.waiting import bounded
@@ -51,6 +52,7 @@ class SegmentStoreServer:
         tls: ssl.SSLContext | None = None,
         peers: StorePeers | None = None,
         limits: ConnectionLimits | None = None,
+        read_index: ReadIndex | None = None,
     ) -> None:
         self._storage = storage
         self._share = PortShare.of(limits if limits is not None else ConnectionLimits())
@@ -67,7 +69,10 @@ class SegmentStoreServer:
         # With peers (the other stores behind this port), changes made here wake their parked
         # reads and theirs wake ours.
         self._peers = peers
-        self._tails = Tails(peers.changed if peers is not None else None)
+        index = (
+            read_index if read_index is not None else ReadIndex(DEFAULT_SEGMENT_BYTES, DEFAULT_TOTAL_BYTES)
+        )
+        self._tails = Tails(peers.changed if peers is not None else None, index)
         if peers is not None:
             peers.on_changed(self._tails.heard)
         self._handlers = Handlers(storage, self._tails)
@@ -94,6 +99,7 @@ class SegmentStoreServer:
         peers: StorePeers | None = None,
         limits: ConnectionLimits | None = None,
         sockets: Sequence[socket.socket] = (),
+        read_index: ReadIndex | None = None,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -105,8 +111,10 @@ class SegmentStoreServer:
         other stores of that run, behind the same port (started by the caller). `limits`: what
         the port's connections may hold (ConnectionLimits' defaults without it). `sockets`: bound
         sockets to listen on instead of binding host:port (the caller's own, e.g. a listener that
-        keeps descriptors in reserve at accept()); they are the server's from then on."""
-        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits)
+        keeps descriptors in reserve at accept()); they are the server's from then on.
+        `read_index`: the recent bytes kept in memory (read_index.py; its default budgets without
+        it)."""
+        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits, read_index)
         try:
             if sockets:
                 for sock in sockets:
@@ -152,6 +160,14 @@ class SegmentStoreServer:
     def address(self) -> tuple[str, int]:
         return self._address
 
+    def parked_reads(self) -> int:
+        """Reads parked at a segment's tail now, on every connection."""
+        return self._tails.waiting()
+
+    def read_index_span(self, segment: str) -> tuple[int, int] | None:
+        """The range of `segment`'s bytes the read index holds, or None."""
+        return self._tails.index.span(segment)
+
     def live_transients(self) -> set[str]:
         """The transient segments this store's open connections created and still hold."""
         return {name for c in self._connections.values() for name in c.transient_segments()}
@@ -163,6 +179,10 @@ class SegmentStoreServer:
         ownership = self.ownership
         if ownership is None or not containers:
             return
+        for segment in self._tails.index.segments():
+            # Another store may append to them now: what this one kept would go stale.
+            if ownership.container_of(segment) in containers:
+                self._tails.drop_cached(segment)
         for connection in self._connections.values():
             connection.disown(lambda segment: ownership.container_of(segment) in containers)
 
