@@ -31,32 +31,34 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grpclib.exceptions import GRPCError
-from hpack import Encoder
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
+from tests.support.h2_frames import (
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    PING,
+    PREFACE,
+    SETTINGS,
+    frame,
+    goaway_code,
+    rapid_reset_batches,
+    read_frames,
+)
 from tests.support.hostile import BoundChannel, socket_ended
 
 Outcome = dict[str, Any]
 
 # --- HTTP/2 on the gRPC port (tests/e2e/test_hostile_h2.py) ------------------------------------
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
-END_HEADERS = 0x4
-CANCEL, ENHANCE_YOUR_CALM = 0x8, 0xB
 H2_PATH = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/getControllerServerList"
 # The issue's measurement: 50,000 streams opened and cancelled on one connection.
 RAPID_RESET_STREAMS = 50_000
 CONTROL_FRAMES = 200_000
 SEND_BYTES = 256 * 1024
 BATCH_STREAMS = 500
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return struct.pack("!I", len(payload))[1:] + struct.pack("!BBI", kind, flags, stream_id) + payload
 
 
 @dataclass
@@ -67,24 +69,12 @@ class _H2Connection:
 
 
 def _read_until_closed(sock: socket.socket, conn: _H2Connection) -> None:
-    buffer = b""
+    def seen(kind: int, _flags: int, _stream_id: int, payload: bytes) -> None:
+        if kind == GOAWAY and conn.goaway_code is None:
+            conn.goaway_code = goaway_code(payload)
+
     try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                conn.closed_by_server = True
-                return
-            buffer += chunk
-            while len(buffer) >= 9:
-                length = int.from_bytes(buffer[:3], "big")
-                if len(buffer) < 9 + length:
-                    break
-                kind, payload = buffer[3], buffer[9 : 9 + length]
-                buffer = buffer[9 + length :]
-                if kind == GOAWAY and conn.goaway_code is None:
-                    conn.goaway_code = struct.unpack("!II", payload[:8])[1]
-    except OSError:
-        conn.closed_by_server = True
+        conn.closed_by_server = read_frames(sock, seen)
     finally:
         conn.done.set()
 
@@ -97,7 +87,7 @@ def _h2_connection(port: int, chunks: Iterator[bytes | memoryview], stop: thread
     reader = threading.Thread(target=_read_until_closed, args=(sock, conn), daemon=True)
     reader.start()
     try:
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
         for chunk in chunks:
             if conn.done.is_set() or stop.is_set():
                 break
@@ -113,24 +103,7 @@ def _h2_connection(port: int, chunks: Iterator[bytes | memoryview], stop: thread
 
 
 def _rapid_reset_payload(streams: int) -> bytes:
-    encoder = Encoder()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", H2_PATH),
-        (":authority", "127.0.0.1"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    first = encoder.encode(headers)
-    # After the first block every header is in the dynamic table: each later block is the same.
-    repeated = encoder.encode(headers)
-    parts = []
-    for n in range(streams):
-        stream_id = 2 * n + 1
-        parts.append(_frame(HEADERS, END_HEADERS, stream_id, first if n == 0 else repeated))
-        parts.append(_frame(RST_STREAM, 0, stream_id, struct.pack("!I", CANCEL)))
-    return b"".join(parts)
+    return b"".join(rapid_reset_batches(H2_PATH, streams, BATCH_STREAMS))
 
 
 def _h2_attack(port: int, payload: bytes, stop: threading.Event) -> Outcome:
@@ -153,12 +126,12 @@ async def rapid_reset(port: int, scale: float, ready: Callable[[], None], stop: 
 
 
 async def ping_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
-    payload = _frame(PING, 0, 0, b"12345678") * CONTROL_FRAMES
+    payload = frame(PING, 0, 0, b"12345678") * CONTROL_FRAMES
     return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
 
 
 async def settings_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
-    payload = _frame(SETTINGS, 0, 0) * CONTROL_FRAMES
+    payload = frame(SETTINGS, 0, 0) * CONTROL_FRAMES
     return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
 
 
@@ -187,7 +160,7 @@ def _hello() -> bytes:
     return encode(wc.Hello(wc.WIRE_VERSION, wc.OLDEST_COMPATIBLE_VERSION))
 
 
-async def _stalled_frame(port: int, hello: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _stalledframe(port: int, hello: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A header announcing Pravega's largest frame, all of it but 100 bytes, then nothing."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     if hello:
@@ -225,7 +198,7 @@ async def _count_ended(connections: list[tuple[asyncio.StreamReader, asyncio.Str
 
 async def stalled_frames(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
     count = max(2, round(STALLED_FRAMES * scale))
-    connections = await asyncio.gather(*(_stalled_frame(port, hello=n % 2 == 1) for n in range(count)))
+    connections = await asyncio.gather(*(_stalledframe(port, hello=n % 2 == 1) for n in range(count)))
     ready()
     await stop.wait()
     return {

@@ -19,19 +19,24 @@ from dataclasses import dataclass, field
 
 import pytest
 from grpclib.client import Channel
-from hpack import Encoder
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess
+from tests.support.h2_frames import (
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    PING,
+    PREFACE,
+    SETTINGS,
+    frame,
+    rapid_reset_batches,
+    read_frames,
+)
 from tests.support.hostile import rss_kb
 
 pytestmark = pytest.mark.timeout(180)
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
-END_HEADERS = 0x4
-CANCEL, ENHANCE_YOUR_CALM = 0x8, 0xB
 PATH = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/getControllerServerList"
 
 # The issue's measurement: 50,000 streams opened and cancelled on one connection in 3.8 s.
@@ -53,10 +58,6 @@ PROBE_P99_LIMIT_S = 1.25
 PROBE_CALL_TIMEOUT_S = 10.0
 
 
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return struct.pack("!I", len(payload))[1:] + struct.pack("!BBI", kind, flags, stream_id) + payload
-
-
 @dataclass
 class Attack:
     """One attacking connection: what the server sent back (GOAWAY code) and whether it closed."""
@@ -70,25 +71,13 @@ class Attack:
 
 
 def _read_until_closed(sock: socket.socket, attack: Attack) -> None:
-    buffer = b""
+    def seen(kind: int, _flags: int, _stream_id: int, payload: bytes) -> None:
+        if kind == GOAWAY and attack.goaway_code is None:
+            last_stream, attack.goaway_code = struct.unpack("!II", payload[:8])
+            attack.goaway_last_stream = last_stream & 0x7FFFFFFF
+
     try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                attack.closed_by_server = True
-                return
-            buffer += chunk
-            while len(buffer) >= 9:
-                length = int.from_bytes(buffer[:3], "big")
-                if len(buffer) < 9 + length:
-                    break
-                kind, payload = buffer[3], buffer[9 : 9 + length]
-                buffer = buffer[9 + length :]
-                if kind == GOAWAY and attack.goaway_code is None:
-                    last_stream, attack.goaway_code = struct.unpack("!II", payload[:8])
-                    attack.goaway_last_stream = last_stream & 0x7FFFFFFF
-    except (ConnectionResetError, OSError):
-        attack.closed_by_server = True
+        attack.closed_by_server = read_frames(sock, seen)
     finally:
         attack.done.set()
 
@@ -101,7 +90,7 @@ def _attack(port: int, frames: Iterator[bytes | memoryview], wait_for_close_s: f
     reader = threading.Thread(target=_read_until_closed, args=(sock, attack), daemon=True)
     reader.start()
     try:
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
         for batch in frames:
             if attack.done.is_set():
                 break
@@ -117,31 +106,11 @@ def _attack(port: int, frames: Iterator[bytes | memoryview], wait_for_close_s: f
 
 
 def _rapid_reset_batches(streams: int) -> Iterator[bytes]:
-    encoder = Encoder()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", PATH),
-        (":authority", "127.0.0.1"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    first = encoder.encode(headers)
-    # After the first block every header is in the dynamic table: each later block is the same.
-    repeated = encoder.encode(headers)
-    stream_id = 1
-    for start in range(0, streams, BATCH_STREAMS):
-        parts = []
-        for _ in range(min(BATCH_STREAMS, streams - start)):
-            block = first if stream_id == 1 else repeated
-            parts.append(_frame(HEADERS, END_HEADERS, stream_id, block))
-            parts.append(_frame(RST_STREAM, 0, stream_id, struct.pack("!I", CANCEL)))
-            stream_id += 2
-        yield b"".join(parts)
+    return rapid_reset_batches(PATH, streams, BATCH_STREAMS)
 
 
 def _control_flood(kind: int, payload: bytes, frames: int, per_batch: int = 2_000) -> Iterator[bytes]:
-    one = _frame(kind, 0, 0, payload)
+    one = frame(kind, 0, 0, payload)
     for start in range(0, frames, per_batch):
         yield one * min(per_batch, frames - start)
 

@@ -35,29 +35,35 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import ServedProcess, start_served
 from tests.e2e.test_hostile_h2 import (
-    END_HEADERS,
-    ENHANCE_YOUR_CALM,
-    GOAWAY,
-    HEADERS,
     PATH,
-    PREFACE,
     PROBE_P99_LIMIT_S,
     RSS_MARGIN_KB,
-    RST_STREAM,
-    SETTINGS,
     Attack,
     _attack,
-    _frame,
     _p99,
     _probe_until,
     _warm,
+)
+from tests.support.h2_frames import (
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    HEADERS,
+    PREFACE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    frame,
+    goaway_code,
+    read_frames,
 )
 from tests.support.hostile import rss_kb
 
 pytestmark = pytest.mark.timeout(180)
 
-DATA, WINDOW_UPDATE, CONTINUATION = 0x0, 0x8, 0x9
-END_STREAM, ACK = 0x1, 0x1
 CANCEL = 0x8
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 MAX_WINDOW = 2**31 - 1
@@ -117,8 +123,8 @@ def _request_batches(streams: int, path: str = LIST_SCOPES) -> Iterator[bytes]:
         frames = []
         for n in range(first, min(streams, first + STREAMS_PER_BATCH)):
             stream_id = 2 * n + 1
-            frames.append(_frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers)))
-            frames.append(_frame(DATA, END_STREAM, stream_id, empty_request))
+            frames.append(frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers)))
+            frames.append(frame(DATA, END_STREAM, stream_id, empty_request))
         yield b"".join(frames)
 
 
@@ -131,33 +137,20 @@ def _send_paced(sock: socket.socket, streams: int, stop: threading.Event, path: 
 
 
 def _read_frames(sock: socket.socket, holder: Holder) -> None:
-    buffer = b""
+    def seen(kind: int, _flags: int, stream_id: int, payload: bytes) -> None:
+        if kind == HEADERS and stream_id:
+            holder.replies_started += 1
+        elif kind == DATA:
+            holder.data_bytes += len(payload)
+        elif kind == RST_STREAM:
+            holder.resets[stream_id] = struct.unpack("!I", payload)[0]
+        elif kind == GOAWAY and holder.goaway_code is None:
+            holder.goaway_code = goaway_code(payload)
+
     try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                holder.closed_by_server = True
-                return
-            buffer += chunk
-            while len(buffer) >= 9:
-                length = int.from_bytes(buffer[:3], "big")
-                if len(buffer) < 9 + length:
-                    break
-                kind, stream_id = buffer[3], struct.unpack("!I", buffer[5:9])[0] & 0x7FFFFFFF
-                payload = buffer[9 : 9 + length]
-                buffer = buffer[9 + length :]
-                if kind == HEADERS and stream_id:
-                    holder.replies_started += 1
-                elif kind == DATA:
-                    holder.data_bytes += length
-                elif kind == RST_STREAM:
-                    holder.resets[stream_id] = struct.unpack("!I", payload)[0]
-                elif kind == GOAWAY and holder.goaway_code is None:
-                    holder.goaway_code = struct.unpack("!II", payload[:8])[1]
+        holder.closed_by_server = read_frames(sock, seen)
     except TimeoutError:
         return  # still open: the unread-socket holder's read timed out
-    except OSError:
-        holder.closed_by_server = True
     finally:
         holder.done.set()
 
@@ -171,7 +164,7 @@ def _hold_zero_window(port: int, streams: int, until: float, path: str = LIST_SC
     reader.start()
     try:
         zero_window = struct.pack("!HI", SETTINGS_INITIAL_WINDOW_SIZE, 0)
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, zero_window))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0, zero_window))
         _send_paced(sock, streams, holder.done, path)
         holder.done.wait(max(0.0, until - time.monotonic()))
     except OSError:
@@ -192,8 +185,8 @@ def _hold_unread(port: int, streams: int, until: float) -> Holder:
     sock.connect(("127.0.0.1", port))
     try:
         wide = struct.pack("!HI", SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)
-        grow_connection = _frame(WINDOW_UPDATE, 0, 0, struct.pack("!I", MAX_WINDOW - 65_535))
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, wide) + grow_connection)
+        grow_connection = frame(WINDOW_UPDATE, 0, 0, struct.pack("!I", MAX_WINDOW - 65_535))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0, wide) + grow_connection)
         _send_paced(sock, streams, threading.Event())
         time.sleep(max(0.0, until - time.monotonic()))
         sock.settimeout(10)
@@ -309,9 +302,9 @@ async def test_a_reply_stalled_by_a_zero_window_is_reset_after_the_stall_deadlin
 def _endless_header_block(frames: int) -> Iterator[bytes]:
     encoder = Encoder()
     block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", PATH)])
-    yield _frame(HEADERS, 0, 1, block)
+    yield frame(HEADERS, 0, 1, block)
     for _ in range(frames):
-        yield _frame(CONTINUATION, 0, 1, b"\x00" * 16_384)
+        yield frame(CONTINUATION, 0, 1, b"\x00" * 16_384)
 
 
 async def test_a_continuation_flood_is_cut_off_past_the_header_block_limit(served: ServedProcess) -> None:
@@ -373,7 +366,7 @@ def _hpack_integer(rest: int) -> bytes:
 
 
 async def test_an_hpack_bomb_is_refused_with_enhance_your_calm(served: ServedProcess) -> None:
-    bomb = _frame(HEADERS, END_HEADERS | END_STREAM, 1, _hpack_bomb())
+    bomb = frame(HEADERS, END_HEADERS | END_STREAM, 1, _hpack_bomb())
     attack = await asyncio.to_thread(_attack, served.grpc_port, iter([bomb]), 10.0)
     assert attack.goaway_code == ENHANCE_YOUR_CALM, (attack, served.log()[-3000:])
     assert attack.closed_by_server, attack
