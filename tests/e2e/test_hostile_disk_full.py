@@ -34,6 +34,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.names import MAX_TAG_LENGTH, MAX_TAGS
 from app.embedded_pg import EmbeddedPostgres
 from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import read_command
 from app.testing.served import ServedProcess, start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
 from tests.support.dataplane import ClientProcess, check_exactly_once_in_key_order, read_events
@@ -50,6 +51,9 @@ WRITER_ERROR_WITHIN_S = 5.0
 CONTROLLER_ERROR_WITHIN_S = 5.0
 FULL_FOR_S = 6.0
 EVENTS, KEYS, EVENT_BYTES = 2000, 4, 8000
+# The raw writer's appends once the disk is full: 256 KiB each, at most 64 (16 MiB) before one
+# must find no room.
+FILL_EVENT_BYTES, MOST_APPENDS_TO_FILL = 256 * 1024, 64
 # Before the fix: 2,730 tracebacks and 1,364 getURI calls in 8.6 s of a full disk (one writer of
 # two segments reconnecting and resending without a pause). The pause bounds the writer's retries
 # to about one per second per segment; the bound leaves room for a loaded machine.
@@ -116,15 +120,35 @@ async def _raw_writer(address: tuple[str, int]) -> tuple[Client, int]:
         await asyncio.sleep(0.2)
 
 
-async def _closed_without_ack(client: Client) -> float:
-    """Seconds until the server closes `client`'s connection; any frame before it is an error."""
+async def _acknowledged_or_closed(client: Client) -> float | None:
+    """None when the store acknowledged the append just sent; else the seconds until it closed
+    `client`'s connection without answering."""
     started = time.monotonic()
     try:
-        frame = await asyncio.wait_for(client.reader.read(1 << 16), WRITER_ERROR_WITHIN_S)
-    except ConnectionError:
-        frame = b""
-    assert frame == b"", f"the store answered an append it could not store: {frame!r}"
-    return time.monotonic() - started
+        reply = await asyncio.wait_for(read_command(client.reader), WRITER_ERROR_WITHIN_S)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return time.monotonic() - started
+    assert isinstance(reply, wc.DataAppended), f"the store answered an append with {reply!r}"
+    return None
+
+
+async def _append_until_refused(
+    client: Client, writer_id: int, first: int
+) -> tuple[int, bytes, float, bytes]:
+    """Appends events numbered from `first` until the store closes the connection instead of
+    acknowledging one: PostgreSQL extends a busy relation by many pages at once, so the first
+    appends after the disk filled may still find room. Returns the refused event's number and
+    bytes, the seconds until the close, and the bytes acknowledged before it."""
+    acknowledged = b""
+    for number in range(first, first + MOST_APPENDS_TO_FILL):
+        # Incompressible, so stored out of line in pages of their own.
+        data = event(f"raw {number}|".encode() + os.urandom(FILL_EVENT_BYTES))
+        await client.send(wc.AppendBlockEnd(writer_id, len(data), data, 1, number, rid()))
+        closed_after_s = await _acknowledged_or_closed(client)
+        if closed_after_s is not None:
+            return number, data, closed_after_s, acknowledged
+        acknowledged += data
+    raise AssertionError(f"{MOST_APPENDS_TO_FILL} appends acknowledged on a full disk")
 
 
 def _tagged_stream(name: str) -> pb.StreamConfig:
@@ -221,10 +245,8 @@ async def test_a_full_disk_fails_writes_retryably_and_they_resume_once_space_is_
         full_since = time.monotonic()
 
         # A writer learns of it quickly, by the close Pravega's store answers a failed append with.
-        # Incompressible, so stored out of line in pages of its own, which the full disk refuses.
-        failing = event(b"raw 6|" + os.urandom(EVENT_BYTES))
-        await raw.send(wc.AppendBlockEnd(raw_writer, len(failing), failing, 1, 6, rid()))
-        closed_after_s = await _closed_without_ack(raw)
+        failing_number, failing, closed_after_s, filled = await _append_until_refused(raw, raw_writer, 6)
+        acknowledged += filled
         await raw.close()
 
         # A controller write says why, and the client may retry it.
@@ -251,8 +273,8 @@ async def test_a_full_disk_fails_writes_retryably_and_they_resume_once_space_is_
         # Not half-written: the refused event is absent, and the client's resend of it is stored,
         # then deduplicated when sent again (by its event number).
         for resend in range(2):
-            raw = await _raw_writer_as(address, raw_writer, expect_last=5 + resend)
-            reply = await raw.append(raw_writer, failing, 6)
+            raw = await _raw_writer_as(address, raw_writer, expect_last=failing_number - 1 + resend)
+            reply = await raw.append(raw_writer, failing, failing_number)
             assert isinstance(reply, wc.DataAppended), reply
             await raw.close()
         acknowledged += failing
@@ -308,11 +330,26 @@ async def test_a_full_disk_fails_writes_retryably_and_they_resume_once_space_is_
 
 
 async def _raw_writer_as(address: tuple[str, int], writer_id: int, expect_last: int) -> Client:
-    """`writer_id` set up again on a new connection, as a client reconnecting does."""
-    client = await Client.connect(address)
-    last = await client.setup(RAW_SEGMENT, writer_id)
-    assert last == expect_last, f"the store holds event {last} of the writer, {expect_last} acknowledged"
-    return client
+    """`writer_id` set up again on a new connection, as a client reconnecting does, once the store
+    serves the segment again (it closes, or answers WrongHost, until it has heartbeaten and read
+    the container map after the database came back)."""
+    deadline = time.monotonic() + 30
+    while True:
+        client = await Client.connect(address)
+        try:
+            reply = await client.call(wc.SetupAppend(rid(), writer_id, RAW_SEGMENT, ""))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            reply = None
+        if isinstance(reply, wc.AppendSetup):
+            last = reply.last_event_number
+            assert last == expect_last, (
+                f"the store holds event {last} of the writer, {expect_last} acknowledged"
+            )
+            return client
+        await client.close()
+        assert reply is None or isinstance(reply, wc.WrongHost), reply
+        assert time.monotonic() < deadline, "the store never served the segment again"
+        await asyncio.sleep(0.2)
 
 
 # The keeper's restarts while the disk stays full: more than its 5 counted attempts would take
