@@ -65,6 +65,7 @@ from tests.support.hostile import rss_kb
 pytestmark = pytest.mark.timeout(180)
 
 CANCEL = 0x8
+REFUSED_STREAM_CODE = 0x7
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 MAX_WINDOW = 2**31 - 1
 LIST_SCOPES = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/listScopes"
@@ -83,10 +84,11 @@ CONNECTIONS = 6
 ATTACK_S = 12.0
 # While the replies' connections churn, the process's peak: each reply held costs several times its
 # bytes (the encoded message and grpclib's framed copy, the protobuf message, the rows), and each
-# cut-off connection's replies are freed only as its handlers end. Measured +120 to +170 MB with
-# the defaults on this 2-core machine (+265 MB before cut-off handlers released their replies, +490
-# MB without the limits); the issue's 100 MB margin holds once the attack ends.
-PEAK_RSS_MARGIN_KB = 200 * 1024
+# cut-off connection's replies are freed only as its handlers end and the collection after them
+# runs. Measured on this 2-core machine, idle: zero window +97 MB (a new connection each 35 ms, each
+# cut off), unread socket +33 MB (new calls refused); +490 MB without the limits. The issue's
+# 100 MB margin, with room for a loaded machine's late timers.
+PEAK_RSS_MARGIN_KB = 150 * 1024
 # The stall test's deadline: short, so the test waits for it and not the 20 s default.
 STALL_S = 2.0
 # CONTINUATION flood: connections, and frames each sends of the 63 h2 would buffer before its own
@@ -258,21 +260,23 @@ async def test_replies_a_client_never_takes_are_bounded_and_cut_off(served: Serv
             f"RSS {rss_before} kB before, peak +{grown_peak} kB, probe p99 {p99 * 1000:.1f} ms"
         )
         assert sum(h.replies_started for h in holders) >= STREAMS_PER_CONNECTION, holders[:3]
-        # Each connection held more than its budget: told so, and closed.
+        # Each connection's new calls were refused once it held replies untaken, or it was cut off
+        # (GOAWAY ENHANCE_YOUR_CALM where the client still reads).
+        contained = [h for h in holders if h.closed_by_server or REFUSED_STREAM_CODE in h.resets.values()]
+        assert len(contained) == len(holders), [(h.replies_started, h.goaway_code, h.resets) for h in holders]
         cut_off = [h for h in holders if h.closed_by_server]
-        assert cut_off, [(h.replies_started, h.goaway_code) for h in holders]
-        print(
-            f"{mode}: GOAWAY codes of the cut-off connections: "
-            f"{sorted({str(h.goaway_code) for h in cut_off})}"
-        )
         if mode == "zero-window":
-            assert all(h.goaway_code == ENHANCE_YOUR_CALM for h in cut_off), [h.goaway_code for h in cut_off]
+            assert cut_off and all(h.goaway_code == ENHANCE_YOUR_CALM for h in cut_off), [
+                h.goaway_code for h in cut_off
+            ]
         assert grown_peak < PEAK_RSS_MARGIN_KB, f"RSS grew {grown_peak} kB during the attack"
-        # Not asserted, because they do not hold yet (issue 32 item 1, left open): the probe's p99
-        # under 1 s while this machine is loaded, and RSS back within the 100 MB margin after the
-        # unread-socket attack (+130 MB stayed in one run). Printed for the record.
-        await asyncio.sleep(5)
-        print(f"{mode}: probe p99 {p99 * 1000:.1f} ms, RSS +{rss_kb(pid) - rss_before} kB 5 s after")
+        assert p99 < PROBE_P99_LIMIT_S, f"a legitimate call's p99 was {p99:.3f} s during the attack"
+        # Given back once the attack ends (malloc_trim after the dropped replies are collected).
+        deadline = time.monotonic() + 10
+        while (after := rss_kb(pid) - rss_before) >= RSS_MARGIN_KB:
+            assert time.monotonic() < deadline, f"RSS still +{after} kB 10 s after the attack"
+            await asyncio.sleep(0.2)
+        print(f"{mode}: RSS +{after} kB after")
         page = await stub.listScopes(pb.ScopesRequest(), timeout=10)
         assert len(page.scopes) >= SCOPES
     finally:

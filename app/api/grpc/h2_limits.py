@@ -113,6 +113,8 @@ class LimitedEventsProcessor(EventsProcessor):
         self._pings = WindowBudget(limits.max_pings_per_window, limits.window_s)
         self._settings = WindowBudget(limits.max_settings_per_window, limits.window_s)
         self.cut_off = False
+        # Whether the connection holds replies its client is not taking (set once its sends exist).
+        self.backed_up: Callable[[], bool] = lambda: False
         # grpc-go's rule: a ping is only suspect while the server has sent nothing since.
         for name in ("headers_send_process", "data_send_process"):
             connection.__dict__[name] = self._forgiving(getattr(connection, name))
@@ -133,7 +135,12 @@ class LimitedEventsProcessor(EventsProcessor):
             if self._reset_already(event.stream_id):
                 return
             if len(self.streams) >= self._limits.max_concurrent_streams:
-                self._refuse(event.stream_id)
+                running = self._limits.max_concurrent_streams
+                self._refuse(event.stream_id, f"more than {running} handlers running")
+                return
+            if self.backed_up():
+                # Its replies are not being taken: a new call would only build one more to hold.
+                self._refuse(event.stream_id, "its replies not taken")
                 return
         elif isinstance(event, StreamReset):
             if event.remote_reset and not self._resets.spend():
@@ -162,13 +169,11 @@ class LimitedEventsProcessor(EventsProcessor):
     def _window(self) -> str:
         return f"{self._limits.window_s:g} s"
 
-    def _refuse(self, stream_id: int) -> None:
+    def _refuse(self, stream_id: int, why: str) -> None:
         # A refused stream is a reset the client made us send: it spends the same budget.
         if not self._resets.spend():
-            self.cut_off_for(
-                f"over {self._limits.max_resets_per_window} streams reset or refused in {self._window} "
-                f"(more than {self._limits.max_concurrent_streams} handlers running)"
-            )
+            budget = self._limits.max_resets_per_window
+            self.cut_off_for(f"over {budget} streams reset or refused in {self._window} ({why})")
             return
         h2 = self.connection._connection
         h2.reset_stream(stream_id, error_code=ErrorCodes.REFUSED_STREAM)
@@ -267,6 +272,7 @@ class LimitedH2Protocol(H2Protocol):
             self._unsent, self.connection, self.processor.cut_off_for, self.processor.reset_stalled
         )
         watch_streams(self.connection, self.sends)
+        self.processor.backed_up = self.sends.backed_up
 
     def pause_writing(self) -> None:
         super().pause_writing()
