@@ -47,7 +47,7 @@ from tests.support.h2_frames import (
     rapid_reset_batches,
     read_frames,
 )
-from tests.support.hostile import BoundChannel, socket_ended
+from tests.support.hostile import BoundChannel, reader_ended, socket_ended
 
 Outcome = dict[str, Any]
 
@@ -176,21 +176,8 @@ async def _stalledframe(port: int, hello: bool) -> tuple[asyncio.StreamReader, a
     return reader, writer
 
 
-async def _ended(reader: asyncio.StreamReader, timeout_s: float) -> bool:
-    """Whether the server has ended the connection (within `timeout_s`), whatever it sent before."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while await reader.read(1 << 20):
-                pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
-    return True
-
-
 async def _count_ended(connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> int:
-    ended = await asyncio.gather(*(_ended(reader, 0.2) for reader, _ in connections))
+    ended = await asyncio.gather(*(reader_ended(reader, 0.2) for reader, _ in connections))
     for _, writer in connections:
         writer.close()
     return sum(ended)
@@ -244,7 +231,7 @@ async def idle_flood(port: int, scale: float, ready: Callable[[], None], stop: a
     """Connections that never send a byte (a store port or a REST port alike)."""
     count = max(2, round(IDLE_CONNECTIONS * scale))
     opened = [c for c in await asyncio.gather(*(_open(port) for _ in range(count))) if c is not None]
-    refused_at_once = sum(await asyncio.gather(*(_ended(reader, 0.5) for reader, _ in opened)))
+    refused_at_once = sum(await asyncio.gather(*(reader_ended(reader, 0.5) for reader, _ in opened)))
     ready()
     await stop.wait()
     return {

@@ -25,8 +25,8 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.testing.served import ServedProcess, start_served
-from tests.segmentstore.server_harness import Client, event, rid, wid
-from tests.support.hostile import p99, rss_kb
+from tests.segmentstore.server_harness import Client, event, wid
+from tests.support.hostile import client_once_served, p99, rss_kb, until_leader_and_ready
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,37 +74,6 @@ async def _serve(tmp_path: Path, db_url: str, *flags: str) -> AsyncIterator[Serv
         assert code == 0, f"exit {code}; the log ends:\n" + served.log()[-4000:]
 
 
-async def _json(http: aiohttp.ClientSession, url: str) -> object:
-    async with http.get(url) as response:
-        assert response.status == 200, await response.text()
-        return await response.json()
-
-
-async def _leader_and_ready(http: aiohttp.ClientSession, served: ServedProcess) -> dict[str, object] | None:
-    local = await _json(http, f"{served.rest_base}/v1/cluster/self")
-    assert isinstance(local, dict)
-    owned = local["owned"]
-    ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
-    if local["leader"] and ready is True and isinstance(owned, dict) and all(owned.values()):
-        return local
-    return None
-
-
-async def _until_leader_and_ready(
-    http: aiohttp.ClientSession, served: ServedProcess, timeout_s: float
-) -> dict[str, object]:
-    deadline = time.monotonic() + timeout_s
-    while (local := await _leader_and_ready(http, served)) is None:
-        assert time.monotonic() < deadline, (
-            f"not leader and ready {timeout_s:.0f} s on: "
-            + str(await _json(http, f"{served.rest_base}/v1/cluster/self"))
-            + "\n"
-            + "\n".join(line for line in served.log().splitlines() if " INFO " not in line)[-3000:]
-        )
-        await asyncio.sleep(0.2)
-    return local
-
-
 class _GrpcProbe:
     """A legitimate gRPC client on a connection made before the attack: each call writes a scope
     (the pool's work, not a cache's)."""
@@ -135,15 +104,7 @@ class _StoreProbe:
 
     @classmethod
     async def start(cls, port: int) -> _StoreProbe:
-        client = await Client.connect(("127.0.0.1", port))
-        deadline = time.monotonic() + 30
-        while True:  # the store serves its containers once serve has mapped them to it
-            reply = await client.call(wc.CreateSegment(rid(), SEGMENT, 0, 0, ""))
-            if isinstance(reply, wc.SegmentCreated | wc.SegmentAlreadyExists):
-                break
-            assert isinstance(reply, wc.WrongHost), reply
-            assert time.monotonic() < deadline, "the store never served the segment"
-            await asyncio.sleep(0.2)
+        client = await client_once_served(("127.0.0.1", port), SEGMENT)
         probe = cls(client, wid())
         await client.setup(SEGMENT, writer_id=probe._writer_id)
         return probe
@@ -231,7 +192,7 @@ async def test_a_flood_of_idle_connections_under_a_low_nofile_leaves_the_databas
     async with _serve(tmp_path, db_url) as served, aiohttp.ClientSession() as http:
         # The REST client's keep-alive connection, the probe's and the database sessions all
         # predate the flood.
-        before = await _until_leader_and_ready(http, served, 30)
+        before = await until_leader_and_ready(http, served, 30)
         probe: _GrpcProbe | _StoreProbe
         if port_name == "grpc":
             port, probe = served.grpc_port, _GrpcProbe(served.grpc_port)
@@ -250,7 +211,7 @@ async def test_a_flood_of_idle_connections_under_a_low_nofile_leaves_the_databas
                 assert held <= NOFILE - FD_RESERVE // 2, f"{held} descriptors of {NOFILE} taken"
                 dropped = await _drop_database_sessions(db_url)
                 assert dropped >= 3, dropped
-                after = await _until_leader_and_ready(http, served, RECOVERY_S)
+                after = await until_leader_and_ready(http, served, RECOVERY_S)
                 await _until_answered(probe.call, RECOVERY_S)
                 rss_during = rss_kb(pid)
             finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 
 from app.testing.served import ServedProcess, start_served
-from tests.support.hostile import p99, rss_kb
+from tests.support.hostile import ok_json, p99, rss_kb, until_leader_and_ready
 
 IDLE_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 3.0
@@ -57,25 +57,6 @@ async def _serve(
     finally:
         code = await served.stop()
         assert code == 0, f"exit {code}; the log ends:\n" + served.log()[-4000:]
-
-
-async def _json(http: aiohttp.ClientSession, url: str) -> object:
-    async with http.get(url) as response:
-        assert response.status == 200, await response.text()
-        return await response.json()
-
-
-async def _until_leader(http: aiohttp.ClientSession, served: ServedProcess) -> dict[str, object]:
-    deadline = time.monotonic() + 30
-    while True:
-        local = await _json(http, f"{served.rest_base}/v1/cluster/self")
-        assert isinstance(local, dict)
-        owned = local["owned"]
-        ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
-        if local["leader"] and ready is True and isinstance(owned, dict) and all(owned.values()):
-            return local
-        assert time.monotonic() < deadline, f"not leader and ready: {local}"
-        await asyncio.sleep(0.1)
 
 
 async def _open_idle(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
@@ -127,7 +108,7 @@ async def _probe(http: aiohttp.ClientSession, served: ServedProcess, stop: async
     latencies: list[float] = []
     while not stop.is_set():
         started = time.monotonic()
-        ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
+        ready = await ok_json(http, f"{served.rest_base}/v1/health/readiness")
         latencies.append(time.monotonic() - started)
         assert ready is True
         await asyncio.sleep(0.05)
@@ -148,7 +129,7 @@ async def test_a_port_past_its_cap_refuses_at_once_with_one_log_line_per_interva
     cap = 100
     async with _serve(tmp_path, db_url, "--rest-max-connections", str(cap)) as served:
         async with aiohttp.ClientSession() as http:
-            await _until_leader(http, served)
+            await until_leader_and_ready(http, served, 30)
             # The legitimate client holds one of the cap's connections from before the attack.
             stop = asyncio.Event()
             probe = asyncio.create_task(_probe(http, served, stop))
@@ -178,7 +159,7 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
 ) -> None:
     async with _serve(tmp_path, db_url, nofile=NOFILE) as served:
         async with aiohttp.ClientSession() as http:
-            before = await _until_leader(http, served)
+            before = await until_leader_and_ready(http, served, 30)
             rss_before = rss_kb(served.process.pid)
             descriptors_before = _descriptors(served.process.pid)
             stop = asyncio.Event()
@@ -200,8 +181,8 @@ async def test_a_flood_of_idle_and_slowloris_connections_under_a_low_nofile_cost
             latencies = await probe
             await _close(opened)
             attack_s = time.monotonic() - flood_started
-            after = await _json(http, f"{served.rest_base}/v1/cluster/self")
-            ready = await _json(http, f"{served.rest_base}/v1/health/readiness")
+            after = await ok_json(http, f"{served.rest_base}/v1/cluster/self")
+            ready = await ok_json(http, f"{served.rest_base}/v1/health/readiness")
         assert ready is True
         assert isinstance(after, dict) and after["leader"] is True and after["owned"] == before["owned"], (
             after
@@ -247,7 +228,7 @@ async def test_a_body_that_trickles_in_or_stops_is_answered_408_at_the_body_time
 ) -> None:
     async with _serve(tmp_path, db_url, "--rest-body-timeout-s", str(BODY_TIMEOUT_S)) as served:
         async with aiohttp.ClientSession() as http:
-            await _until_leader(http, served)
+            await until_leader_and_ready(http, served, 30)
             stop = asyncio.Event()
             probe = asyncio.create_task(_probe(http, served, stop))
             slow = [asyncio.create_task(_slow_body(served.rest_port, trickle=n % 2 == 0)) for n in range(40)]

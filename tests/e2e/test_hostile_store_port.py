@@ -23,7 +23,7 @@ from app.segmentstore.wire.codec import encode
 from app.settings.model import Settings
 from app.testing.served import ServedProcess, start_served
 from tests.segmentstore.server_harness import Client, event, rid, wid
-from tests.support.hostile import p99, rss_kb, socket_ended
+from tests.support.hostile import client_once_served, p99, reader_ended, rss_kb, socket_ended
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,15 +73,7 @@ class _Probe:
 
     @classmethod
     async def start(cls, address: tuple[str, int]) -> _Probe:
-        client = await Client.connect(address)
-        deadline = time.monotonic() + 30
-        while True:  # the store serves its containers once serve has taken them
-            reply = await client.call(wc.CreateSegment(rid(), SEGMENT, 0, 0, ""))
-            if isinstance(reply, wc.SegmentCreated | wc.SegmentAlreadyExists):
-                break
-            assert isinstance(reply, wc.WrongHost), reply
-            assert time.monotonic() < deadline, "the store never served the segment"
-            await asyncio.sleep(0.2)
+        client = await client_once_served(address, SEGMENT)
         probe = cls(client, wid())
         await client.setup(SEGMENT, probe.writer_id)
         return probe
@@ -110,19 +102,6 @@ class _Probe:
             assert isinstance(reply, wc.SegmentRead) and reply.data, reply
             stored += reply.data
         assert stored == self.acknowledged
-
-
-async def _closed(reader: asyncio.StreamReader, timeout_s: float) -> bool:
-    """Whether the server ends the connection within `timeout_s` (whatever it sent before)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while await reader.read(1 << 20):
-                pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
-    return True
 
 
 async def _stalled_frame(
@@ -159,7 +138,7 @@ async def test_stalled_huge_frames_cost_no_memory_and_are_dropped_at_their_deadl
         attackers = await asyncio.gather(*(_stalled_frame(address, hello=n % 2 == 1) for n in range(40)))
         rss_during = rss_kb(served.process.pid)
         closed = await asyncio.gather(
-            *(_closed(reader, FRAME_DEADLINE_S + CLOSE_SLACK_S) for reader, _ in attackers)
+            *(reader_ended(reader, FRAME_DEADLINE_S + CLOSE_SLACK_S) for reader, _ in attackers)
         )
         dropped_within_s = time.monotonic() - attack_started
         stop.set()
@@ -259,11 +238,11 @@ async def test_silent_connections_are_closed_and_a_full_port_refuses_at_once(
         helloed = await Client.connect(address)
         silent = [await asyncio.open_connection(*address) for _ in range(3 * cap)]
         # The probe and `helloed` hold two of the cap's places: all but cap - 2 are refused at once.
-        refused = await asyncio.gather(*(_closed(reader, 0.5 * hello_s) for reader, _ in silent))
+        refused = await asyncio.gather(*(reader_ended(reader, 0.5 * hello_s) for reader, _ in silent))
         assert refused.count(True) >= 3 * cap - cap, refused.count(True)
         held = [reader for (reader, _), gone in zip(silent, refused, strict=True) if not gone]
-        assert all(await asyncio.gather(*(_closed(reader, hello_s + CLOSE_SLACK_S) for reader in held)))
-        assert await _closed(helloed.reader, idle_s + CLOSE_SLACK_S), "a silent connection after Hello"
+        assert all(await asyncio.gather(*(reader_ended(reader, hello_s + CLOSE_SLACK_S) for reader in held)))
+        assert await reader_ended(helloed.reader, idle_s + CLOSE_SLACK_S), "a silent connection after Hello"
         await helloed.close()
         # The probe's writer, set up long before, is never idle-closed; it paused the longest.
         stop.set()

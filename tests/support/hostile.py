@@ -1,14 +1,22 @@
 """What the attack tests of issue 32 (and bench/hostile.py) share: a server's resident memory, a
-probe's p99, whether the server ended a socket, and a gRPC channel leaving from another address."""
+probe's p99, whether the server ended a connection, a gRPC channel leaving from another address,
+the leadership check, and a store client once the store serves a segment."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import statistics
+import time
 from pathlib import Path
 
+import aiohttp
 from grpclib.client import Channel
 from grpclib.protocol import H2Protocol
+
+from app.segmentstore.wire import commands as wc
+from app.testing.served import ServedProcess
+from tests.segmentstore.server_harness import Client, rid
 
 
 def rss_kb(pid: int | str = "self") -> int:
@@ -51,3 +59,62 @@ class BoundChannel(Channel):
             self._protocol_factory, self._host, self._port, local_addr=(self._local_host, 0)
         )
         return protocol
+
+
+async def reader_ended(reader: asyncio.StreamReader, timeout_s: float) -> bool:
+    """Whether the server ends the connection within `timeout_s` (whatever it sent before)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await reader.read(1 << 20):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+    return True
+
+
+async def ok_json(http: aiohttp.ClientSession, url: str) -> object:
+    async with http.get(url) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+async def leader_and_ready(http: aiohttp.ClientSession, served: ServedProcess) -> dict[str, object] | None:
+    """The process's own cluster record when it leads, owns every bucket and is ready; else None."""
+    local = await ok_json(http, f"{served.rest_base}/v1/cluster/self")
+    assert isinstance(local, dict)
+    owned = local["owned"]
+    ready = await ok_json(http, f"{served.rest_base}/v1/health/readiness")
+    if local["leader"] and ready is True and isinstance(owned, dict) and all(owned.values()):
+        return local
+    return None
+
+
+async def until_leader_and_ready(
+    http: aiohttp.ClientSession, served: ServedProcess, timeout_s: float
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while (local := await leader_and_ready(http, served)) is None:
+        assert time.monotonic() < deadline, (
+            f"not leader and ready {timeout_s:.0f} s on: "
+            + str(await ok_json(http, f"{served.rest_base}/v1/cluster/self"))
+            + "\n"
+            + "\n".join(line for line in served.log().splitlines() if " INFO " not in line)[-3000:]
+        )
+        await asyncio.sleep(0.1)
+    return local
+
+
+async def client_once_served(address: tuple[str, int], segment: str) -> Client:
+    """A store client with `segment` created, once the store serves its container (serve maps the
+    containers to its store a moment after it starts: WrongHost until then)."""
+    client = await Client.connect(address)
+    deadline = time.monotonic() + 30
+    while True:
+        reply = await client.call(wc.CreateSegment(rid(), segment, 0, 0, ""))
+        if isinstance(reply, wc.SegmentCreated | wc.SegmentAlreadyExists):
+            return client
+        assert isinstance(reply, wc.WrongHost), reply
+        assert time.monotonic() < deadline, "the store never served the segment"
+        await asyncio.sleep(0.2)
