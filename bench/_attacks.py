@@ -30,15 +30,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
+from hpack import Encoder
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
 from tests.support.h2_frames import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
     ENHANCE_YOUR_CALM,
     GOAWAY,
+    HEADERS,
     PING,
     PREFACE,
     SETTINGS,
@@ -144,6 +150,119 @@ async def _in_thread(
     await stop.wait()
     halt.set()
     return await running
+
+
+# --- replies not taken on the gRPC port (tests/e2e/test_hostile_h2_windows.py) -----------------
+
+LIST_SCOPES = "/io.pravega.controller.stream.api.grpc.v1.ControllerService/listScopes"
+# A page of 1,000 scopes with the longest names: each listScopes reply is about 250 KiB.
+BIG_SCOPES = 1_000
+ZERO_WINDOW_CONNECTIONS = 16
+ZERO_WINDOW_STREAMS = 100
+ZERO_WINDOW_BATCH = 10
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+
+
+async def _create_big_scopes(port: int) -> None:
+    channel = Channel("127.0.0.1", port)
+    try:
+        stub = ControllerServiceStub(channel)
+        names = [f"z{n:04d}".ljust(255, "x") for n in range(BIG_SCOPES)]
+        for start in range(0, BIG_SCOPES, 50):
+            batch = names[start : start + 50]
+            await asyncio.gather(*(stub.createScope(pb.ScopeInfo(scope=name), timeout=60) for name in batch))
+    finally:
+        channel.close()
+
+
+@dataclass
+class _Holder:
+    replies_started: int = 0
+    goaway_code: int | None = None
+    closed_by_server: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _list_scopes_batches() -> Iterator[bytes]:
+    encoder = Encoder()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", LIST_SCOPES),
+        (":authority", "127.0.0.1"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    for first in range(0, ZERO_WINDOW_STREAMS, ZERO_WINDOW_BATCH):
+        frames = []
+        for n in range(first, first + ZERO_WINDOW_BATCH):
+            frames.append(frame(HEADERS, END_HEADERS, 2 * n + 1, encoder.encode(headers)))
+            frames.append(frame(DATA, END_STREAM, 2 * n + 1, b"\x00" * 5))
+        yield b"".join(frames)
+
+
+def _hold_zero_window(port: int, stop: threading.Event) -> _Holder:
+    """Asks for listScopes replies with every stream window zero, ten calls every 0.5 s, and never
+    takes one, until the server closes the connection or `stop`."""
+    holder = _Holder()
+
+    def seen(kind: int, _flags: int, stream_id: int, payload: bytes) -> None:
+        if kind == HEADERS and stream_id:
+            holder.replies_started += 1
+        elif kind == GOAWAY and holder.goaway_code is None:
+            holder.goaway_code = goaway_code(payload)
+
+    def read() -> None:
+        try:
+            holder.closed_by_server = read_frames(sock, seen)
+        finally:
+            holder.done.set()
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        zero_window = struct.pack("!HI", SETTINGS_INITIAL_WINDOW_SIZE, 0)
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0, zero_window))
+        for batch in _list_scopes_batches():
+            if holder.done.is_set() or stop.is_set():
+                break
+            sock.sendall(batch)
+            stop.wait(0.5)
+        while not holder.done.wait(0.1) and not stop.is_set():
+            pass
+    except OSError:
+        holder.done.wait(5.0)
+    finally:
+        sock.close()
+        reader.join(timeout=5)
+    return holder
+
+
+def _zero_window_attack(port: int, connections: int, stop: threading.Event) -> Outcome:
+    holders: list[_Holder] = []
+
+    def one_connection() -> None:
+        # A connection cut off comes back, for as long as the attack lasts.
+        while not stop.is_set():
+            holders.append(_hold_zero_window(port, stop))
+
+    threads = [threading.Thread(target=one_connection, daemon=True) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {
+        "connections": len(holders),
+        "replies_started": sum(h.replies_started for h in holders),
+        "goaway_enhance_your_calm": sum(h.goaway_code == ENHANCE_YOUR_CALM for h in holders),
+    }
+
+
+async def zero_window(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
+    await _create_big_scopes(port)
+    connections = max(1, round(ZERO_WINDOW_CONNECTIONS * scale))
+    return await _in_thread(lambda halt: _zero_window_attack(port, connections, halt), ready, stop)
 
 
 # --- the store port (tests/e2e/test_hostile_store_port.py) ------------------------------------
@@ -335,6 +454,7 @@ ATTACKS: dict[str, Attack] = {
     "idle-flood": idle_flood,
     "slowloris": slowloris,
     "password-guessing": password_guessing,
+    "zero-window": zero_window,
 }
 
 

@@ -118,6 +118,20 @@ class Settings:
         "handler has ended, and one past the limit is refused with REFUSED_STREAM (grpc-go's "
         "rapid-reset fix, CVE-2023-44487)",
     )
+    grpc_max_calls_before_first_reply: int = setting(
+        4,
+        check=positive,
+        help="gRPC calls one HTTP/2 connection may run at once until one of its replies has been taken "
+        "whole; its further calls wait their turn (a client advertising a zero window would otherwise "
+        "have the server build and hold its whole first burst of replies)",
+    )
+    grpc_max_replies_building_before_first_reply: int = setting(
+        16,
+        check=positive,
+        help="gRPC calls building a reply at once over all connections that have not yet taken one; "
+        "further such calls wait their turn (each reply being built costs several times its bytes, "
+        "and many connections could otherwise each have their first calls built)",
+    )
     grpc_max_resets_per_window: int = setting(
         200,
         check=positive,

@@ -163,6 +163,8 @@ async def _start_grpc(
         server,
         H2Limits(
             max_concurrent_streams=settings.grpc_max_concurrent_streams,
+            max_calls_before_first_reply=settings.grpc_max_calls_before_first_reply,
+            max_replies_building_before_first_reply=settings.grpc_max_replies_building_before_first_reply,
             max_resets_per_window=settings.grpc_max_resets_per_window,
             max_pings_per_window=settings.grpc_max_pings_per_window,
             max_settings_per_window=settings.grpc_max_settings_per_window,

@@ -16,6 +16,7 @@ from typing import Any
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
+from app.api.grpc.h2_first_calls import FirstCallSlots
 from app.api.grpc.h2_limits import H2Limits, LimitedH2Protocol
 from app.api.grpc.h2_unsent import UnsentBudget
 from app.observability.throttled_log import ThrottledWarning
@@ -97,14 +98,19 @@ class CoalescingServer(grpclib.server.Server):
     _cut_offs: ThrottledWarning | None = None
     # The unsent reply bytes of all its connections (app/api/grpc/h2_unsent.py), made likewise.
     _unsent: UnsentBudget | None = None
+    # The calls building replies on connections that have taken none (app/api/grpc/h2_first_calls.py).
+    _first_call_slots: FirstCallSlots | None = None
 
     def _protocol_factory(self) -> H2Protocol:
         if self._cut_offs is None:
             self._cut_offs = ThrottledWarning(log, "gRPC connection cut off (GOAWAY ENHANCE_YOUR_CALM)")
         if self._unsent is None:
             self._unsent = self.h2_limits.unsent_budget()
+        if self._first_call_slots is None:
+            self._first_call_slots = self.h2_limits.first_call_slots()
         inner = super()._protocol_factory()
-        return _coalesced(LimitedH2Protocol(inner, self.h2_limits, self._cut_offs, self._unsent))
+        slots = self._first_call_slots
+        return _coalesced(LimitedH2Protocol(inner, self.h2_limits, self._cut_offs, self._unsent, slots))
 
 
 def limit_connections(server: grpclib.server.Server, limits: H2Limits) -> None:

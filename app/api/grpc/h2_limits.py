@@ -1,10 +1,11 @@
 """The gRPC port's HTTP/2 limits per connection, on top of grpclib's protocol: what a client may
 ask of the server before it has said who it is.
 
-- Handlers: at most `max_concurrent_streams` running per connection (the value advertised as
-  SETTINGS_MAX_CONCURRENT_STREAMS). h2 counts a stream the client reset as closed at once, while
-  its handler still runs; past the limit a new stream is refused with REFUSED_STREAM, as grpc-go
-  bounds its handlers since CVE-2023-44487 (rapid reset).
+- Handlers: until one of its replies has been taken, a connection's calls are held to the bounds of
+  app/api/grpc/h2_first_calls.py (they wait their turn); at most `max_concurrent_streams` (the
+  value advertised as SETTINGS_MAX_CONCURRENT_STREAMS) in all. h2 counts a stream the client
+  reset as closed at once, while its handler still runs; past the limit a new stream is refused
+  with REFUSED_STREAM, as grpc-go bounds its handlers since CVE-2023-44487 (rapid reset).
 - Resets: RST_STREAM frames from the client, and the streams refused above, at most
   `max_resets_per_window` per window (Netty's Http2MaxRstFrameDecoder: 200 per 30 s).
 - PING and SETTINGS frames: h2 answers each with an ACK, so a flood is work and write buffer for
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,7 @@ from h2.events import PingReceived, RemoteSettingsChanged, RequestReceived, Stre
 from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
+from app.api.grpc.h2_first_calls import FirstCalls, FirstCallSlots
 from app.api.grpc.h2_unsent import ConnectionSends, UnsentBudget, reset_quietly, watch_streams
 from app.observability.throttled_log import ThrottledWarning
 
@@ -56,6 +59,8 @@ class H2Limits:
     """Per-connection budgets; the settings' defaults are these (app/settings/model.py)."""
 
     max_concurrent_streams: int = 100
+    max_calls_before_first_reply: int = 4
+    max_replies_building_before_first_reply: int = 16
     max_resets_per_window: int = 200
     max_pings_per_window: int = 100
     max_settings_per_window: int = 100
@@ -72,6 +77,9 @@ class H2Limits:
         """The encoded header block a connection may still be sending: Netty's
         maxHeaderListSizeGoAway, the header list limit and a quarter more."""
         return self.max_header_list_bytes + self.max_header_list_bytes // 4
+
+    def first_call_slots(self) -> FirstCallSlots:
+        return FirstCallSlots(self.max_replies_building_before_first_reply)
 
     def unsent_budget(self) -> UnsentBudget:
         return UnsentBudget(self.max_unsent_bytes_per_connection, self.max_unsent_bytes, self.send_stall_s)
@@ -210,18 +218,37 @@ class LimitedEventsProcessor(EventsProcessor):
         return release_once
 
 
-class LimitedHandler(AbstractHandler):
-    """Wraps grpclib's server handler so a handler task that ends without ever running (cancelled
-    by a reset before its first step) still releases its stream."""
+def _free_frames(task: asyncio.Task[None]) -> None:
+    """Frees what a cancelled handler's frames hold (its reply among them) now, not at the next full
+    collection: the task keeps its CancelledError, whose traceback holds the frame that caught it,
+    the task's own step, whose `self` is the task (a cycle). Asking for the result hands the
+    error over and drops the task's reference to it."""
+    try:
+        task.result()
+    except asyncio.CancelledError as error:
+        traceback.clear_frames(error.__traceback__)
 
-    def __init__(self, inner: Any) -> None:
+
+class LimitedHandler(AbstractHandler):
+    """Wraps grpclib's server handler (one per connection) so that its calls are held to the first
+    calls' bounds until one of its replies is taken (app/api/grpc/h2_first_calls.py), and a handler
+    task that ends without ever running (cancelled by a reset before its first step) still releases
+    its stream."""
+
+    def __init__(self, inner: Any, limits: H2Limits, slots: FirstCallSlots) -> None:
         self._inner = inner
+        self.first_calls = FirstCalls(slots, limits.max_calls_before_first_reply, self._start)
 
     def accept(self, stream: Stream, headers: Any, release_stream: Callable[[], None]) -> None:
+        self.first_calls.accept(stream, headers, release_stream)
+
+    def _start(self, stream: Stream, headers: Any, release_stream: Callable[[], None]) -> bool:
         self._inner.accept(stream, headers, release_stream)
         task: asyncio.Task[None] | None = self._inner._tasks.get(stream)
-        if task is not None:
-            task.add_done_callback(lambda done: self._ended(stream, done, release_stream))
+        if task is None:
+            return False
+        task.add_done_callback(lambda done: self._ended(stream, done, release_stream))
+        return True
 
     def _ended(self, stream: Stream, task: asyncio.Task[None], release_stream: Callable[[], None]) -> None:
         release_stream()
@@ -233,13 +260,19 @@ class LimitedHandler(AbstractHandler):
         if self._inner._tasks.get(stream) is task:
             del self._inner._tasks[stream]
         self._inner._cancelled.discard(task)
+        if task.cancelled():
+            _free_frames(task)
+        self.first_calls.ended(stream)
 
     def cancel(self, stream: Stream) -> None:
+        if self.first_calls.cancel_waiting(stream):
+            return
         # A stream reset for its stall may have ended its handler already.
         if stream in self._inner._tasks:
             self._inner.cancel(stream)
 
     def close(self) -> None:
+        self.first_calls.close()
         self._inner.close()
 
 
@@ -247,9 +280,16 @@ class LimitedH2Protocol(H2Protocol):
     """grpclib's server protocol with the limits of this module."""
 
     def __init__(
-        self, protocol: H2Protocol, limits: H2Limits, cut_offs: ThrottledWarning, unsent: UnsentBudget
+        self,
+        protocol: H2Protocol,
+        limits: H2Limits,
+        cut_offs: ThrottledWarning,
+        unsent: UnsentBudget,
+        first_call_slots: FirstCallSlots,
     ) -> None:
-        super().__init__(LimitedHandler(protocol.handler), protocol.config, protocol.h2_config)
+        super().__init__(
+            LimitedHandler(protocol.handler, limits, first_call_slots), protocol.config, protocol.h2_config
+        )
         self._limits = limits
         self._cut_offs = cut_offs
         self._unsent = unsent
@@ -273,6 +313,8 @@ class LimitedH2Protocol(H2Protocol):
         )
         watch_streams(self.connection, self.sends)
         self.processor.backed_up = self.sends.backed_up
+        self.sends.on_reply = self.handler.first_calls.reply_started
+        self.sends.on_taken = self.handler.first_calls.taken
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -314,5 +356,6 @@ class LimitedH2Protocol(H2Protocol):
             if not self.connection.is_closing():
                 self.connection.flush()
 
+    handler: LimitedHandler
     processor: LimitedEventsProcessor
     sends: ConnectionSends

@@ -161,6 +161,10 @@ class ConnectionSends:
         self.progress_at = budget.clock()
         self._paused_since: float | None = None
         self.detached = False
+        # Told when a stream's reply starts to be sent, and when a reply has been handed whole to
+        # the socket (app/api/grpc/h2_first_calls.py).
+        self.on_reply: Callable[[Stream], None] = lambda stream: None
+        self.on_taken: Callable[[], None] = lambda: None
         budget.attach(self)
 
     def buffered(self) -> int:
@@ -242,6 +246,7 @@ class WatchedStream(Stream):
     sends: ConnectionSends
 
     async def send_data(self, data: bytes, end_stream: bool = False) -> None:
+        self.sends.on_reply(self)
         if not self.sends.begin(self, len(data)):
             self.sends.end(self)
             # The cut-off cancelled this handler's task: let it end at this await, as it would
@@ -252,6 +257,7 @@ class WatchedStream(Stream):
             await super().send_data(data, end_stream)
         finally:
             self.sends.end(self)
+        self.sends.on_taken()
 
 
 def watch_streams(connection: Connection, sends: ConnectionSends) -> None:
