@@ -40,6 +40,7 @@ class Queries(Protocol):
     async def fetchval(self, query: str, *args: object) -> Any: ...
     async def execute(self, query: str, *args: object) -> str: ...
     async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None: ...
+    async def fetchmany(self, query: str, args: Iterable[Sequence[object]]) -> list[Row]: ...
     async def copy_records_to_table(
         self,
         table_name: str,
@@ -117,6 +118,14 @@ class _Calls:
             await self._target.executemany(command, args)
         except Exception as exc:
             _raise_translated(exc)
+
+    async def fetchmany(self, query: str, args: Iterable[Sequence[object]]) -> list[Row]:
+        """`query` once per argument list, pipelined (one round trip for all), the rows of all."""
+        try:
+            rows: list[Row] = await self._target.fetchmany(query, args)
+        except Exception as exc:
+            _raise_translated(exc)
+        return rows
 
     async def copy_records_to_table(
         self,

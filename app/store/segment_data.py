@@ -37,9 +37,15 @@ from app.segmentstore.storage import (
 from app.store import queries
 from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
+from app.store.group_commit import GroupCommit
 from app.store.segment_tables import PgTableSegments
 
 _SQL = queries.load("segment_data")
+
+# The most appends, and bytes, one group commit carries: a group of this size commits in a few ms
+# here; what arrives meanwhile makes the next group.
+APPEND_GROUP_ITEMS = 512
+APPEND_GROUP_BYTES = 16 * 1024 * 1024
 
 # Pravega's AttributeUpdateType codes (a merge's conditional attribute updates).
 NONE, REPLACE, REPLACE_IF_GREATER, ACCUMULATE, REPLACE_IF_EQUALS = 0, 1, 2, 3, 4
@@ -48,6 +54,25 @@ NONE, REPLACE, REPLACE_IF_GREATER, ACCUMULATE, REPLACE_IF_EQUALS = 0, 1, 2, 3, 4
 def attribute_uuid(attribute_id: int) -> uuid.UUID:
     """An attribute id (a writer id, or a client's attribute) is a u128 on the wire."""
     return uuid.UUID(int=attribute_id)
+
+
+def _append_result(request: AppendRequest, row: Row | None) -> AppendResult | Exception:
+    """What the `append` statement's row says of `request`: its result, or its refusal."""
+    name, expected_offset = request.segment, request.expected_offset
+    if row is None or row["kind"] is None:
+        return NoSuchSegment(name)
+    if row["kind"] == "table":
+        return WrongSegmentKind(name, f"{name} is a table segment")
+    if row["sealed"]:
+        return SegmentSealed(name)
+    if expected_offset is not None and expected_offset != row["length"]:
+        return ConditionalCheckFailed(name, f"{name} has length {row['length']}, not {expected_offset}")
+    previous = row["previous"]
+    previous_number = NULL_ATTRIBUTE_VALUE if previous is None else int(previous)
+    new_length = row["new_length"]
+    if new_length is None:
+        return AppendResult(int(row["length"]), request.last_event_number, previous_number, duplicate=True)
+    return AppendResult(int(new_length), request.last_event_number, previous_number, duplicate=False)
 
 
 def _stream_row(name: str, row: Row | None) -> Row:
@@ -90,6 +115,13 @@ class PgSegmentStorage(PgTableSegments):
         self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
             self._merge_alone, self._merge_many
         )
+        self._appends: GroupCommit[AppendRequest, AppendResult] = GroupCommit(
+            self._append_alone,
+            self._append_many,
+            lambda request: len(request.data),
+            max_items=APPEND_GROUP_ITEMS,
+            max_bytes=APPEND_GROUP_BYTES,
+        )
 
     async def create_segment(
         self,
@@ -120,35 +152,40 @@ class PgSegmentStorage(PgTableSegments):
         return await self.get_attribute(name, writer_id)
 
     async def append(self, request: AppendRequest) -> AppendResult:
-        """One statement (app/store/sql segment_data.sql `append`): one round trip per block."""
-        name, expected_offset = request.segment, request.expected_offset
-        event_number = request.last_event_number
-        row = _stream_row(
-            name,
-            await self._db.fetchrow(
-                _SQL["append"],
-                name,
-                attribute_uuid(request.writer_id),
-                request.data,
-                event_number,
-                expected_offset,
-                self._clock.now_ms(),
-            ),
-        )
-        if row["sealed"]:
-            raise SegmentSealed(name)
-        if expected_offset is not None and expected_offset != row["length"]:
-            raise ConditionalCheckFailed(name, f"{name} has length {row['length']}, not {expected_offset}")
-        previous = row["previous"]
-        previous_number = NULL_ATTRIBUTE_VALUE if previous is None else int(previous)
-        new_length = row["new_length"]
-        if new_length is None:
-            result = AppendResult(int(row["length"]), event_number, previous_number, duplicate=True)
-        else:
-            result = AppendResult(int(new_length), event_number, previous_number, duplicate=False)
+        """Committed with the other appends asked for while the previous group was being
+        committed (app/store/group_commit.py), in one transaction; answered after it."""
+        return await self._appends(request)
+
+    async def _append_alone(self, request: AppendRequest) -> AppendResult:
+        """One statement (sql/queries/segment_data.sql `append`): one round trip per block."""
+        row = await self._db.fetchrow(_SQL["append"], *self._append_args(request))
+        result = _append_result(request, row)
+        if isinstance(result, Exception):
+            raise result
         if self._after_append is not None:
             await self._after_append()
         return result
+
+    async def _append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
+        """The appends in order in one transaction, their statements pipelined: one round trip
+        for all and the commit's, one WAL flush. A refused append (sealed, conditional check,
+        missing segment) is a row like the others, so it changes nothing and fails nothing else."""
+        async with self._db.transaction() as conn:
+            rows = await conn.fetchmany(_SQL["append"], [self._append_args(r) for r in requests])
+        results = [_append_result(request, row) for request, row in zip(requests, rows, strict=True)]
+        if self._after_append is not None and not all(isinstance(r, Exception) for r in results):
+            await self._after_append()
+        return results
+
+    def _append_args(self, request: AppendRequest) -> tuple[object, ...]:
+        return (
+            request.segment,
+            attribute_uuid(request.writer_id),
+            request.data,
+            request.last_event_number,
+            request.expected_offset,
+            self._clock.now_ms(),
+        )
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
         row = _stream_row(name, await self._db.fetchrow(_SQL["read"], name, offset, max(0, max_length)))

@@ -55,7 +55,8 @@ FOR UPDATE;
 -- NULL for none), advance the writer's event number ($2: its attribute id, $4: the block's last
 -- event number) and, only if it advanced, store the bytes at the end and grow the segment.
 -- ON CONFLICT sees the writer's latest committed number even if this statement's snapshot is
--- older (it waited for the lock), so a resent block is never stored twice.
+-- older (it waited for the lock), so a resent block is never stored twice. Several in one
+-- transaction run in order, each seeing the ones before it.
 WITH seg AS (
     SELECT kind, length, sealed FROM embedded_segments WHERE name = $1 FOR UPDATE
 ), ok AS (
@@ -82,7 +83,9 @@ WITH seg AS (
 SELECT seg.kind, seg.sealed, seg.length,
        (SELECT previous_value FROM attr) AS previous,
        (SELECT length FROM grown) AS new_length
-FROM seg;
+-- Exactly one row, kind NULL for a segment that does not exist: a group of appends pipelined in
+-- one transaction (app/store/group_commit.py) is answered row by row.
+FROM (SELECT 1) AS one LEFT JOIN seg ON true;
 
 -- name: read
 -- The segment's row and at most $3 bytes from offset $2 in one snapshot: the chunks overlapping

@@ -68,6 +68,27 @@ class Appends:
         return None if writer is None else writer.segment
 
     async def append_block_end(self, cmd: wc.AppendBlockEnd) -> wc.Command:
+        return await self.store(self.request_of(cmd), cmd.request_id)
+
+    async def conditional_block_end(self, cmd: wc.ConditionalBlockEnd) -> wc.Command:
+        return await self.store(self.request_of(cmd), cmd.request_id)
+
+    async def conditional_append(self, cmd: wc.ConditionalAppend) -> wc.Command:
+        return await self.store(self.request_of(cmd), cmd.request_id)
+
+    def request_of(
+        self, cmd: wc.AppendBlockEnd | wc.ConditionalBlockEnd | wc.ConditionalAppend
+    ) -> st.AppendRequest:
+        """What an append command asks storage to do, after the decoder's checks (no await: the
+        connection hands appends to storage in the order they arrived)."""
+        if isinstance(cmd, wc.AppendBlockEnd):
+            return self._block_end_request(cmd)
+        segment = self._writer(cmd.writer_id).segment
+        # A conditional append stores the framed event, its 8-byte header included.
+        data = cmd.data if isinstance(cmd, wc.ConditionalBlockEnd) else encode(cmd.event)
+        return st.AppendRequest(segment, cmd.writer_id, data, cmd.event_number, 1, cmd.expected_offset)
+
+    def _block_end_request(self, cmd: wc.AppendBlockEnd) -> st.AppendRequest:
         block, self._open_block = self._open_block, None
         writer = self._writer(cmd.writer_id)
         if cmd.num_event <= 0:
@@ -79,20 +100,7 @@ class Appends:
         except MalformedCommand as exc:
             raise ProtocolViolation(str(exc)) from exc
         writer.last_event_number = cmd.last_event_number
-        request = st.AppendRequest(writer.segment, cmd.writer_id, data, cmd.last_event_number, cmd.num_event)
-        return await self._store(request, cmd.request_id)
-
-    async def conditional_block_end(self, cmd: wc.ConditionalBlockEnd) -> wc.Command:
-        segment = self._writer(cmd.writer_id).segment
-        request = st.AppendRequest(segment, cmd.writer_id, cmd.data, cmd.event_number, 1, cmd.expected_offset)
-        return await self._store(request, cmd.request_id)
-
-    async def conditional_append(self, cmd: wc.ConditionalAppend) -> wc.Command:
-        # The stored bytes are the framed event, its 8-byte header included.
-        segment = self._writer(cmd.writer_id).segment
-        data = encode(cmd.event)
-        request = st.AppendRequest(segment, cmd.writer_id, data, cmd.event_number, 1, cmd.expected_offset)
-        return await self._store(request, cmd.request_id)
+        return st.AppendRequest(writer.segment, cmd.writer_id, data, cmd.last_event_number, cmd.num_event)
 
     def drop(self, writer_id: int) -> None:
         """Forgets a writer whose segment was sealed or is gone: it must set up again."""
@@ -104,7 +112,10 @@ class Appends:
             raise ProtocolViolation(f"writer {writer_id:032x} appends before SetupAppend")
         return writer
 
-    async def _store(self, request: st.AppendRequest, request_id: int) -> wc.Command:
+    async def store(self, request: st.AppendRequest, request_id: int) -> wc.Command:
+        """Stores `request` and builds its acknowledgement from what was committed. Reaches
+        storage's group commit before its first suspension, so appends started in order are
+        committed in order."""
         ticket = self._tails.append_started(request.segment)
         try:
             result = await self._storage.append(request)

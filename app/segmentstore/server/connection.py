@@ -1,7 +1,9 @@
 """One client connection: frames in, one reply per request out, in request order.
 
-Invariant: requests are processed one at a time in arrival order (so a writer's appends are
-stored and acknowledged in order), except a read parked at a segment's tail, which waits in its
+Invariant: requests are processed one at a time in arrival order, except appends, which are
+handed to storage in arrival order without waiting for the ones before them to commit and are
+acknowledged in that order (acks.py: a writer's blocks share group commits), any other request
+waiting for the appends before it; a read parked at a segment's tail, which waits in its
 own task and answers later, and a CreateSegment, which runs in its own task (up to
 MAX_CONCURRENT_CREATES at once) and answers when done, as Pravega's store answers requests in the
 order they complete; every reply echoes its request's id; nothing is sent unasked; a
@@ -39,6 +41,7 @@ from app.observability import context
 from app.observability.throttled_log import ThrottledWarning
 from app.security.tokens import Permission, Verdict
 from app.segmentstore import storage as st
+from app.segmentstore.server.acks import AckPipeline
 from app.segmentstore.server.appends import Appends, ProtocolViolation
 from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.limits import (
@@ -201,6 +204,7 @@ class Connection:
         self._storage = storage
         self._handlers = handlers
         self._appends = Appends(storage, tails, traffic)
+        self._acks = AckPipeline(self._send, self._append_failed)
         self._reads = Reads(storage, tails, tail_wait_s, traffic)
         self._transients = Transients(transient_tag)
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
@@ -345,6 +349,10 @@ class Connection:
         """Handles one frame; False when the connection must close."""
         self._appends.expect_block_end(cmd)
         route = ROUTES[type(cmd)]
+        if self._acks and route.serve not in _PIPELINED:
+            # Any other request is answered after the appends before it, as when they were stored
+            # one at a time (a SetupAppend reads the writer's committed event number).
+            await self._acks.drain()
         try:
             if not route.tagged:
                 return await route.serve(self, cmd, route)
@@ -428,8 +436,33 @@ class Connection:
                 # sets up with a fresh token, re-sending what was not acknowledged.
                 log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
                 return False
-        await self._send(await self._reply(cmd, route))
+        request = self._appends.request_of(cmd)
+        await self._acks.start(self._acked(request, cmd, route), len(request.data))
         return True
+
+    async def _acked(
+        self,
+        request: st.AppendRequest,
+        cmd: wc.AppendBlockEnd | wc.ConditionalBlockEnd | wc.ConditionalAppend,
+        route: Route,
+    ) -> wc.Command:
+        try:
+            return await self._appends.store(request, cmd.request_id)
+        except st.StorageError as exc:
+            reply = refusal_reply(route.echo(cmd), exc)
+            if reply is None:
+                raise
+            return reply
+
+    async def _append_failed(self, exc: BaseException) -> None:
+        """An append in flight raised what no reply answers: the connection closes, as it did
+        when appends were stored one at a time."""
+        if isinstance(exc, StoreUnavailable):
+            self._storage_failed("append", exc)
+            await asyncio.sleep(STORAGE_FAILURE_CLOSE_DELAY_S)
+        else:
+            log.error("segment store connection from %s: an append failed", self._peer, exc_info=exc)
+        self.abort(f"an append failed: {type(exc).__name__}")
 
     async def _read_segment(self, cmd: wc.ReadSegment, route: Route) -> bool:
         refused = self._refusal(cmd, route)
@@ -647,6 +680,7 @@ class Connection:
             replies.release(self)
 
     async def _finish(self, reason: str) -> None:
+        await self._acks.close()
         if self._block_bytes:
             self._share.frames.give(self._block_bytes)
             self._block_bytes = 0
@@ -681,6 +715,10 @@ def _by_handlers(method: Callable[[Handlers, Any], Awaitable[wc.Command]]) -> An
         return method(connection._handlers, cmd)
 
     return answer
+
+
+# The flows that do not wait for the appends in flight: the appends themselves.
+_PIPELINED: Final = frozenset({Connection._append_block, Connection._append})
 
 
 def _by_appends(method: Callable[[Appends, Any], Awaitable[wc.Command]]) -> Answer:

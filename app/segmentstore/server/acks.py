@@ -1,0 +1,117 @@
+"""One connection's appends in flight: handed to storage as they arrive, without waiting for the
+ones before them to commit, and acknowledged in the order they arrived.
+
+A writer sends its next blocks before the last one is acknowledged; were the connection to read
+its next frame only after each commit, each commit would carry one block. In flight together, a
+writer's blocks join the same group commit (app/store/group_commit.py) as each other's and the
+other connections'.
+
+Invariant: appends reach storage in arrival order (each is started before the next frame is read,
+and reaches the group commit before its first suspension); replies leave in that order; at most
+`max_appends` appends and `max_bytes` of their data are in flight (past either, the connection
+reads no further frame until the oldest is acknowledged); a failure the store cannot answer with a
+reply (the database out of reach, an unexpected error) closes the connection, and nothing after it
+is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from app.segmentstore.wire import commands as wc
+
+# Enough for a writer's blocks in flight at full speed; bounded so a peer that never reads its
+# acknowledgements cannot have the store hold more.
+MAX_APPENDS_IN_FLIGHT = 256
+MAX_BYTES_IN_FLIGHT = 16 * 1024 * 1024
+
+
+class AckPipeline:
+    def __init__(
+        self,
+        send: Callable[[wc.Command], Awaitable[None]],
+        failed: Callable[[BaseException], Awaitable[None]],
+        max_appends: int = MAX_APPENDS_IN_FLIGHT,
+        max_bytes: int = MAX_BYTES_IN_FLIGHT,
+    ) -> None:
+        """`send` writes a reply; `failed` is told of an append that raised (it closes the
+        connection)."""
+        self._send = send
+        self._failed = failed
+        self._max_appends = max_appends
+        self._max_bytes = max_bytes
+        self._in_flight: deque[tuple[asyncio.Task[wc.Command], int]] = deque()
+        self._bytes = 0
+        self._sender: asyncio.Task[None] | None = None
+        self._progress = asyncio.Event()
+        self._broken = False
+
+    def __len__(self) -> int:
+        return len(self._in_flight)
+
+    async def start(self, storing: Coroutine[Any, Any, wc.Command], size: int) -> None:
+        """Starts an append (`storing` yields its reply) once there is room for it."""
+        while self._in_flight and (
+            len(self._in_flight) >= self._max_appends or self._bytes + size > self._max_bytes
+        ):
+            self._progress.clear()
+            await self._progress.wait()
+        if self._broken:
+            storing.close()
+            return
+        task = asyncio.ensure_future(storing)
+        self._in_flight.append((task, size))
+        self._bytes += size
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._send_in_order())
+
+    async def _send_in_order(self) -> None:
+        try:
+            while self._in_flight:
+                task, size = self._in_flight[0]
+                try:
+                    reply = await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise  # this sender was cancelled: the connection is closing
+                    self._break()
+                    return
+                except Exception as exc:
+                    self._break()
+                    await self._failed(exc)
+                    return
+                self._in_flight.popleft()
+                self._bytes -= size
+                self._progress.set()
+                await self._send(reply)
+        finally:
+            self._sender = None
+            self._progress.set()
+
+    def _break(self) -> None:
+        self._broken = True
+        for task, _ in self._in_flight:
+            task.cancel()
+        self._in_flight.clear()
+        self._bytes = 0
+
+    async def drain(self) -> None:
+        """Waits until every append in flight is acknowledged (or the pipeline broke)."""
+        while self._sender is not None:
+            await asyncio.shield(self._sender)
+
+    async def close(self) -> None:
+        """The connection is closing: appends in flight are abandoned (what committed stays
+        committed; the writer's retry finds it by its event number)."""
+        self._broken = True
+        if self._sender is not None:
+            self._sender.cancel()
+        tasks = [task for task, _ in self._in_flight]
+        self._break()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._sender is not None:
+            await asyncio.gather(self._sender, return_exceptions=True)

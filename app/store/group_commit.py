@@ -1,0 +1,113 @@
+"""Group commit: writes asked for while the previous group is being committed are committed
+together, in one transaction and one WAL flush, and each caller answered after it (as Pravega's
+durable log batches the operations that arrive during a write to its log).
+
+Invariant: items are committed in the order they were asked for, one group at a time (so the
+appends of one writer, asked in order, reach the database in order); each caller gets the outcome
+its item would have had alone after the items before it: `many` answers each item separately (a
+refusal is that item's result, not the group's), and when `many` raises, nothing of the group was
+committed and each of its items runs alone, in order; no caller is answered before its group has
+committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class GroupCommit(Generic[T, R]):
+    """`await group(item)`: the item joins the next group; `many` commits a group (one result per
+    item, in order; a result may be an exception for that item alone), `one` an item alone."""
+
+    def __init__(
+        self,
+        one: Callable[[T], Awaitable[R]],
+        many: Callable[[Sequence[T]], Awaitable[Sequence[R | Exception]]],
+        size: Callable[[T], int],
+        max_items: int,
+        max_bytes: int,
+    ) -> None:
+        self._one = one
+        self._many = many
+        self._size = size
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._pending: deque[tuple[T, asyncio.Future[R]]] = deque()
+        self._committer: asyncio.Task[None] | None = None
+        # Groups committed and items in them, for the metrics and the tests.
+        self.groups = 0
+        self.items = 0
+
+    async def __call__(self, item: T) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        if self._committer is None:
+            # Starts at the next loop turn: what else arrives in this one joins the first group.
+            self._committer = asyncio.get_running_loop().create_task(self._commit_all())
+        return await future
+
+    async def _commit_all(self) -> None:
+        try:
+            while self._pending:
+                await self._commit(self._next_group())
+        finally:
+            self._committer = None
+            # Cancelled (the store closing): no caller is left waiting for ever.
+            while self._pending:
+                self._pending.popleft()[1].cancel()
+
+    def _next_group(self) -> list[tuple[T, asyncio.Future[R]]]:
+        group: list[tuple[T, asyncio.Future[R]]] = []
+        size = 0
+        while self._pending and len(group) < self._max_items:
+            item, future = self._pending[0]
+            item_size = self._size(item)
+            if group and size + item_size > self._max_bytes:
+                break
+            self._pending.popleft()
+            if not future.done():  # its caller gave up before the group began: not written
+                group.append((item, future))
+                size += item_size
+        return group
+
+    async def _commit(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        if not group:
+            return
+        try:
+            if len(group) > 1:
+                try:
+                    results = await self._many([item for item, _ in group])
+                except Exception:  # nothing committed: each item runs alone, in order, below
+                    pass
+                else:
+                    self.groups += 1
+                    self.items += len(group)
+                    for (_, future), result in zip(group, results, strict=True):
+                        _settle(future, result)
+                    return
+            for item, future in group:
+                try:
+                    alone: R | Exception = await self._one(item)
+                except Exception as exc:  # handed to the caller that asked
+                    alone = exc
+                self.groups += 1
+                self.items += 1
+                _settle(future, alone)
+        finally:
+            for _, future in group:
+                future.cancel()
+
+
+def _settle(future: asyncio.Future[R], result: R | Exception) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if isinstance(result, Exception):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

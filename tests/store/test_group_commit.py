@@ -1,0 +1,131 @@
+"""Group commit of appends (app/store/group_commit.py through PgSegmentStorage.append) against the
+suite's PostgreSQL: appends asked for together share transactions, each caller gets the outcome it
+would have had alone, in order, and a refusal in a group changes nothing else of it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.segmentstore.storage import (
+    NULL_ATTRIBUTE_VALUE,
+    AppendRequest,
+    AppendResult,
+    ConditionalCheckFailed,
+    NoSuchSegment,
+    SegmentSealed,
+)
+from app.store.db import Database
+from app.store.pool import create_pool
+from app.store.segment_data import PgSegmentStorage
+from app.testing.clock import ManualClock
+
+SEGMENTS = [f"scope/stream/{n}.#epoch.0" for n in range(4)]
+SEALED = "scope/stream/sealed.#epoch.0"
+WRITERS = 8
+BLOCKS = 40
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    pool = await create_pool(db_url, min_size=1, max_size=6)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def storage(db: Database) -> PgSegmentStorage:
+    storage = PgSegmentStorage(db, ManualClock(5_000))
+    for name in [*SEGMENTS, SEALED]:
+        await storage.create_segment(name, "stream", 0, 0, 0)
+    await storage.seal(SEALED)
+    return storage
+
+
+async def _transactions_of(db: Database, segments: list[str]) -> int:
+    """The transactions that wrote the segments' bytes: their chunks' distinct xmin."""
+    return int(
+        await db.fetchval(
+            "SELECT count(DISTINCT xmin::text) FROM segment_chunks WHERE segment = ANY($1::text[])", segments
+        )
+    )
+
+
+def _block(writer: int, k: int) -> bytes:
+    filler = b"x" * (k % 13)
+    return struct.pack(">HHI", writer, k, len(filler)) + filler
+
+
+def _parsed(data: bytes) -> list[tuple[int, int]]:
+    """(writer, k) of each block in the segment's bytes, in order."""
+    blocks = []
+    at = 0
+    while at < len(data):
+        writer, k, size = struct.unpack_from(">HHI", data, at)
+        blocks.append((writer, k))
+        at += 8 + size
+    return blocks
+
+
+async def test_appends_asked_together_share_transactions_and_keep_each_writers_order(
+    storage: PgSegmentStorage, db: Database
+) -> None:
+    async def writer(n: int) -> list[AppendResult]:
+        segment = SEGMENTS[n % len(SEGMENTS)]
+        # A writer's blocks asked one after another without waiting for their acks, as a connection
+        # does, a loop turn apart: groups form while the one before is being committed.
+        asked = []
+        for k in range(BLOCKS):
+            request = AppendRequest(segment, n + 1, _block(n, k), k + 1, 1)
+            asked.append(asyncio.ensure_future(storage.append(request)))
+            await asyncio.sleep(0)
+        return list(await asyncio.gather(*asked))
+
+    before = storage._appends.groups
+    results = await asyncio.gather(*(writer(n) for n in range(WRITERS)))
+    groups = storage._appends.groups - before
+    transactions = await _transactions_of(db, SEGMENTS)
+    appends = WRITERS * BLOCKS
+    print(f"{appends} appends in {groups} groups, written by {transactions} transactions")
+    # One transaction per group: far fewer than one per append.
+    assert 1 < groups <= appends // 4, (groups, appends)
+    assert transactions <= groups, (transactions, groups)
+    for answers in results:
+        assert [a.event_number for a in answers] == list(range(1, BLOCKS + 1))
+        assert not any(a.duplicate for a in answers)
+    # Each segment holds each of its writers' blocks whole and in that writer's order.
+    for index, segment in enumerate(SEGMENTS):
+        state = await storage.segment_state(segment)
+        blocks = _parsed((await storage.read(segment, 0, state.length)).data)
+        for n in range(index, WRITERS, len(SEGMENTS)):
+            assert [k for w, k in blocks if w == n] == list(range(BLOCKS)), n
+
+
+async def test_a_refused_append_is_refused_alone_and_the_rest_of_its_group_commits(
+    storage: PgSegmentStorage, db: Database
+) -> None:
+    ok = SEGMENTS[0]
+    asked = [
+        storage.append(AppendRequest(ok, 1, b"a" * 5, 1, 1)),
+        storage.append(AppendRequest(SEALED, 2, b"b" * 5, 1, 1)),
+        storage.append(AppendRequest(ok, 1, b"c" * 5, 2, 1, 999)),  # wrong expected offset
+        storage.append(AppendRequest("scope/stream/missing.#epoch.0", 3, b"d", 1, 1)),
+        storage.append(AppendRequest(ok, 1, b"a" * 5, 1, 1)),  # the first one again: a duplicate
+        storage.append(AppendRequest(ok, 1, b"e" * 5, 3, 1, 5)),  # conditional, right offset
+    ]
+    before = storage._appends.groups
+    outcomes = await asyncio.gather(*asked, return_exceptions=True)
+    assert storage._appends.groups - before == 1, "the six appends were one group"
+    assert outcomes[0] == AppendResult(5, 1, NULL_ATTRIBUTE_VALUE, False)
+    assert isinstance(outcomes[1], SegmentSealed)
+    assert isinstance(outcomes[2], ConditionalCheckFailed)
+    assert isinstance(outcomes[3], NoSuchSegment)
+    assert isinstance(outcomes[4], AppendResult) and outcomes[4].duplicate
+    assert outcomes[5] == AppendResult(10, 3, 1, False)
+    assert (await storage.read(ok, 0, 100)).data == b"aaaaaeeeee"
+    assert (await storage.segment_state(SEALED)).length == 0
