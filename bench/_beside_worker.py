@@ -36,6 +36,11 @@ def wait_for_start(args: dict[str, Any]) -> float:
     return max(0.0, -pause)
 
 
+def _random_payload(index: int, keys: int, size: int) -> tuple[bytes, str]:
+    data, key = event_payload("e", index, keys, 0)
+    return data + os.urandom(max(0, size - len(data))), key
+
+
 def write(args: dict[str, Any]) -> None:
     """`count` events of `size` bytes over `keys` routing keys, up to `inflight` unacknowledged,
     one flush at the end (the acknowledgement of all of them)."""
@@ -43,7 +48,11 @@ def write(args: dict[str, Any]) -> None:
     writer = manager.create_writer(args["scope"], args["stream"], args.get("inflight", 1000))
     count, keys, size = args["count"], args["keys"], args["size"]
     # Built before the clock starts: the bench measures the client's writes, not the formatting.
-    events = [event_payload("e", index, keys, size) for index in range(min(count, keys * 64))]
+    if args.get("random"):
+        # A MiB of distinct random events per key: no block repeats within lz4's 64 KiB window.
+        events = [_random_payload(index, keys, size) for index in range(min(count, keys * 1024))]
+    else:
+        events = [event_payload("e", index, keys, size) for index in range(min(count, keys * 64))]
     late_s = wait_for_start(args)
     cpu = os.times()
     started = time.monotonic()

@@ -109,9 +109,19 @@ def _updated_value(target: str, update: AttributeUpdate, current: int) -> int:
 class PgSegmentStorage(PgTableSegments):
     """Stream, transaction and transient segments here; table segments in PgTableSegments."""
 
-    def __init__(self, db: Database, clock: Clock, after_append: AfterAppend | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        after_append: AfterAppend | None = None,
+        before_group_commit: AfterAppend | None = None,
+    ) -> None:
+        """`after_append` runs once an append (or a group of them) committed, before any is
+        answered; `before_group_commit` inside a group's transaction, before its commit (crash
+        tests' failpoints)."""
         super().__init__(db, clock)
         self._after_append = after_append
+        self._before_group_commit = before_group_commit
         self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
             self._merge_alone, self._merge_many
         )
@@ -172,6 +182,8 @@ class PgSegmentStorage(PgTableSegments):
         missing segment) is a row like the others, so it changes nothing and fails nothing else."""
         async with self._db.transaction() as conn:
             rows = await conn.fetchmany(_SQL["append"], [self._append_args(r) for r in requests])
+            if self._before_group_commit is not None:
+                await self._before_group_commit()
         results = [_append_result(request, row) for request, row in zip(requests, rows, strict=True)]
         if self._after_append is not None and not all(isinstance(r, Exception) for r in results):
             await self._after_append()

@@ -123,7 +123,10 @@ async def _start_measured_server(
     # A crash test's window between an append's commit and its DataAppended (a writer that
     # reconnects after the crash must be told the stored event number, not append twice).
     after_append = failpoint_hook("segmentstore.append.before_ack")
-    storage = measured_storage(PgSegmentStorage(pool, clock, after_append), settings, pool, clock, forward)
+    # And inside a group commit's transaction: a crash there must acknowledge nothing of the group.
+    before_group_commit = failpoint_hook("segmentstore.append.before_group_commit")
+    stored = PgSegmentStorage(pool, clock, after_append, before_group_commit)
+    storage = measured_storage(stored, settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)
     reserve = _descriptor_reserve(settings)

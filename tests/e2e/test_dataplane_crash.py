@@ -36,8 +36,10 @@ from tests.support.dataplane import (
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(900)]
 
 CRASH_EVENTS, CRASH_KEYS = 50_000, 20
-# Between an append's commit and its DataAppended (app/wiring/segment_store.py).
+# Between a group of appends' commit and their DataAppended, and inside a group's transaction
+# before its commit (app/wiring/segment_store.py).
 ACK_FAILPOINT = "segmentstore.append.before_ack"
+COMMIT_FAILPOINT = "segmentstore.append.before_group_commit"
 
 
 async def _read_to_end(
@@ -53,21 +55,28 @@ async def _read_to_end(
     return read_events(out)
 
 
-async def _until_parked(served: ServedProcess, connections: int, timeout_s: float = 30) -> None:
-    """Until `connections` appends are committed and parked before their acknowledgement."""
+async def _until_parked(served: ServedProcess, point: str, timeout_s: float = 30) -> None:
+    """Until a group of appends is parked at `point`."""
     deadline = time.monotonic() + timeout_s
-    while served.log().count(f"failpoint {ACK_FAILPOINT} reached") < connections:
-        assert time.monotonic() < deadline, f"fewer than {connections} appends parked:\n{served.log()}"
+    while f"failpoint {point} reached" not in served.log():
+        assert time.monotonic() < deadline, f"no group of appends parked at {point}:\n{served.log()}"
         await asyncio.sleep(0.05)
+    # The appends that arrive meanwhile queue behind the parked group, their writers' blocks in
+    # flight on all three connections.
+    await asyncio.sleep(0.5)
 
 
-async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: str, tmp_path: Path) -> None:
-    # Armed mid-write, the failpoint holds each segment's next append after its commit: at the
-    # kill every writer has committed events it was never told of, so only the event number the
-    # restarted store reports at SetupAppend keeps them from being appended twice.
+@pytest.mark.parametrize("point", [ACK_FAILPOINT, COMMIT_FAILPOINT])
+async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(
+    db_url: str, tmp_path: Path, point: str
+) -> None:
+    # Armed mid-write, the failpoint holds the next group commit of the three segments' appends:
+    # after its commit (every writer connection has committed events it was never told of, so only
+    # the event number the restarted store reports at SetupAppend keeps them from being appended
+    # twice), or inside its transaction (nothing of the group was committed, nor acknowledged).
     armed = tmp_path / "hold-acks"
     first = await start_with_segment_store(
-        tmp_path, "--db-url", db_url, env={"PGCONTROLLER_FAILPOINTS": f"{ACK_FAILPOINT}=pause_when:{armed}"}
+        tmp_path, "--db-url", db_url, env={"PGCONTROLLER_FAILPOINTS": f"{point}=pause_when:{armed}"}
     )
     restarted: ServedProcess | None = None
     try:
@@ -83,8 +92,7 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(db_url: s
         try:
             await writer.until(lambda p: p["acked"] >= 10_000, 120)
             armed.touch()
-            # One writer connection per segment of the three.
-            await _until_parked(first, 3)
+            await _until_parked(first, point)
             await sigkill(first)
             killed_at = time.monotonic()
             restarted = await restart_on_same_ports(tmp_path, first, "--db-url", db_url)

@@ -129,3 +129,35 @@ async def test_a_refused_append_is_refused_alone_and_the_rest_of_its_group_commi
     assert outcomes[5] == AppendResult(10, 3, 1, False)
     assert (await storage.read(ok, 0, 100)).data == b"aaaaaeeeee"
     assert (await storage.segment_state(SEALED)).length == 0
+
+
+async def test_a_group_whose_transaction_fails_commits_nothing_and_each_append_runs_alone_in_order(
+    db: Database,
+) -> None:
+    failures = 0
+
+    async def fail_once() -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise RuntimeError("the group's transaction fails before its commit")
+
+    storage = PgSegmentStorage(db, ManualClock(5_000), before_group_commit=fail_once)
+    for name in [*SEGMENTS, SEALED]:
+        await storage.create_segment(name, "stream", 0, 0, 0)
+    await storage.seal(SEALED)
+    ok = SEGMENTS[1]
+    outcomes = await asyncio.gather(
+        storage.append(AppendRequest(ok, 1, b"a" * 4, 1, 1)),
+        storage.append(AppendRequest(SEALED, 2, b"b", 1, 1)),
+        storage.append(AppendRequest(ok, 1, b"c" * 4, 2, 1, 4)),
+        storage.append(AppendRequest(ok, 1, b"a" * 4, 1, 1)),
+        return_exceptions=True,
+    )
+    assert failures == 1
+    # Run alone, in order, after the group rolled back: the same outcomes as in a group.
+    assert outcomes[0] == AppendResult(4, 1, NULL_ATTRIBUTE_VALUE, False)
+    assert isinstance(outcomes[1], SegmentSealed)
+    assert outcomes[2] == AppendResult(8, 2, 1, False)
+    assert isinstance(outcomes[3], AppendResult) and outcomes[3].duplicate
+    assert (await storage.read(ok, 0, 100)).data == b"aaaacccc"
