@@ -17,6 +17,12 @@ one       one writer, one segment, --events events of 1 KiB, one flush at the en
           server's CPU per event written (Pravega: the JVM; serve: its process tree, and the
           embedded PostgreSQL's postmaster and all its children).
 four      four writers at once, each on a stream of its own, --events/4 each: events/s in total.
+random    as `one`, with events of random bytes (the other parts pad events with text, which
+          serve's lz4-compressed chunks shrink; Pravega stores bytes as they come).
+java      Pravega's Java client (bench/java/LoadWriter.java, run as a source file on the Java
+          conformance suite's class path): one writer of --events events, then four on four
+          streams; the Java writer pipelines its appends where the Python client's has one
+          block in flight at a time.
 sixteen   one writer on a 16-segment stream, 16 routing keys, --events events.
 catch-up  a stream of --catch-up-mb MB (1 KiB events) written once per server, then read from its
           head by a new reader group each round: events/s and MB/s; the server's CPU per event
@@ -33,10 +39,9 @@ memory    not a part: each server's memory when idle after start and at its peak
           (sampled every 250 ms). Pravega: the JVM's RSS (3 GiB heap allowed). serve: the RSS of
           its process tree plus the PSS of its PostgreSQL's processes.
 
-The issue asks, where the Python client is the bottleneck, for a small Java load generator run
-against both servers alike. This version has none: every figure is through the Python client,
-and each throughput part prints the client's CPU as a share of one core, so a figure whose client
-sat near 100% is the client's ceiling as much as the server's.
+Every part but `java` is through the Python client, and each throughput part prints the client's
+CPU as a share of one core, so a figure whose client sat near 100% is the client's ceiling as much
+as the server's; `java` runs the Java client's writer against both servers alike.
 """
 
 from __future__ import annotations
@@ -106,6 +111,8 @@ FIGURES: dict[str, Figure] = {
     "four_client": Figure("  their clients' CPU, summed", "% of a core", ""),
     "random_eps": Figure("one writer, 1 KiB events of random bytes", "events/s", "higher"),
     "cpu_write_random": Figure("server CPU per random event written", "µs", "lower"),
+    "java_one_eps": Figure("Java client: one writer, 1 KiB events", "events/s", "higher"),
+    "java_four_eps": Figure("Java client: four writers on four streams", "events/s", "higher"),
     "sixteen_eps": Figure("one writer, 16 segments, 16 keys", "events/s", "higher"),
     "sixteen_client": Figure("  its client's CPU", "% of a core", ""),
     "catch_up_eps": Figure("catch-up read from the head", "events/s", "higher"),
@@ -199,6 +206,58 @@ async def one_writer_random(target: Target, sizes: Sizes, tag: str) -> Result:
     await target.delete_stream(stream)
     events_per_s = sizes.events / (result["t1"] - result["t0"])
     return {"random_eps": events_per_s, "cpu_write_random": 1e6 * used / sizes.events}
+
+
+JAVA_WRITER = Path(__file__).resolve().parent / "java" / "LoadWriter.java"
+_java_classpath: str | None = None
+
+
+async def java_classpath() -> str:
+    """The Java conformance suite's class path (Pravega's Java client 0.13, pinned as the suite
+    pins it), built by Maven once."""
+    global _java_classpath
+    if _java_classpath is None:
+        from tests.conformance.maven import SUITE, classpath
+
+        _java_classpath = await asyncio.to_thread(classpath, SUITE, package=True)
+    return _java_classpath
+
+
+async def java_write(target: Target, stream: str, count: int, start_at_ms: int) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        "java", "-Xmx512m", "-cp", await java_classpath(), str(JAVA_WRITER),
+        target.uri, SCOPE, stream, str(count), str(KIB), str(start_at_ms),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 600)
+    if process.returncode != 0:
+        failure = err.decode()[-2000:]
+        raise RuntimeError(f"LoadWriter on {target.name} failed ({process.returncode}): {failure}")
+    line = [text for text in out.decode().splitlines() if text.startswith("{")][-1]
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+async def java_writers(target: Target, sizes: Sizes, tag: str) -> Result:
+    """One writer, then four on four streams, of Pravega's Java client (bench/java/LoadWriter.java):
+    a client that pipelines its appends, where the Python client's has one block in flight."""
+    one = f"java1-{tag}"
+    await target.create_stream(one)
+    # The JVM starts and the writer sets up before the shared start (its compile takes seconds).
+    alone = await java_write(target, one, sizes.events, int(time.time() * 1000) + 8_000)
+    await target.delete_stream(one)
+    streams = [f"java4{i}-{tag}" for i in range(4)]
+    for stream in streams:
+        await target.create_stream(stream)
+    start_at_ms = int(time.time() * 1000) + 12_000
+    each = sizes.events // 4
+    results = await asyncio.gather(*(java_write(target, stream, each, start_at_ms) for stream in streams))
+    for stream in streams:
+        await target.delete_stream(stream)
+    return {
+        "java_one_eps": sizes.events / alone["seconds"],
+        "java_four_eps": 4 * each / max(r["seconds"] + r["late_s"] for r in results),
+    }
 
 
 async def four_writers(target: Target, sizes: Sizes, tag: str) -> Result:
@@ -338,6 +397,7 @@ PARTS: dict[str, Part] = {
     "one": Part(one_writer),
     "random": Part(one_writer_random),
     "four": Part(four_writers),
+    "java": Part(java_writers),
     "sixteen": Part(sixteen_keys),
     "catch-up": Part(catch_up_read, write_catch_up_stream),
     "tail": Part(tail_latency),
@@ -477,7 +537,7 @@ async def main() -> None:
     )
     print("\n".join(table(found, memory)))
     print()
-    print("No Java load generator in this version: every figure is through the Python client. "
+    print("Figures are through the Python client but those named 'Java client' (bench/java/LoadWriter.java). "
           "A throughput whose client sat near 100% of a core is bounded by the client too.")  # fmt: skip
     # Others' work on the same two cores moves every figure: the load says how much there was.
     print(f"total {time.monotonic() - began:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")
