@@ -39,9 +39,6 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
 from tests.support.h2_frames import (
-    DATA,
-    END_HEADERS,
-    END_STREAM,
     ENHANCE_YOUR_CALM,
     GOAWAY,
     HEADERS,
@@ -52,6 +49,7 @@ from tests.support.h2_frames import (
     goaway_code,
     rapid_reset_batches,
     read_frames,
+    unary_calls,
 )
 from tests.support.hostile import BoundChannel, reader_ended, socket_ended
 
@@ -185,20 +183,8 @@ class _Holder:
 
 def _list_scopes_batches() -> Iterator[bytes]:
     encoder = Encoder()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", LIST_SCOPES),
-        (":authority", "127.0.0.1"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
     for first in range(0, ZERO_WINDOW_STREAMS, ZERO_WINDOW_BATCH):
-        frames = []
-        for n in range(first, first + ZERO_WINDOW_BATCH):
-            frames.append(frame(HEADERS, END_HEADERS, 2 * n + 1, encoder.encode(headers)))
-            frames.append(frame(DATA, END_STREAM, 2 * n + 1, b"\x00" * 5))
-        yield b"".join(frames)
+        yield unary_calls(LIST_SCOPES, (2 * n + 1 for n in range(first, first + ZERO_WINDOW_BATCH)), encoder)
 
 
 def _hold_zero_window(port: int, stop: threading.Event) -> _Holder:

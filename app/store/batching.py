@@ -69,7 +69,7 @@ class Coalescer(Generic[T, R]):
                 results = None
             if results is not None:
                 for (_, future), result in zip(live, results, strict=True):
-                    _settle(future, result)
+                    settle(future, result)
                 return
         if len(live) == 1:
             await self._alone(*live[0])
@@ -81,10 +81,11 @@ class Coalescer(Generic[T, R]):
             result: R | Exception = await self._one(item)
         except Exception as exc:  # handed to the caller that asked
             result = exc
-        _settle(future, result)
+        settle(future, result)
 
 
-def _settle(future: asyncio.Future[R], result: R | Exception) -> None:
+def settle(future: asyncio.Future[R], result: R | Exception) -> None:
+    """Hands `result` (a value, or an exception for this caller alone) to a caller still waiting."""
     if future.done():  # the caller was cancelled meanwhile
         return
     if isinstance(result, Exception):

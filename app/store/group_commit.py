@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from app.store.batching import settle
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -89,7 +91,7 @@ class GroupCommit(Generic[T, R]):
                     self.groups += 1
                     self.items += len(group)
                     for (_, future), result in zip(group, results, strict=True):
-                        _settle(future, result)
+                        settle(future, result)
                     return
             for item, future in group:
                 try:
@@ -98,16 +100,7 @@ class GroupCommit(Generic[T, R]):
                     alone = exc
                 self.groups += 1
                 self.items += 1
-                _settle(future, alone)
+                settle(future, alone)
         finally:
             for _, future in group:
                 future.cancel()
-
-
-def _settle(future: asyncio.Future[R], result: R | Exception) -> None:
-    if future.done():  # the caller was cancelled meanwhile
-        return
-    if isinstance(result, Exception):
-        future.set_exception(result)
-    else:
-        future.set_result(result)

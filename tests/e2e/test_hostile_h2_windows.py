@@ -59,6 +59,7 @@ from tests.support.h2_frames import (
     frame,
     goaway_code,
     read_frames,
+    unary_calls,
 )
 from tests.support.hostile import rss_kb
 
@@ -118,22 +119,9 @@ class Holder:
 
 def _request_batches(streams: int, path: str = LIST_SCOPES) -> Iterator[bytes]:
     encoder = Encoder()
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", path),
-        (":authority", "127.0.0.1"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    empty_request = b"\x00\x00\x00\x00\x00"
     for first in range(0, streams, STREAMS_PER_BATCH):
-        frames = []
-        for n in range(first, min(streams, first + STREAMS_PER_BATCH)):
-            stream_id = 2 * n + 1
-            frames.append(frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers)))
-            frames.append(frame(DATA, END_STREAM, stream_id, empty_request))
-        yield b"".join(frames)
+        batch = range(first, min(streams, first + STREAMS_PER_BATCH))
+        yield unary_calls(path, (2 * n + 1 for n in batch), encoder)
 
 
 def _send_paced(sock: socket.socket, streams: int, stop: threading.Event, path: str = LIST_SCOPES) -> None:
@@ -413,22 +401,6 @@ async def test_an_hpack_bomb_is_refused_with_enhance_your_calm(served: ServedPro
     assert attack.closed_by_server, attack
 
 
-def _requests(stream_ids: list[int], encoder: Encoder, path: str = PATH) -> bytes:
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", path),
-        (":authority", "127.0.0.1"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    frames = []
-    for stream_id in stream_ids:
-        frames.append(frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers)))
-        frames.append(frame(DATA, END_STREAM, stream_id, b"\x00\x00\x00\x00\x00"))
-    return b"".join(frames)
-
-
 async def test_a_new_connection_runs_its_first_calls_only_until_a_reply_is_taken(
     served: ServedProcess,
 ) -> None:
@@ -452,9 +424,8 @@ async def test_a_new_connection_runs_its_first_calls_only_until_a_reply_is_taken
         encoder = Encoder()
         try:
             zero_window = struct.pack("!HI", SETTINGS_INITIAL_WINDOW_SIZE, 0)
-            sock.sendall(
-                PREFACE + frame(SETTINGS, 0, 0, zero_window) + _requests([1, 3, 5, 7, 9, 11, 13, 15], encoder)
-            )
+            calls = unary_calls(PATH, [1, 3, 5, 7, 9, 11, 13, 15], encoder)
+            sock.sendall(PREFACE + frame(SETTINGS, 0, 0, zero_window) + calls)
             _read_for(sock, seen, 1.5)
             assert sorted(started) == [1, 3, 5, 7], (started, ended, refused)
             # Streams 9 and 11 reset while waiting; then the window of stream 1 opens.

