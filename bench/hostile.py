@@ -501,6 +501,7 @@ PLAIN_ATTACKS = (
     ("REST idle flood", "idle-flood", "rest"),
     ("store idle flood", "idle-flood", "store"),
     ("gRPC idle flood", "idle-flood", "grpc"),
+    ("h2 CONTINUATION flood", "continuation-flood", "grpc"),
     ("h2 zero window (listScopes replies never taken)", "zero-window", "grpc"),
 )
 PASSWORD_GUESSING = "password guessing"
