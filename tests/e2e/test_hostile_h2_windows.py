@@ -90,8 +90,8 @@ CALLS_BEFORE_FIRST_REPLY = 4
 ATTACK_S = 12.0
 # While the connections churn, the process's peak: each reply held or being built costs several
 # times its bytes, and a cut-off connection's are freed as its handlers end. Measured on this
-# 2-core machine, idle: zero window +83 to +101 MB with each connection's first ten calls run, +58
-# to +74 MB (and +33 to +47 MB after) with four run and sixteen connections; unread socket +31 to
+# 2-core machine, idle: zero window +83 to +101 MB with each connection's first ten calls run, +68
+# to +74 MB (and +35 to +40 MB after) with four run and sixteen connections; unread socket +29 to
 # +35 MB (new calls refused); +490 MB without any of the limits.
 PEAK_RSS_MARGIN_KB = RSS_MARGIN_KB
 # The calls a new client sends at once on its fresh connection during the attack.
