@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,7 +18,6 @@ from app.segmentstore.storage import (
     SegmentSealed,
 )
 from app.store.db import Database
-from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
@@ -27,15 +25,6 @@ SEGMENTS = [f"scope/stream/{n}.#epoch.0" for n in range(4)]
 SEALED = "scope/stream/sealed.#epoch.0"
 WRITERS = 8
 BLOCKS = 40
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Database]:
-    pool = await create_pool(db_url, min_size=1, max_size=6)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

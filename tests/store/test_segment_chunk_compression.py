@@ -4,27 +4,14 @@ when they do not, and read back the same either way."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-
-import pytest
 
 from app.segmentstore.storage import AppendRequest
 from app.store.db import Database
-from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
 SEGMENT = "scope/stream/0.#epoch.0"
 BLOCK = 1024 * 1024
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Database]:
-    pool = await create_pool(db_url, min_size=1, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def test_compressible_blocks_are_stored_lz4_and_random_ones_as_they_came(db: Database) -> None:

@@ -8,7 +8,6 @@ transactions on separate pooled connections.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -45,15 +44,6 @@ TABLE = "scope/_kvt/0.#epoch.0"
 W1 = 0x0123456789ABCDEF0123456789ABCDEF
 W2 = 7
 ATTR = 0xFFFF_0000_0000_0000_0000_0000_0000_0001
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Database]:
-    pool = await create_pool(db_url, min_size=1, max_size=6)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

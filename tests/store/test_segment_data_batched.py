@@ -5,14 +5,13 @@ still gets the outcome it would have had alone (a duplicate name, a sealed targe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
 
 from app.segmentstore.storage import AppendRequest, NoSuchSegment, SegmentAlreadyExists, SegmentSealed
 from app.store.db import Database
-from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
 
@@ -53,15 +52,6 @@ class Counting:
     def transaction(self) -> Any:
         self.statements.append("BEGIN")
         return self.db.transaction()
-
-
-@pytest.fixture
-async def db(db_url: str) -> AsyncIterator[Database]:
-    pool = await create_pool(db_url, min_size=1, max_size=6)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture
