@@ -26,9 +26,9 @@ from app.segmentstore.storage import (
 )
 from app.store.db import Database
 from app.store.segment_data import PgSegmentStorage
-from tests.store.test_segment_data import SEG, clock, create, db, storage
+from tests.store.test_segment_data import SEG, clock, create, storage
 
-__all__ = ["clock", "db", "storage"]  # the fixtures this module uses
+__all__ = ["clock", "storage"]  # the fixtures this module uses (db: tests/store/conftest.py)
 
 T = "scope/rg_kvtable/0.#epoch.0"
 ANY = -1
