@@ -130,14 +130,24 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """Bytes from `offset` (at most the requested length); `length`/`sealed` are the segment's at
-    the time of the read, so the caller knows whether it is at the tail or the end."""
+    """Bytes from `offset` (at most the requested length), as `pieces` to be read in order (kept
+    apart as the database returned them: a reply sends them without joining them first);
+    `length`/`sealed` are the segment's at the time of the read, so the caller knows whether it
+    is at the tail or the end."""
 
     offset: int
-    data: bytes
+    pieces: tuple[bytes, ...]
     length: int
     start_offset: int
     sealed: bool
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.pieces))
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.pieces)
 
 
 @dataclass(frozen=True, slots=True)

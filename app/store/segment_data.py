@@ -200,14 +200,15 @@ class PgSegmentStorage(PgTableSegments):
         )
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
-        row = _stream_row(name, await self._db.fetchrow(_SQL["read"], name, offset, max(0, max_length)))
+        rows = await self._db.fetch(_SQL["read"], name, offset, max(0, max_length))
+        row = _stream_row(name, rows[0] if rows else None)
         length, start, sealed = int(row["length"]), int(row["start_offset"]), bool(row["sealed"])
         if offset < start:
             raise SegmentTruncated(name, start, f"{name} starts at {start}, not {offset}")
         if sealed and offset > length:
             raise OffsetBeyondEnd(name, f"{name} ends at {length}, before {offset}")
-        data = row["data"]
-        return ReadResult(offset, b"" if data is None else bytes(data), length, start, sealed)
+        pieces = tuple(bytes(r["data"]) for r in rows if r["data"])
+        return ReadResult(offset, pieces, length, start, sealed)
 
     async def seal(self, name: str) -> int:
         row = _stream_row(name, await self._db.fetchrow(_SQL["seal"], name, self._clock.now_ms()))

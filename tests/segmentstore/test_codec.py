@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.segmentstore.wire import commands as c
-from app.segmentstore.wire.codec import MalformedCommand, check_header, decode, encode, read_command
+from app.segmentstore.wire.codec import (
+    MalformedCommand,
+    check_header,
+    decode,
+    encode,
+    encode_segment_read,
+    read_command,
+)
 from tests.segmentstore.wire_strategies import any_command, blobs, i32s, instances
 
 ALL_COMMANDS = sorted(c.COMMANDS.values(), key=lambda k: k.TYPE)
@@ -316,6 +323,37 @@ def test_malformed_payloads(what: str, type_code: int, payload: bytes) -> None:
 def test_encode_refuses_what_cannot_travel(command: c.Command) -> None:
     with pytest.raises(MalformedCommand):
         encode(command)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    pieces=st.lists(
+        st.one_of(st.binary(min_size=1, max_size=40), st.integers(1, 200_000).map(lambda n: b"p" * n)),
+        max_size=6,
+    ),
+    at_tail=st.booleans(),
+    request_id=st.integers(-(2**63), 2**63 - 1),
+)
+def test_a_segment_read_sent_in_pieces_is_the_frame_of_its_joined_data(
+    pieces: list[bytes], at_tail: bool, request_id: int
+) -> None:
+    head = c.SegmentRead("sc/st/0.#epoch.0", 1 << 40, at_tail, not at_tail, b"", request_id)
+    frames = encode_segment_read(head, pieces)
+    joined = b"".join(pieces)
+    assert b"".join(frames) == encode(
+        c.SegmentRead(head.segment, head.offset, at_tail, not at_tail, joined, request_id)
+    )
+    if len(joined) >= 64 * 1024:
+        # Large data travels in the pieces themselves, not copied into a frame.
+        assert all(any(frame is piece for frame in frames) for piece in pieces)
+
+
+def test_a_segment_read_in_pieces_refuses_what_cannot_travel() -> None:
+    head = c.SegmentRead("s", 0, True, False, b"", 1)
+    with pytest.raises(MalformedCommand):
+        encode_segment_read(head, [bytes(0xFFFFFF)])
+    with pytest.raises(MalformedCommand):
+        encode_segment_read(c.SegmentRead("s", 0, True, False, b"x", 1), [b"y"])
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)

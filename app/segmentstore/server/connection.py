@@ -52,7 +52,7 @@ from app.segmentstore.server.limits import (
     ReplyBacklog,
 )
 from app.segmentstore.server.ownership import ContainerOwnership, requested_segments
-from app.segmentstore.server.reads import Reads, read_size
+from app.segmentstore.server.reads import DataReply, ReadReply, Reads, read_size
 from app.segmentstore.server.refusals import RefusalContext, refusal_reply
 from app.segmentstore.server.tails import Tails, TailWatch
 from app.segmentstore.server.tokens import TokenGate, refusal
@@ -659,14 +659,19 @@ class Connection:
 
     # --- sending and closing ------------------------------------------------------------------------
 
-    async def _send(self, reply: wc.Command) -> None:
-        # write() queues the whole frame at once, so frames from parked reads never interleave.
-        frame = encode(reply)
-        size = len(frame)
-        self._writer.write(frame)
-        del frame  # the transport keeps its own copy of what it could not send yet
-        if self._traffic is not None and isinstance(reply, wc.SegmentRead):
-            self._traffic.read(len(reply.data))
+    async def _send(self, reply: ReadReply) -> None:
+        # The whole frame is queued before the next await, so frames from parked reads never
+        # interleave.
+        frames = reply.frames() if isinstance(reply, DataReply) else [encode(reply)]
+        size = 0
+        for frame in frames:
+            size += len(frame)
+            self._writer.write(frame)
+        if self._traffic is not None:
+            if isinstance(reply, DataReply):
+                self._traffic.read(reply.size)
+            elif isinstance(reply, wc.SegmentRead):
+                self._traffic.read(len(reply.data))
         queued = self._writer.transport.get_write_buffer_size()
         if queued <= SLOW_READER_BYTES:
             await self._writer.drain()

@@ -38,11 +38,16 @@ CHUNK_OVERHEAD_BYTES: Final = 96
 
 @dataclass(frozen=True, slots=True)
 class Cached:
-    """A read answered from memory: `data` from the read's offset, and the segment's committed
-    length (the entry's end) for the reply's at_tail flag."""
+    """A read answered from memory: the bytes from the read's offset as `pieces` (slices of the
+    appends kept, not joined), and the segment's committed length (the entry's end) for the
+    reply's at_tail flag."""
 
-    data: bytes
+    pieces: tuple[bytes, ...]
     length: int
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.pieces)
 
 
 @dataclass(slots=True)
@@ -156,14 +161,13 @@ class ReadIndex:
         parts: list[bytes] = []
         wanted = size
         while wanted > 0 and i < len(chunks):
-            # A slice of a whole chunk, and a join of one part, are the chunk itself: a read of
-            # exactly one append's bytes copies nothing.
+            # A slice of a whole chunk is the chunk itself: a read of whole appends copies nothing.
             piece = chunks[i][skip : skip + wanted]
             parts.append(piece)
             wanted -= len(piece)
             skip = 0
             i += 1
-        return Cached(b"".join(parts), entry.end)
+        return Cached(tuple(parts), entry.end)
 
     def _charge(self, entry: _Entry, cost: int) -> None:
         entry.cost += cost

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 from app.metrics.record import StoreTraffic
 from app.segmentstore import storage as st
 from app.segmentstore.server.refusals import illegal_argument
 from app.segmentstore.server.tails import Tails, TailWatch
 from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import encode_segment_read
 
 # A reply's data is at most 2 MiB, however much the client suggests (Java's READ_MAX_SIZE), and
 # at least 8 bytes are asked for.
@@ -35,19 +37,40 @@ def read_size(suggested: int) -> int:
     return min(MAX_READ_BYTES, max(MIN_READ_BYTES, suggested))
 
 
-def _reply(cmd: wc.ReadSegment, result: st.ReadResult) -> wc.SegmentRead:
-    end = cmd.offset + len(result.data)
+@dataclass(frozen=True, slots=True)
+class DataReply:
+    """A SegmentRead whose data is `pieces` joined, kept apart until the socket takes them
+    (encode_segment_read): `head` is the reply with its data empty."""
+
+    head: wc.SegmentRead
+    pieces: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.pieces))
+
+    def frames(self) -> list[bytes]:
+        return encode_segment_read(self.head, self.pieces)
+
+
+# What a read is answered with: a command (an empty read, a refusal) or bytes.
+ReadReply: TypeAlias = wc.Command | DataReply
+
+
+def _reply(cmd: wc.ReadSegment, result: st.ReadResult) -> DataReply:
+    end = cmd.offset + result.size
     at_end = end >= result.length
     # Java's flags: at_tail when the next byte is yet to be written, end_of_segment when the
     # segment is sealed and nothing follows.
-    return wc.SegmentRead(
+    head = wc.SegmentRead(
         cmd.segment,
         cmd.offset,
         at_end and not result.sealed,
         at_end and result.sealed,
-        result.data,
+        b"",
         cmd.request_id,
     )
+    return DataReply(head, result.pieces)
 
 
 class Reads:
@@ -70,12 +93,12 @@ class Reads:
             # The entry exists only while the segment is unsealed and not truncated past it.
             if self._traffic is not None:
                 self._traffic.cached_read()
-            return st.ReadResult(cmd.offset, cached.data, cached.length, 0, False)
+            return st.ReadResult(cmd.offset, cached.pieces, cached.length, 0, False)
         if self._traffic is not None:
             self._traffic.db_read()
         return await self._storage.read(cmd.segment, cmd.offset, size)
 
-    async def read(self, cmd: wc.ReadSegment) -> wc.Command | TailWatch:
+    async def read(self, cmd: wc.ReadSegment) -> ReadReply | TailWatch:
         """The reply, or (at the tail of an unsealed segment) the watch to park on with
         `wait_at_tail`. Storage refusals propagate."""
         if cmd.offset < 0:
@@ -87,12 +110,12 @@ class Reads:
         except BaseException:
             watch.cancel()
             raise
-        if result.data or result.sealed or self._tails.closed or self._tail_wait_s <= 0:
+        if result.pieces or result.sealed or self._tails.closed or self._tail_wait_s <= 0:
             watch.cancel()
             return _reply(cmd, result)
         return watch
 
-    async def wait_at_tail(self, cmd: wc.ReadSegment, watch: TailWatch, slot: ReplySlot) -> wc.Command:
+    async def wait_at_tail(self, cmd: wc.ReadSegment, watch: TailWatch, slot: ReplySlot) -> ReadReply:
         """Parks until the segment changes or the wait runs out; each read after a wake-up holds
         `slot`, and the reply must be sent before the caller yields again. Storage refusals
         propagate."""
@@ -112,7 +135,7 @@ class Reads:
             except BaseException:
                 watch.cancel()
                 raise
-            if result.data:
+            if result.pieces:
                 watch.cancel()
                 return _reply(cmd, result)
             if result.sealed:
