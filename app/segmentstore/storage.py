@@ -23,8 +23,9 @@ MAX_TABLE_VALUE_BYTES: Final = 1024 * 1024 - 8192
 SegmentKind = Literal["stream", "transaction", "table", "transient"]
 
 # Awaited after an append commits and before its result goes back (the composition's failpoint:
-# a crash test parks an append there, stored but not acknowledged).
-AfterAppend = Callable[[], Awaitable[None]]
+# a crash test parks an append there, stored but not acknowledged), given what the appends were
+# (for the log: a crash test checks that the group it killed held several writers' appends).
+AfterAppend = Callable[[str], Awaitable[None]]
 
 
 class StorageError(Exception):

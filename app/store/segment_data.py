@@ -75,6 +75,12 @@ def _append_result(request: AppendRequest, row: Row | None) -> AppendResult | Ex
     return AppendResult(int(new_length), request.last_event_number, previous_number, duplicate=False)
 
 
+def _described(requests: Sequence[AppendRequest]) -> str:
+    writers = len({(r.segment, r.writer_id) for r in requests})
+    segments = len({r.segment for r in requests})
+    return f"{len(requests)} appends of {writers} writers on {segments} segments"
+
+
 def _stream_row(name: str, row: Row | None) -> Row:
     if row is None:
         raise NoSuchSegment(name)
@@ -173,7 +179,7 @@ class PgSegmentStorage(PgTableSegments):
         if isinstance(result, Exception):
             raise result
         if self._after_append is not None:
-            await self._after_append()
+            await self._after_append(_described([request]))
         return result
 
     async def _append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
@@ -183,10 +189,10 @@ class PgSegmentStorage(PgTableSegments):
         async with self._db.transaction() as conn:
             rows = await conn.fetchmany(_SQL["append"], [self._append_args(r) for r in requests])
             if self._before_group_commit is not None:
-                await self._before_group_commit()
+                await self._before_group_commit(_described(requests))
         results = [_append_result(request, row) for request, row in zip(requests, rows, strict=True)]
         if self._after_append is not None and not all(isinstance(r, Exception) for r in results):
-            await self._after_append()
+            await self._after_append(_described(requests))
         return results
 
     def _append_args(self, request: AppendRequest) -> tuple[object, ...]:

@@ -1,5 +1,6 @@
 """Crashes under the real Pravega Python client: a writer whose `serve` is SIGKILLed mid-write
-and restarted finishes with every event present exactly once, and events acknowledged before
+and restarted finishes with every event present exactly once (also four writers whose `serve` is
+killed inside a group commit mixing their appends), and events acknowledged before
 PostgreSQL crashes (immediate shutdown: no checkpoint, only what the WAL holds survives) are all
 there after it restarts."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -117,6 +119,76 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(
         elif first.process.returncode is None:
             await first.stop()
     check_exactly_once_in_key_order(events, "e", CRASH_EVENTS, CRASH_KEYS)
+
+
+MANY_WRITERS, EVENTS_PER_WRITER, KEYS_PER_WRITER = 4, 12_500, 5
+
+
+async def test_many_writers_finish_exactly_once_across_a_serve_killed_inside_a_group_commit(
+    db_url: str, tmp_path: Path
+) -> None:
+    # Four writer processes (one connection per segment each) on a stream of three segments: the
+    # appends arriving while a group commits are the next group, so the group the failpoint holds
+    # inside its transaction mixes several writers' blocks; none of it is committed or acked.
+    armed = tmp_path / "hold-commit"
+    first = await start_with_segment_store(
+        tmp_path,
+        "--db-url",
+        db_url,
+        env={"PGCONTROLLER_FAILPOINTS": f"{COMMIT_FAILPOINT}=pause_when:{armed}"},
+    )
+    restarted: ServedProcess | None = None
+    writers: list[ClientProcess] = []
+    try:
+        controller = Controller(first)
+        try:
+            await controller.create_stream("many", "s", 3)
+        finally:
+            controller.close()
+        for n in range(MANY_WRITERS):
+            writer = await ClientProcess.start(
+                "write", tmp_path, uri=first.grpc_uri, scope="many", stream="s", count=EVENTS_PER_WRITER,
+                keys=KEYS_PER_WRITER, inflight=1000, progress_every=500, rate=2500, prefix=f"m{n}",
+            )  # fmt: skip
+            writers.append(writer)
+        try:
+            for writer in writers:
+                await writer.until(lambda p: p["acked"] >= 2000, 120)
+            # Only a group holding more writers' blocks than the stream has segments parks: at
+            # least two of the writer processes are in it.
+            armed.write_text(rf"of ([{MANY_WRITERS}-9]|\d\d+) writers")
+            await _until_parked(first, COMMIT_FAILPOINT)
+            parked = re.search(
+                rf"failpoint {COMMIT_FAILPOINT} reached \((\d+) appends of (\d+) writers", first.log()
+            )
+            assert parked is not None, first.log()[-3000:]
+            assert int(parked[2]) >= MANY_WRITERS, f"the group held by the failpoint: {parked[0]}"
+            await sigkill(first)
+            killed_at = time.monotonic()
+            restarted = await restart_on_same_ports(tmp_path, first, "--db-url", db_url)
+            done = [await writer.result(180) for writer in writers]
+        finally:
+            for writer in writers:
+                await writer.kill()
+        for result in done:
+            assert result["written"] == EVENTS_PER_WRITER
+            assert result["t0"] < killed_at < result["t1"], (result, killed_at)
+        controller = Controller(restarted)
+        try:
+            await controller.seal(pb.StreamInfo(scope="many", stream="s"))
+        finally:
+            controller.close()
+        events = await _read_to_end(restarted, tmp_path, "many", 180)
+    finally:
+        if restarted is not None:
+            code = await restarted.stop()
+            assert code == 0, restarted.log()
+        elif first.process.returncode is None:
+            await first.stop()
+    for n in range(MANY_WRITERS):
+        mine = [e for e in events if e[1].startswith(f"m{n}")]
+        check_exactly_once_in_key_order(mine, f"m{n}", EVENTS_PER_WRITER, KEYS_PER_WRITER)
+    assert len(events) == MANY_WRITERS * EVENTS_PER_WRITER
 
 
 @contextmanager

@@ -125,7 +125,7 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_each_append_r
 ) -> None:
     failures = 0
 
-    async def fail_once() -> None:
+    async def fail_once(appends: str) -> None:
         nonlocal failures
         if failures == 0:
             failures += 1

@@ -222,9 +222,11 @@ async def test_the_after_append_hook_runs_once_an_append_is_stored_and_not_for_a
     db: Database, clock: ManualClock
 ) -> None:
     seen: list[bytes] = []
+    described: list[str] = []
 
-    async def after_append() -> None:
+    async def after_append(appends: str) -> None:
         seen.append(await content(PgSegmentStorage(db, clock)))
+        described.append(appends)
 
     storage = PgSegmentStorage(db, clock, after_append)
     await create(storage)
@@ -233,6 +235,7 @@ async def test_the_after_append_hook_runs_once_an_append_is_stored_and_not_for_a
     with pytest.raises(ConditionalCheckFailed):
         await storage.append(AppendRequest(SEG, W1, b"x", 2, 1, 0))
     assert seen == [b"abc", b"abc"]
+    assert described == ["1 appends of 1 writers on 1 segments"] * 2
 
 
 async def test_empty_append_advances_the_writer_only(storage: PgSegmentStorage) -> None:
