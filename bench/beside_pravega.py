@@ -128,6 +128,7 @@ FIGURES: dict[str, Figure] = {
             (f"tail{rate}_rate", Figure("  rate the writer achieved", "events/s", "")),
         )
     },
+    "tail_slice": Figure("Pravega's test_ReadfromTail: first slice held both events", "of 20", "higher"),
     "ack_p50": Figure("write + flush of one event (ack), p50", "ms", "lower"),
     "ack_p99": Figure("write + flush of one event (ack), p99", "ms", "lower"),
     **{
@@ -387,6 +388,21 @@ async def transactions(target: Target, sizes: Sizes, tag: str) -> Result:
     return figures
 
 
+TAIL_SLICE_RUNS = 20
+
+
+async def tail_slice(target: Target, sizes: Sizes, tag: str) -> Result:
+    """Pravega's Python client test `test_ReadfromTail` 20 times: its first slice is expected to
+    hold both events written at the tail (the writer sends the second only once the first is
+    acknowledged, so it holds both only if the reader's first read comes after both)."""
+    result = await ours("tail-slice", target, stream=f"tail-slice-{tag}", group=f"tail-slice-{tag}",
+                        count=TAIL_SLICE_RUNS)  # fmt: skip
+    print(f"    first slices' sizes on {target.name}: {result['sizes']}")
+    for index in range(TAIL_SLICE_RUNS):
+        await target.delete_stream(f"tail-slice-{tag}-{index}")
+    return {"tail_slice": float(result["both"])}
+
+
 @dataclass(frozen=True)
 class Part:
     run: Callable[[Target, Sizes, str], Awaitable[Result]]
@@ -402,6 +418,7 @@ PARTS: dict[str, Part] = {
     "catch-up": Part(catch_up_read, write_catch_up_stream),
     "tail": Part(tail_latency),
     "ack": Part(ack_latency),
+    "tail-slice": Part(tail_slice),
     "txn": Part(transactions),
 }
 
