@@ -134,9 +134,9 @@ async def pravega(work: Path) -> AsyncIterator[Target]:
 
 
 @asynccontextmanager
-async def serve(work: Path, synchronous_commit: str) -> AsyncIterator[Target]:
-    """`serve --processes 1` from this checkout, its segment store embedded, on a throwaway
-    PostgreSQL whose durability is on unless `synchronous_commit` is `off`."""
+async def serve(work: Path, synchronous_commit: str, processes: int = 1) -> AsyncIterator[Target]:
+    """`serve --processes N` (1 by default) from this checkout, its segment store embedded, on a
+    throwaway PostgreSQL whose durability is on unless `synchronous_commit` is `off`."""
     async with throwaway_cluster() as cluster:
         if synchronous_commit != "on":
             conn = await asyncpg.connect(cluster.admin_url())
@@ -145,7 +145,7 @@ async def serve(work: Path, synchronous_commit: str) -> AsyncIterator[Target]:
                 await conn.execute("SELECT pg_reload_conf()")
             finally:
                 await conn.close()
-        served = await start_served(work, "--db-url", cluster.url(), "--processes", "1")
+        served = await start_served(work, "--db-url", cluster.url(), "--processes", str(processes))
         channel = Channel("127.0.0.1", served.grpc_port)
         root = served.process.pid
 
@@ -168,10 +168,10 @@ async def serve(work: Path, synchronous_commit: str) -> AsyncIterator[Target]:
 
 
 @asynccontextmanager
-async def both(synchronous_commit: str) -> AsyncIterator[list[Target]]:
+async def both(synchronous_commit: str, processes: int = 1) -> AsyncIterator[list[Target]]:
     with tempfile.TemporaryDirectory(prefix="beside-pravega-") as work:
         root = Path(work)
         async with pravega(root) as jvm:
             (root / "serve").mkdir()
-            async with serve(root / "serve", synchronous_commit) as ours:
+            async with serve(root / "serve", synchronous_commit, processes) as ours:
                 yield [jvm, ours]

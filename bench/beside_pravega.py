@@ -523,6 +523,8 @@ async def main() -> None:
     parser.add_argument("--catch-up-mb", type=int, help="size of the catch-up stream (default 200)")
     parser.add_argument("--synchronous-commit", choices=("on", "off"), default="on",
                         help="serve's PostgreSQL (off: acks no longer durable, for reference)")  # fmt: skip
+    parser.add_argument("--processes", type=int, default=1,
+                        help="serve's --processes: its gRPC and segment store in N processes")  # fmt: skip
     args = parser.parse_args()
     sizes = QUICK if args.quick else DEFAULT
     sizes = replace(
@@ -539,7 +541,7 @@ async def main() -> None:
           f"synchronous_commit={args.synchronous_commit}")  # fmt: skip
     began = time.monotonic()
     found: dict[str, dict[str, list[float]]] = {"Pravega": {}, "serve": {}}
-    async with both(args.synchronous_commit) as targets:
+    async with both(args.synchronous_commit, args.processes) as targets:
         print(f"  servers up in {time.monotonic() - began:.0f} s: "
               + ", ".join(f"{t.name} {t.uri}" for t in targets), flush=True)  # fmt: skip
         for name in names:
@@ -548,9 +550,10 @@ async def main() -> None:
     print()
     durable = "durable" if args.synchronous_commit == "on" else "NOT durable"
     print(
-        "Pravega 0.13.0 standalone (one JVM, in-memory log and storage: not durable) and serve --processes 1 "
-        f"({durable}: PostgreSQL synchronous_commit={args.synchronous_commit}), same machine, same client "
-        f"(pravega 0.3.8, Python), best of and median over {rounds} rounds:"
+        "Pravega 0.13.0 standalone (one JVM, in-memory log and storage: not durable) and "
+        f"serve --processes {args.processes} ({durable}: PostgreSQL synchronous_commit="
+        f"{args.synchronous_commit}), same machine, same client (pravega 0.3.8, Python), best of and "
+        f"median over {rounds} rounds:"
     )
     print("\n".join(table(found, memory)))
     print()
