@@ -68,6 +68,23 @@ async def _until_parked(served: ServedProcess, point: str, timeout_s: float = 30
     await asyncio.sleep(0.5)
 
 
+async def _sealed_and_read(served: ServedProcess, tmp_path: Path, scope: str) -> list[tuple[int, str]]:
+    controller = Controller(served)
+    try:
+        await controller.seal(pb.StreamInfo(scope=scope, stream="s"))
+    finally:
+        controller.close()
+    return await _read_to_end(served, tmp_path, scope, 180)
+
+
+async def _stop(first: ServedProcess, restarted: ServedProcess | None) -> None:
+    if restarted is not None:
+        code = await restarted.stop()
+        assert code == 0, restarted.log()
+    elif first.process.returncode is None:
+        await first.stop()
+
+
 @pytest.mark.parametrize("point", [ACK_FAILPOINT, COMMIT_FAILPOINT])
 async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(
     db_url: str, tmp_path: Path, point: str
@@ -106,18 +123,9 @@ async def test_a_writer_finishes_exactly_once_across_a_sigkilled_serve(
         assert done["written"] == CRASH_EVENTS
         # The kill landed mid-write (CLOCK_MONOTONIC on both sides).
         assert done["t0"] < killed_at < done["t1"], (done, killed_at)
-        controller = Controller(restarted)
-        try:
-            await controller.seal(pb.StreamInfo(scope="crash", stream="s"))
-        finally:
-            controller.close()
-        events = await _read_to_end(restarted, tmp_path, "crash", 180)
+        events = await _sealed_and_read(restarted, tmp_path, "crash")
     finally:
-        if restarted is not None:
-            code = await restarted.stop()
-            assert code == 0, restarted.log()
-        elif first.process.returncode is None:
-            await first.stop()
+        await _stop(first, restarted)
     check_exactly_once_in_key_order(events, "e", CRASH_EVENTS, CRASH_KEYS)
 
 
@@ -173,18 +181,9 @@ async def test_many_writers_finish_exactly_once_across_a_serve_killed_inside_a_g
         for result in done:
             assert result["written"] == EVENTS_PER_WRITER
             assert result["t0"] < killed_at < result["t1"], (result, killed_at)
-        controller = Controller(restarted)
-        try:
-            await controller.seal(pb.StreamInfo(scope="many", stream="s"))
-        finally:
-            controller.close()
-        events = await _read_to_end(restarted, tmp_path, "many", 180)
+        events = await _sealed_and_read(restarted, tmp_path, "many")
     finally:
-        if restarted is not None:
-            code = await restarted.stop()
-            assert code == 0, restarted.log()
-        elif first.process.returncode is None:
-            await first.stop()
+        await _stop(first, restarted)
     for n in range(MANY_WRITERS):
         mine = [e for e in events if e[1].startswith(f"m{n}")]
         check_exactly_once_in_key_order(mine, f"m{n}", EVENTS_PER_WRITER, KEYS_PER_WRITER)
