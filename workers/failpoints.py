@@ -4,7 +4,8 @@
 process with SIGKILL at a known step instead of by luck); `name=raise` makes the point raise,
 e.g. to prove that a background loop that dies takes the process down; `name=pause_when:PATH`
 passes until the file PATH exists and parks from then on (a test arms it mid-run); if the file
-holds a regular expression, only hits whose detail matches it park.
+holds a regular expression, only hits whose detail matches it park (write such a file whole and
+rename it into place: a hit that reads it empty parks).
 """
 
 from __future__ import annotations

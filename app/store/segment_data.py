@@ -76,9 +76,15 @@ def _append_result(request: AppendRequest, row: Row | None) -> AppendResult | Ex
 
 
 def _described(requests: Sequence[AppendRequest]) -> str:
-    writers = len({(r.segment, r.writer_id) for r in requests})
-    segments = len({r.segment for r in requests})
-    return f"{len(requests)} appends of {writers} writers on {segments} segments"
+    writers_of: dict[str, set[int]] = {}
+    for r in requests:
+        writers_of.setdefault(r.segment, set()).add(r.writer_id)
+    writers = sum(map(len, writers_of.values()))
+    most = max(map(len, writers_of.values()))
+    return (
+        f"{len(requests)} appends of {writers} writers on {len(writers_of)} segments "
+        f"(at most {most} writers on one)"
+    )
 
 
 def _stream_row(name: str, row: Row | None) -> Row:

@@ -235,7 +235,7 @@ async def test_the_after_append_hook_runs_once_an_append_is_stored_and_not_for_a
     with pytest.raises(ConditionalCheckFailed):
         await storage.append(AppendRequest(SEG, W1, b"x", 2, 1, 0))
     assert seen == [b"abc", b"abc"]
-    assert described == ["1 appends of 1 writers on 1 segments"] * 2
+    assert described == ["1 appends of 1 writers on 1 segments (at most 1 writers on one)"] * 2
 
 
 async def test_empty_append_advances_the_writer_only(storage: PgSegmentStorage) -> None:
