@@ -340,8 +340,7 @@ def _log_ready(runtime: Runtime) -> None:
     store_port = runtime.store.address[1] if runtime.store is not None else None
     store = "external" if store_port is None else f"embedded {settings.segment_store_host}:{store_port}"
     log.info(
-        "pgcontroller %s ready: gRPC %s:%s, REST %s:%s, segment store %s, database %s%s, "
-        "event loop %s (%.2fs)",
+        "pgcontroller %s ready: gRPC %s:%s, REST %s:%s, segment store %s, database %s%s (%.2fs)",
         settings.instance_id,
         settings.grpc_host,
         servers.grpc_port if servers is not None else "-",
@@ -351,14 +350,8 @@ def _log_ready(runtime: Runtime) -> None:
         # The URL as given minus its password, so an operator sees which database was used.
         "embedded" if settings.db_url is None else f"external {masked(settings.db_url)}",
         ", all over TLS" if settings.tls_enabled else "",
-        _loop_name(),
         elapsed,
     )
-
-
-def _loop_name() -> str:
-    """`uvloop` or `asyncio`: the loop this process runs on (--event-loop)."""
-    return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
 
 def _ready_record(runtime: Runtime) -> dict[str, int]:

@@ -114,33 +114,3 @@ async def test_readers_wait_at_the_tail_and_end_after_the_seal(served: ServedPro
         controller.close()
     assert seen["ended"] is True and seen["read"] == 200, seen
     check_exactly_once_in_key_order(read_events(out), "e", 200, 4)
-
-
-@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
-async def test_serve_runs_on_the_event_loop_it_is_given(db_url: str, tmp_path: Path, loop: str) -> None:
-    # uvloop is the default; the standard library's loop stays a supported choice.
-    served = await start_with_segment_store(tmp_path, "--db-url", db_url, "--event-loop", loop)
-    try:
-        assert f", event loop {loop} (" in served.log(), served.log()[-2000:]
-        controller = Controller(served)
-        try:
-            info = await controller.create_stream("loop", "s", 2)
-            writer = await ClientProcess.start(
-                "write", tmp_path, uri=served.grpc_uri, scope="loop", stream="s", count=2000, keys=4,
-                progress_every=1000,
-            )  # fmt: skip
-            assert (await writer.result(60))["written"] == 2000
-            await controller.seal(info)
-            out = tmp_path / "read.json"
-            reader = await ClientProcess.start(
-                "read", tmp_path, uri=served.grpc_uri, scope="loop", stream="s", group="rg", readers=1,
-                deadline_s=120, out=str(out),
-            )  # fmt: skip
-            seen = await reader.result(150)
-        finally:
-            controller.close()
-    finally:
-        code = await served.stop()
-        assert code == 0, served.log()
-    assert seen["ended"] is True and seen["read"] == 2000, seen
-    check_exactly_once_in_key_order(read_events(out), "e", 2000, 4)
