@@ -14,8 +14,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from app.cli.admin import NOUNS as ADMIN_NOUNS
 from app.cli.admin import add_admin_parsers
@@ -66,15 +65,6 @@ def _with_key(settings: Settings, *, generate: bool) -> Settings:
     from app.security.signing_key import with_signing_key
 
     return with_signing_key(settings, os.environ, generate=generate)
-
-
-def _run_on_loop(settings: Settings, main: Coroutine[Any, Any, int]) -> int:
-    """`main` on the event loop `--event-loop` names."""
-    if settings.event_loop == "uvloop":
-        import uvloop
-
-        return uvloop.run(main)
-    return asyncio.run(main)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,14 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "segment-store":
             from app.segment_store_main import serve_segment_store
 
-            return _run_on_loop(settings, serve_segment_store(_with_key(settings, generate=False)))
+            return asyncio.run(serve_segment_store(_with_key(settings, generate=False)))
         from app.main import serve, supervise
 
         settings = _with_key(settings, generate=True)
         if settings.processes > 1:
             # The children re-run this command line, with the flags that make each one of the run.
-            return _run_on_loop(settings, supervise(settings, sys.argv[1:] if argv is None else list(argv)))
-        return _run_on_loop(settings, serve(settings))
+            return asyncio.run(supervise(settings, sys.argv[1:] if argv is None else list(argv)))
+        return asyncio.run(serve(settings))
     except SettingError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -62,10 +62,6 @@ def _log_format(value: str) -> str | None:
     return None if value in ("text", "json") else "must be one of text, json"
 
 
-def _event_loop(value: str) -> str | None:
-    return None if value in ("uvloop", "asyncio") else "must be one of uvloop, asyncio"
-
-
 def _some_hosts(value: tuple[HostAddress, ...]) -> str | None:
     return None if value else "must name at least one HOST:PORT"
 
@@ -244,14 +240,6 @@ class Settings:
         "a cluster member of its own (`<instance-id>-<i>`), under one supervisor that restarts a child "
         "that dies, every child running the embedded segment store behind the shared port; 1: a single "
         "process, no supervisor",
-    )
-    event_loop: str = setting(
-        "uvloop",
-        metavar="LOOP",
-        check=_event_loop,
-        help="the event loop `serve` and `segment-store` run on: `uvloop` (libuv; about a quarter less "
-        "CPU and latency per acknowledged append than the standard library's, docs/performance.md) "
-        "or `asyncio` (the standard library's)",
     )
     reuse_port: bool = setting(
         False,

@@ -121,7 +121,7 @@ class Connection:
             raise
         with self._spoilt_on_failure(name, timeout_s, [] if expected is None else [expected]):
             async with asyncio.timeout(timeout_s):
-                _write(self._writer, frame)
+                self._writer.write(frame)
                 await self._writer.drain()
                 reply = await read_command(self._reader)
             got = getattr(reply, "request_id", None)
@@ -153,7 +153,7 @@ class Connection:
         replies: list[wc.Command | None] = [None] * len(commands)
         with self._spoilt_on_failure(f"{len(commands)} {name}s", timeout_s, wire_ids):
             async with asyncio.timeout(timeout_s):
-                _write(self._writer, frame)
+                self._writer.write(frame)
                 await self._writer.drain()
                 for _ in commands:
                     reply = await read_command(self._reader)
@@ -324,11 +324,3 @@ class ConnectionPool:
     def _drop_idle(self, endpoint: HostAddress) -> None:
         for connection in self._idle.pop(endpoint, []):
             connection.close()
-
-
-def _write(writer: asyncio.StreamWriter, frame: bytes) -> None:
-    """A write to a connection the store closed fails as a lost connection, on any event loop
-    (asyncio's transport drops it silently, uvloop's raises RuntimeError)."""
-    if writer.transport.is_closing():
-        raise ConnectionResetError("the connection is closed")
-    writer.write(frame)

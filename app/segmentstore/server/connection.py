@@ -663,10 +663,6 @@ class Connection:
         # The whole frame is queued before the next await, so frames from parked reads never
         # interleave.
         frames = reply.frames() if isinstance(reply, DataReply) else [encode(reply)]
-        if self._writer.transport.is_closing():
-            # The peer is gone or the connection is closing: nobody to answer. (A write would be
-            # dropped by asyncio's transport and raise RuntimeError on uvloop's.)
-            raise ConnectionResetError("the connection is closed")
         size = 0
         for frame in frames:
             size += len(frame)
