@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP) $(RUN_STAMP)
 
 run: $(RUN_STAMP) spark-deps
-	$(BIN)/pgcontroller serve
+	$(BIN)/pgcontroller serve --tier filesystem
 
 # Three workers, each with its own throwaway PostgreSQL, a test file's tests kept on one worker:
 # most of the suite waits (subprocesses, timeouts, the real client), so this halves the wall time

@@ -227,7 +227,10 @@ async def _compose_controller(runtime: Runtime, stack: AsyncExitStack, options: 
     settings, pool, clock = runtime.settings, runtime.pool, SystemClock()
     runtime.health.set("metadata-store", HealthStatus.STARTING)
     await _join_cluster(settings, pool)
-    store = await start_embedded_segment_store(settings, pool, clock, runtime.loops, runtime.url)
+    try:
+        store = await start_embedded_segment_store(settings, pool, clock, runtime.loops, runtime.url)
+    except ValueError as exc:
+        raise ProcessRefused(EXIT_STORE_FAILED, str(exc)) from exc
     if store is not None:
         stack.push_async_callback(store.close)
     runtime.store = store

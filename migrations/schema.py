@@ -281,6 +281,38 @@ segment_chunks = Table(
     PrimaryKeyConstraint("segment", "start_offset", name="segment_chunks_pkey"),
 )
 
+# The long-term tier's index (app/store/tiering.py): the bytes [start_offset, start_offset +
+# length) of a segment are object `object` of the chunk store, moved there from segment_chunks by
+# the storage writer; a merge renumbers them as it does segment_chunks. Deleting a row (a
+# truncation, the segment's deletion) queues its object in tier_garbage (a trigger).
+segment_tiered_chunks = Table(
+    "segment_tiered_chunks",
+    metadata,
+    Column("segment", Text, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("length", BigInteger, nullable=False),
+    Column("object", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    _version(),
+    _segment_fk("segment_tiered_chunks"),
+    PrimaryKeyConstraint("segment", "start_offset", name="segment_tiered_chunks_pkey"),
+    UniqueConstraint("object", name="segment_tiered_chunks_object_key"),
+    CheckConstraint("length > 0", name="segment_tiered_chunks_length_check"),
+)
+
+# Objects of the chunk store that nothing references (a chunk released, or one being written
+# whose index row is not committed yet): the collector deletes them once `since` (stamped by the
+# collector itself for released ones) is older than its grace, claiming the row first, so a
+# storage writer can no longer commit a chunk the collector is deleting.
+tier_garbage = Table(
+    "tier_garbage",
+    metadata,
+    Column("object", Text, primary_key=True),
+    Column("since", BigInteger, nullable=True),
+    Column("claimed", Boolean, nullable=False, server_default=text("false")),
+    _version(),
+)
+
 # A segment's attributes (absent = NULL_ATTRIBUTE_VALUE); `previous_value` is what the last
 # update replaced, so an append learns the writer's previous event number in one statement.
 segment_attributes = Table(

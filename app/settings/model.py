@@ -70,6 +70,13 @@ def _tail_wait(value: float) -> str | None:
     return None if 0 < value < 30 else "must be above 0 and below 30 (the clients' request timeout)"
 
 
+TIER_KINDS = ("none", "filesystem", "s3")
+
+
+def _tier_kind(value: str) -> str | None:
+    return None if value in TIER_KINDS else f"must be one of {', '.join(TIER_KINDS)}"
+
+
 def _time_scale(value: float) -> str | None:
     return None if 0 < value <= 1 else "must be above 0 and at most 1"
 
@@ -531,6 +538,66 @@ class Settings:
         check=not_negative,
         at_most="segment_store_read_index_bytes",
         help="bytes of one segment's most recent appends the read index keeps (its oldest go first)",
+    )
+
+    # The long-term storage tier (docs/operations.md, "Long-term storage").
+    tier: str = setting(
+        "none",
+        check=_tier_kind,
+        metavar="KIND",
+        help="where the segment store moves stream bytes once a segment holds --tier-chunk-bytes of them "
+        "in PostgreSQL (or is sealed): none (they stay in PostgreSQL), filesystem (--tier-directory) or "
+        "s3 (--tier-s3-*); PostgreSQL keeps the index and the tail either way",
+    )
+    tier_directory: Path = setting(  # noqa: RUF009
+        Path(""),
+        metavar="DIR",
+        shown_default="DATA_DIR/chunks",
+        help="--tier filesystem: the directory of the chunk files (created if missing; every chunk "
+        "fsync'd before PostgreSQL forgets its bytes)",
+    )
+    tier_s3_bucket: str = setting("", metavar="BUCKET", help="--tier s3: the bucket (it must exist)")
+    tier_s3_prefix: str = setting(
+        "pgcontroller", metavar="PREFIX", help="--tier s3: the key prefix of the objects"
+    )
+    tier_s3_endpoint: str = setting(
+        "",
+        metavar="URL",
+        help="--tier s3: an S3-compatible endpoint (http://host:port for MinIO, S3Proxy, ...); empty: "
+        "AWS, or AWS_ENDPOINT_URL",
+    )
+    tier_s3_region: str = setting(
+        "", metavar="REGION", help="--tier s3: the region; empty: AWS_REGION, or us-east-1"
+    )
+    tier_s3_access_key_id: str = setting(
+        "",
+        metavar="ID",
+        help="--tier s3: the access key id; empty: the standard AWS environment (AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, web identity, instance profile)",
+    )
+    tier_s3_secret_access_key: str = setting(
+        "",
+        metavar="SECRET",
+        shown_default="(none)",
+        help="--tier s3: the secret access key for --tier-s3-access-key-id (prefer the environment "
+        "variable to the flag: a flag shows in the process list)",
+    )
+    tier_chunk_bytes: int = setting(
+        64 * 1024 * 1024,
+        check=positive,
+        help="bytes of one chunk object: a segment's bytes move out of PostgreSQL a chunk at a time "
+        "once it holds this many (all of them once it is sealed)",
+    )
+    tier_flush_interval_s: float = setting(
+        1.0,
+        check=positive,
+        help="how often the storage writer looks for segments with a chunk's worth of bytes",
+    )
+    tier_gc_grace_s: float = setting(
+        60.0,
+        check=positive,
+        help="how long an object released by a truncation or deletion (or written and never recorded) "
+        "stays before it is deleted: reads that found it just before keep it that long",
     )
 
     # Buckets and membership.

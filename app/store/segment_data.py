@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.chunks.contract import ChunkMissing, ChunkStore
+from app.domain.errors import StoreUnavailable
 from app.domain.segment_names import has_transient_delimiter
 from app.ports import Clock
 from app.segmentstore.storage import (
@@ -39,6 +41,7 @@ from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
 from app.store.group_commit import GroupCommit
 from app.store.segment_tables import PgTableSegments
+from app.store.tiered_reads import tiered_pieces
 
 _SQL = queries.load("segment_data")
 
@@ -127,11 +130,14 @@ class PgSegmentStorage(PgTableSegments):
         clock: Clock,
         after_append: AfterAppend | None = None,
         before_group_commit: AfterAppend | None = None,
+        chunks: ChunkStore | None = None,
     ) -> None:
         """`after_append` runs once an append (or a group of them) committed, before any is
         answered; `before_group_commit` inside a group's transaction, before its commit (crash
-        tests' failpoints)."""
+        tests' failpoints); `chunks` is the long-term tier, where the storage writer moved older
+        bytes (app/store/storage_writer.py)."""
         super().__init__(db, clock)
+        self._chunks = chunks
         self._after_append = after_append
         self._before_group_commit = before_group_commit
         self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
@@ -212,15 +218,30 @@ class PgSegmentStorage(PgTableSegments):
         )
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
-        rows = await self._db.fetch(_SQL["read"], name, offset, max(0, max_length))
-        row = _stream_row(name, rows[0] if rows else None)
-        length, start, sealed = int(row["length"]), int(row["start_offset"]), bool(row["sealed"])
-        if offset < start:
-            raise SegmentTruncated(name, start, f"{name} starts at {start}, not {offset}")
-        if sealed and offset > length:
-            raise OffsetBeyondEnd(name, f"{name} ends at {length}, before {offset}")
-        pieces = tuple(bytes(r["data"]) for r in rows if r["data"])
-        return ReadResult(offset, pieces, length, start, sealed)
+        """Bytes still in PostgreSQL come with the segment's row, in one snapshot; bytes in the
+        long-term tier from the chunk store, by range. An object missing there was collected
+        after a truncation or deletion that committed since the snapshot: the read runs again,
+        and then answers what that change says (truncated, no such segment)."""
+        for attempt in range(2):
+            rows = await self._db.fetch(_SQL["read"], name, offset, max(0, max_length))
+            row = _stream_row(name, rows[0] if rows else None)
+            length, start, sealed = int(row["length"]), int(row["start_offset"]), bool(row["sealed"])
+            if offset < start:
+                raise SegmentTruncated(name, start, f"{name} starts at {start}, not {offset}")
+            if sealed and offset > length:
+                raise OffsetBeyondEnd(name, f"{name} ends at {length}, before {offset}")
+            if all(r["object"] is None for r in rows):
+                pieces = tuple(bytes(r["data"]) for r in rows if r["data"])
+                return ReadResult(offset, pieces, length, start, sealed)
+            try:
+                pieces = await tiered_pieces(self._chunks, name, rows, offset, max(0, max_length))
+            except ChunkMissing as exc:
+                if attempt:
+                    # Still named by the index: not a release racing the read but a lost object.
+                    raise StoreUnavailable(f"{name}: a chunk of its long-term tier is missing") from exc
+                continue
+            return ReadResult(offset, pieces, length, start, sealed)
+        raise AssertionError("unreachable")
 
     async def seal(self, name: str) -> int:
         row = _stream_row(name, await self._db.fetchrow(_SQL["seal"], name, self._clock.now_ms()))

@@ -41,6 +41,7 @@ from app.wiring.autoscale import measured_storage
 from app.wiring.connection_cap import ConnectionCap, descriptor_ceiling, reserving_listeners
 from app.wiring.loops import BackgroundLoops
 from app.wiring.resources import Contribution, Resources
+from app.wiring.tier import Tier, open_tier
 from workers.failpoints import failpoint_hook
 
 _ANY_INTERFACE = ("", "0.0.0.0", "::")
@@ -113,7 +114,11 @@ def _peers(settings: Settings) -> StorePeers | None:
 
 
 async def _start_measured_server(
-    settings: Settings, pool: Database, clock: Clock, peers: StorePeers | None = None
+    settings: Settings,
+    pool: Database,
+    clock: Clock,
+    peers: StorePeers | None = None,
+    tier: Tier | None = None,
 ) -> SegmentStoreServer:
     """A listening store whose storage measures its segments' traffic and sends their scale
     reports until the server closes (with `peers`, store 0 of the group reports for all: the
@@ -125,7 +130,9 @@ async def _start_measured_server(
     after_append = failpoint_hook("segmentstore.append.before_ack")
     # And inside a group commit's transaction: a crash there must acknowledge nothing of the group.
     before_group_commit = failpoint_hook("segmentstore.append.before_group_commit")
-    stored = PgSegmentStorage(pool, clock, after_append, before_group_commit)
+    stored = PgSegmentStorage(
+        pool, clock, after_append, before_group_commit, chunks=tier.chunks if tier is not None else None
+    )
     storage = measured_storage(stored, settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)
@@ -186,8 +193,10 @@ class RunningStore:
         listener: PgListener | None = None,
         orphans: OrphanTransients | None = None,
         peers: StorePeers | None = None,
+        tier: Tier | None = None,
     ) -> None:
         self.server = server
+        self.tier = tier
         self.membership = membership
         self.orphans = orphans
         self.peers = peers
@@ -204,6 +213,12 @@ class RunningStore:
         the orphan transient segments of the containers it gains (of all, without a map)."""
         if self.orphans is not None:
             self._start("segment-store-orphans", self.orphans.run)
+        # One storage writer and collector per group: store 0 (or the only store) runs them.
+        if self.tier is not None and (self.peers is None or self.peers.judges):
+            if self.server.ownership is not None:
+                self.tier.writer.owns = self.server.ownership.owns
+            self._start("segment-store-storage-writer", self.tier.writer.run)
+            self._start("segment-store-chunk-collector", self.tier.collector.run)
         if self.membership is None:
             return
         await self.membership.start()
@@ -236,6 +251,8 @@ class RunningStore:
         await self.server.close()
         if self.peers is not None:
             self.peers.close()
+        if self.tier is not None:
+            await self.tier.chunks.close()
 
 
 async def start_segment_store(
@@ -254,14 +271,17 @@ async def start_segment_store(
             f"--segment-store-heartbeat-s ({settings.segment_store_heartbeat_s}) must be below "
             f"--segment-store-expiry-s ({settings.segment_store_expiry_s})"
         )
+    tier = await open_tier(settings, pool, clock)
     peers = _peers(settings)
     if peers is not None:
         peers.start()  # before listening: a change made by a sibling is heard from the first read
     try:
-        server = await _start_measured_server(settings, pool, clock, peers)
+        server = await _start_measured_server(settings, pool, clock, peers, tier)
     except BaseException:
         if peers is not None:
             peers.close()
+        if tier is not None:
+            await tier.chunks.close()
         raise
     me = embedded_store_address(settings, server)
     statics = list(static_hosts) or [me]
@@ -288,7 +308,7 @@ async def start_segment_store(
         grace_ms=int(settings.segment_store_expiry_s * 1000),
         group=(peers.index, peers.size) if peers is not None else None,
     )
-    store = RunningStore(server, loops, membership, PgListener(url, RecordCache()), orphans, peers)
+    store = RunningStore(server, loops, membership, PgListener(url, RecordCache()), orphans, peers, tier)
     try:
         await store.join()
     except BaseException:

@@ -38,7 +38,9 @@ async def start_with_segment_store(
     return served
 
 
-async def restart_on_same_ports(work_dir: Path, before: ServedProcess, *args: str) -> ServedProcess:
+async def restart_on_same_ports(
+    work_dir: Path, before: ServedProcess, *args: str, env: dict[str, str] | None = None
+) -> ServedProcess:
     """A new `serve` on the ports of `before`: the client keeps the controller URI and the
     segment-store address it was given and reconnects to them."""
     assert before.segment_store_port is not None
@@ -51,6 +53,7 @@ async def restart_on_same_ports(work_dir: Path, before: ServedProcess, *args: st
         "--segment-store-port",
         str(before.segment_store_port),
         *args,
+        env=env,
     )
 
 

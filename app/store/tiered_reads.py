@@ -1,0 +1,63 @@
+"""The part of a read that lies in the long-term tier: each tiered chunk the `read` statement
+named is read from the chunk store by the range the reply needs, all at once, and placed in
+offset order among the slices PostgreSQL returned.
+
+An outage of the chunk store is StoreUnavailable (retryable: the connection closes and the client
+reads again), never a short or empty read, which a reader would take for the tail."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from app.chunks.contract import ChunkMissing, ChunkStore, ChunkStoreError
+from app.domain.errors import StoreUnavailable
+from app.store.db import Row
+
+UNAVAILABLE = "the long-term storage tier is unavailable; retry"
+NOT_CONFIGURED = "bytes of this segment are in a long-term storage tier this store is not configured with"
+
+
+async def tiered_pieces(
+    chunks: ChunkStore | None, name: str, rows: Sequence[Row], offset: int, max_length: int
+) -> tuple[bytes, ...]:
+    if chunks is None:
+        raise StoreUnavailable(NOT_CONFIGURED)
+    end = offset + max_length
+    fetches: list[asyncio.Future[bytes] | bytes] = []
+    wanted: list[int] = []
+    for row in rows:
+        if row["object"] is not None:
+            chunk_start, chunk_length = int(row["chunk_start"]), int(row["object_length"])
+            begin = max(offset, chunk_start) - chunk_start
+            stop = min(end, chunk_start + chunk_length) - chunk_start
+            fetches.append(asyncio.ensure_future(chunks.get(str(row["object"]), begin, stop - begin)))
+            wanted.append(stop - begin)
+        elif row["data"]:
+            fetches.append(bytes(row["data"]))
+            wanted.append(len(row["data"]))
+    try:
+        pieces = [await piece if isinstance(piece, asyncio.Future) else piece for piece in fetches]
+    except ChunkMissing:
+        raise
+    except ChunkStoreError as exc:
+        raise StoreUnavailable(UNAVAILABLE) from exc
+    finally:
+        for piece in fetches:
+            if isinstance(piece, asyncio.Future) and not piece.done():
+                piece.cancel()
+    _check_tiling(name, rows, offset, pieces, wanted)
+    return tuple(piece for piece in pieces if piece)
+
+
+def _check_tiling(
+    name: str, rows: Sequence[Row], offset: int, pieces: Sequence[bytes], wanted: Sequence[int]
+) -> None:
+    """The tiers must tile the range with no gap, overlap or short object: a reply built across a
+    gap would hand a reader bytes at the wrong offsets, so one is a loud failure instead."""
+    position = offset
+    present = (r for r in rows if r["object"] is not None or r["data"])
+    for row, piece, size in zip(present, pieces, wanted, strict=True):
+        if max(int(row["chunk_start"]), offset) != position or len(piece) != size:
+            raise StoreUnavailable(f"{name}: the stored chunks do not tile the read at {position}")
+        position += len(piece)

@@ -1,0 +1,80 @@
+-- The long-term storage tier's index (app/store/tiering.py): which segments have bytes to move,
+-- the move itself, and the garbage queue of objects nothing references.
+
+-- name: candidates
+-- Segments whose bytes in PostgreSQL make a chunk ($1 bytes), or that are sealed stream segments
+-- with any left (a sealed segment's last chunk is rolled short); the most bytes first.
+-- octet_length reads a compressed value's size from its header: nothing is decompressed.
+SELECT c.segment, sum(octet_length(c.data))::bigint AS bytes, bool_or(s.sealed) AS sealed
+FROM segment_chunks c
+JOIN embedded_segments s ON s.name = c.segment
+WHERE s.kind <> 'table'
+GROUP BY c.segment
+HAVING sum(octet_length(c.data)) >= $1 OR bool_or(s.sealed AND s.kind = 'stream')
+ORDER BY bytes DESC
+LIMIT $2;
+
+-- name: chunk_rows
+-- The segment's oldest rows in PostgreSQL, in offset order, until they hold $2 bytes (the row
+-- that reaches it included).
+SELECT start_offset, data
+FROM (
+    SELECT start_offset, data,
+           sum(octet_length(data)) OVER (ORDER BY start_offset) - octet_length(data) AS before
+    FROM segment_chunks
+    WHERE segment = $1
+) r
+WHERE before < $2
+ORDER BY start_offset;
+
+-- name: intend
+-- An object about to be written: listed as garbage until the index names it, so a crash between
+-- the write and the index leaves it for the collector.
+INSERT INTO tier_garbage (object, since) VALUES ($1, $2);
+
+-- name: lock_segment
+SELECT name FROM embedded_segments WHERE name = $1 FOR UPDATE;
+
+-- name: move_rows
+-- Run after lock_segment (a fresh snapshot): the rows the object holds leave PostgreSQL, and the
+-- object stops being garbage unless the collector has claimed it (then nothing may name it).
+WITH intent AS (
+    DELETE FROM tier_garbage WHERE object = $3 AND NOT claimed RETURNING object
+), moved AS (
+    DELETE FROM segment_chunks c
+    WHERE c.segment = $1 AND c.start_offset = ANY($2::bigint[]) AND EXISTS (SELECT 1 FROM intent)
+    RETURNING octet_length(c.data) AS bytes
+)
+SELECT (SELECT count(*) FROM intent) AS intents, count(*) AS rows, COALESCE(sum(bytes), 0)::bigint AS bytes
+FROM moved;
+
+-- name: record_chunk
+INSERT INTO segment_tiered_chunks (segment, start_offset, length, object, created_at)
+VALUES ($1, $2, $3, $4, $5);
+
+-- name: stamp_garbage
+-- Released objects (queued by the trigger, without a time) start their grace now.
+UPDATE tier_garbage SET since = $1, version = version + 1 WHERE since IS NULL;
+
+-- name: due_garbage
+SELECT object, version FROM tier_garbage WHERE since <= $1 ORDER BY since, object LIMIT $2;
+
+-- name: claim_garbage
+-- Each claimed only as the version read: a row whose grace was renewed meanwhile stays.
+UPDATE tier_garbage g SET claimed = true, version = g.version + 1
+FROM unnest($1::text[], $2::bigint[]) AS d(object, version)
+WHERE g.object = d.object AND g.version = d.version
+RETURNING g.object;
+
+-- name: forget_garbage
+DELETE FROM tier_garbage WHERE object = ANY($1::text[]) AND claimed;
+
+-- name: tier_totals
+-- Bytes and rows of stream data in PostgreSQL and in the long-term tier, and the garbage queue.
+SELECT (SELECT COALESCE(sum(octet_length(data)), 0) FROM segment_chunks)::bigint AS pg_bytes,
+       (SELECT COALESCE(sum(length), 0) FROM segment_tiered_chunks)::bigint AS tiered_bytes,
+       (SELECT count(*) FROM segment_tiered_chunks)::bigint AS tiered_chunks,
+       (SELECT count(*) FROM tier_garbage)::bigint AS garbage;
+
+-- name: any_tiered
+SELECT EXISTS (SELECT 1 FROM segment_tiered_chunks) OR EXISTS (SELECT 1 FROM tier_garbage);

@@ -1,0 +1,192 @@
+"""Streams on the long-term tier, end to end: the real Pravega Python client writes through
+`serve` with --tier filesystem or --tier s3 (a real S3 server, S3Proxy); the storage writer moves
+the segments' bytes out of PostgreSQL in chunks; after a restart of `serve` every event reads back
+exactly once and in key order; once the stream is sealed nothing of it is left in PostgreSQL's
+chunk rows, and deleting it leaves no object behind. And a tier that cannot work stops `serve` at
+start-up with one line naming the setting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from app.api.grpc.proto import controller_pb2 as pb
+from tests.support.dataplane import (
+    ClientProcess,
+    Controller,
+    check_exactly_once_in_key_order,
+    read_events,
+    restart_on_same_ports,
+    start_with_segment_store,
+)
+from tests.support.s3proxy import CREDENTIAL, IDENTITY, S3Proxy, running_s3proxy
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
+
+SCOPE = "tiered"
+EVENTS, KEYS, SIZE = 4000, 8, 300
+CHUNK_BYTES = 64 * 1024
+CLIENT_TIMEOUT_S = 120.0
+SETTLE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def s3proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Proxy]:
+    with running_s3proxy(Path(tmp_path_factory.mktemp("s3proxy"))) as proxy:
+        yield proxy
+
+
+def tier_args(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[list[str], dict[str, str]]:
+    common = [
+        *("--tier-chunk-bytes", str(CHUNK_BYTES)),
+        *("--tier-flush-interval-s", "0.1"),
+        *("--tier-gc-grace-s", "0.5"),
+    ]
+    if backend == "filesystem":
+        return ["--tier", "filesystem", "--tier-directory", str(tmp_path / "chunks"), *common], {}
+    proxy: S3Proxy = request.getfixturevalue("s3proxy")
+    bucket = proxy.bucket(f"b-{uuid.uuid4().hex[:12]}")
+    args = ["--tier", "s3", "--tier-s3-endpoint", proxy.endpoint, "--tier-s3-bucket", bucket, *common]
+    # The credentials from the standard AWS environment, as an operator would give them.
+    return args, {
+        "AWS_ACCESS_KEY_ID": IDENTITY,
+        "AWS_SECRET_ACCESS_KEY": CREDENTIAL,
+        "AWS_REGION": "us-east-1",
+    }
+
+
+def object_count(backend: str, tmp_path: Path, args: list[str], request: pytest.FixtureRequest) -> int:
+    if backend == "filesystem":
+        root = tmp_path / "chunks"
+        return sum(1 for p in root.rglob("*") if p.is_file() and not p.name.endswith(".partial"))
+    proxy: S3Proxy = request.getfixturevalue("s3proxy")
+    return proxy.count(args[args.index("--tier-s3-bucket") + 1])
+
+
+async def stream_bytes(db_url: str, stream: str) -> tuple[int, int]:
+    """(bytes in PostgreSQL's chunk rows, bytes in tiered chunks) of the stream's segments."""
+    conn = await asyncpg.connect(db_url)
+    try:
+        like = f"{SCOPE}/{stream}/%"
+        in_pg = await conn.fetchval(
+            "SELECT COALESCE(sum(octet_length(data)), 0) FROM segment_chunks WHERE segment LIKE $1", like
+        )
+        tiered = await conn.fetchval(
+            "SELECT COALESCE(sum(length), 0) FROM segment_tiered_chunks WHERE segment LIKE $1", like
+        )
+        return int(in_pg), int(tiered)
+    finally:
+        await conn.close()
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("backend", ["filesystem", "s3"])
+async def test_a_tiered_stream_reads_back_whole_after_a_restart_and_leaves_nothing_when_deleted(
+    backend: str, db_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    args, env = tier_args(backend, tmp_path, request)
+    stream = f"s{uuid.uuid4().hex[:8]}"
+    served = await start_with_segment_store(tmp_path, "--db-url", db_url, *args, env=env)
+    try:
+        controller = Controller(served)
+        try:
+            info = await controller.create_stream(SCOPE, stream, 2)
+        finally:
+            controller.close()
+        writer = await ClientProcess.start(
+            "write", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream,
+            count=EVENTS, keys=KEYS, size=SIZE, progress_every=1000,
+        )  # fmt: skip
+        await writer.result(CLIENT_TIMEOUT_S)
+        written = EVENTS * SIZE  # each event also carries 8 bytes of framing
+
+        async def caught_up() -> bool:
+            in_pg, tiered = await stream_bytes(db_url, stream)
+            # Each of the two open segments keeps less than a chunk in PostgreSQL.
+            return tiered > 0 and in_pg < 2 * CHUNK_BYTES and in_pg + tiered >= written
+
+        await wait_for(caught_up, "the storage writer to catch up")
+        in_pg, tiered = await stream_bytes(db_url, stream)
+        assert in_pg < tiered / 4, (in_pg, tiered)
+        assert object_count(backend, tmp_path, args, request) >= tiered // (CHUNK_BYTES * 2)
+        assert await served.stop() == 0, served.log()
+        served = await restart_on_same_ports(tmp_path, served, "--db-url", db_url, *args, env=env)
+
+        out = tmp_path / "read.json"
+        reader = await ClientProcess.start(
+            "read", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream, group=f"g{stream}",
+            readers=2, deadline_s=CLIENT_TIMEOUT_S, stop_after=EVENTS, until_end=False, out=str(out),
+        )  # fmt: skip
+        assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == EVENTS
+        check_exactly_once_in_key_order(read_events(out), "e", EVENTS, KEYS)
+
+        controller = Controller(served)
+        try:
+            await controller.seal(info)
+
+            async def all_tiered() -> bool:
+                return (await stream_bytes(db_url, stream))[0] == 0
+
+            await wait_for(all_tiered, "the sealed segments' last chunks")
+            status = await controller.stub.deleteStream(info)
+            assert status.status == pb.DeleteStreamStatus.SUCCESS, status
+        finally:
+            controller.close()
+
+        async def no_objects() -> bool:
+            return object_count(backend, tmp_path, args, request) == 0
+
+        await wait_for(no_objects, "the deleted stream's objects to be collected")
+        assert await stream_bytes(db_url, stream) == (0, 0)
+    finally:
+        assert await served.stop() == 0, served.log()
+
+
+async def test_a_tier_that_cannot_work_stops_serve_at_start_up_naming_the_setting(
+    db_url: str, tmp_path: Path, s3proxy: S3Proxy
+) -> None:
+    env = {"AWS_ACCESS_KEY_ID": IDENTITY, "AWS_SECRET_ACCESS_KEY": CREDENTIAL, "AWS_REGION": "us-east-1"}
+    cases = [
+        (
+            ["--tier", "s3", "--tier-s3-endpoint", s3proxy.endpoint, "--tier-s3-bucket", "nope"],
+            env,
+            "--tier-s3-bucket",
+        ),
+        (["--tier", "s3", "--tier-s3-endpoint", s3proxy.endpoint], env, "--tier-s3-bucket"),
+        (
+            [
+                "--tier",
+                "s3",
+                "--tier-s3-endpoint",
+                s3proxy.endpoint,
+                "--tier-s3-bucket",
+                s3proxy.bucket("ok"),
+            ],
+            {**env, "AWS_SECRET_ACCESS_KEY": "wrong"},
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+        (["--tier", "filesystem", "--tier-directory", "/proc/version/chunks"], {}, "--tier-directory"),
+    ]
+    for index, (args, case_env, named) in enumerate(cases):
+        work = tmp_path / f"case{index}"
+        work.mkdir()
+        with pytest.raises(RuntimeError) as refused:
+            await start_with_segment_store(work, "--db-url", db_url, *args, env=case_env)
+        log = str(refused.value)
+        assert "exited with 1" in log, log
+        assert named in log, log
+        assert "Traceback" not in log, log

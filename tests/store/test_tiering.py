@@ -1,0 +1,366 @@
+"""The long-term tier over a real PostgreSQL and a real chunk store (files): the storage writer
+moves whole chunks and reads stay byte-exact across the tiers; truncation, deletion and merges
+act on the index; every way a move can fail leaves the rows in PostgreSQL and the object to the
+collector, which deletes it only after its grace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.chunks.filesystem import FileChunkStore
+from app.domain.errors import StoreUnavailable
+from app.segmentstore.storage import AppendRequest, NoSuchSegment, SegmentTruncated
+from app.store.chunk_collector import ChunkCollector
+from app.store.db import Database
+from app.store.segment_data import PgSegmentStorage
+from app.store.storage_writer import StorageWriter, chunk_name
+from app.store.tiering import PgTiering
+from app.testing.clock import ManualClock
+
+SEG = "scope/stream/0.#epoch.0"
+TXN = SEG + "#transaction.00000000000000000000000000000001"
+CHUNK = 2000
+GRACE_MS = 60_000
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(5_000)
+
+
+@pytest.fixture
+async def chunks(tmp_path: Path) -> AsyncIterator[FileChunkStore]:
+    store = FileChunkStore(tmp_path / "chunks")
+    store.prepare()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def storage(db: Database, clock: ManualClock, chunks: FileChunkStore) -> PgSegmentStorage:
+    return PgSegmentStorage(db, clock, chunks=chunks)
+
+
+@pytest.fixture
+def tiering(db: Database, clock: ManualClock) -> PgTiering:
+    return PgTiering(db, clock)
+
+
+@pytest.fixture
+def writer(tiering: PgTiering, chunks: FileChunkStore) -> StorageWriter:
+    return StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05)
+
+
+@pytest.fixture
+def collector(tiering: PgTiering, chunks: FileChunkStore) -> ChunkCollector:
+    return ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
+
+
+async def fill(storage: PgSegmentStorage, name: str, blocks: int, *, seed: int = 1) -> bytes:
+    """`blocks` appends of 100-700 random bytes by writer `seed`; every byte written, in order."""
+    rng = random.Random(seed)
+    written = b""
+    for number in range(1, blocks + 1):
+        data = rng.randbytes(rng.randint(100, 700))
+        await storage.append(AppendRequest(name, seed, data, number, 1))
+        written += data
+    return written
+
+
+async def rows_in_pg(db: Database, name: str) -> tuple[int, int]:
+    row = await db.fetchrow(
+        "SELECT count(*) AS n, COALESCE(sum(octet_length(data)), 0) AS b "
+        "FROM segment_chunks WHERE segment = $1",
+        name,
+    )
+    assert row is not None
+    return int(row["n"]), int(row["b"])
+
+
+async def objects(chunks: FileChunkStore) -> list[str]:
+    return [name async for name in chunks.names("chunks/")]
+
+
+async def assert_reads(storage: PgSegmentStorage, name: str, written: bytes, start: int = 0) -> None:
+    rng = random.Random(3)
+    spans = [(start, len(written) - start), (start, 1)]
+    spans += [
+        (o, rng.randint(1, 3 * CHUNK)) for o in (rng.randint(start, len(written) - 1) for _ in range(60))
+    ]
+    for offset, length in spans:
+        result = await storage.read(name, offset, length)
+        assert result.data == written[offset : offset + length], (offset, length)
+        assert result.length == len(written)
+
+
+async def test_whole_chunks_move_and_reads_stay_byte_exact_across_the_tiers(
+    storage: PgSegmentStorage, writer: StorageWriter, chunks: FileChunkStore, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 40)
+    moved = await writer.flush()
+    assert moved >= 4
+    _rows, left = await rows_in_pg(db, SEG)
+    # What is left in PostgreSQL is less than a chunk (an open segment's tail stays there).
+    assert 0 < left < CHUNK
+    tiered = await db.fetch(
+        "SELECT start_offset, length, object FROM segment_tiered_chunks WHERE segment = $1 ORDER BY 1", SEG
+    )
+    assert len(tiered) == moved == len(await objects(chunks))
+    assert all(int(r["length"]) >= CHUNK for r in tiered)
+    assert sum(int(r["length"]) for r in tiered) + left == len(written)
+    await assert_reads(storage, SEG, written)
+    # Appends go on after a move, and a later pass moves on from where the last one stopped.
+    written += await fill(storage, SEG, 20, seed=2)
+    assert await writer.flush() >= 1
+    await assert_reads(storage, SEG, written)
+    assert writer.bytes_moved + (await rows_in_pg(db, SEG))[1] == len(written)
+
+
+async def test_a_sealed_segment_moves_its_last_short_chunk_too(
+    storage: PgSegmentStorage, writer: StorageWriter, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 13)
+    await writer.flush()
+    assert (await rows_in_pg(db, SEG))[1] > 0
+    await storage.seal(SEG)
+    await writer.flush()
+    assert await rows_in_pg(db, SEG) == (0, 0)
+    await assert_reads(storage, SEG, written)
+
+
+async def test_truncation_releases_whole_chunks_and_the_collector_deletes_them_after_the_grace(
+    storage: PgSegmentStorage,
+    writer: StorageWriter,
+    collector: ChunkCollector,
+    chunks: FileChunkStore,
+    db: Database,
+    clock: ManualClock,
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 40)
+    await writer.flush()
+    before = await objects(chunks)
+    first = await db.fetchrow(
+        "SELECT start_offset, length FROM segment_tiered_chunks WHERE segment = $1 ORDER BY 1 LIMIT 1", SEG
+    )
+    assert first is not None
+    cut = int(first["length"]) + 10  # past the first chunk, inside the second
+    await storage.truncate(SEG, cut)
+    with pytest.raises(SegmentTruncated):
+        await storage.read(SEG, cut - 1, 10)
+    await assert_reads(storage, SEG, written, start=cut)
+    # Released, not yet deleted: a read that found it just before the truncation still can.
+    assert await collector.collect() == 0
+    assert await objects(chunks) == before
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    assert len(await objects(chunks)) == len(before) - 1
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage") == 0
+    await assert_reads(storage, SEG, written, start=cut)
+
+
+async def test_deleting_a_segment_leaves_no_object_behind(
+    storage: PgSegmentStorage,
+    writer: StorageWriter,
+    collector: ChunkCollector,
+    chunks: FileChunkStore,
+    clock: ManualClock,
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await fill(storage, SEG, 30)
+    await writer.flush()
+    assert await objects(chunks)
+    await storage.delete(SEG)
+    with pytest.raises(NoSuchSegment):
+        await storage.read(SEG, 0, 10)
+    clock.advance(GRACE_MS + 1)
+    await collector.collect()  # stamps the released objects
+    clock.advance(GRACE_MS + 1)
+    await collector.collect()
+    assert await objects(chunks) == []
+
+
+async def test_a_merge_moves_a_transactions_tiered_chunks_by_their_index_alone(
+    storage: PgSegmentStorage, writer: StorageWriter, chunks: FileChunkStore, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await storage.create_segment(TXN, "transaction", 1, 10, 0)
+    base = await fill(storage, SEG, 5)
+    txn = await fill(storage, TXN, 30, seed=9)
+    await writer.flush()
+    on_disk = await objects(chunks)
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks WHERE segment = $1", TXN) > 0
+    await storage.seal(TXN)
+    assert await storage.merge(SEG, [TXN], []) == [len(base) + len(txn)]
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks WHERE segment = $1", TXN) == 0
+    assert await objects(chunks) == on_disk
+    await assert_reads(storage, SEG, base + txn)
+
+
+async def test_a_crash_between_writing_an_object_and_recording_it_leaves_garbage_for_the_collector(
+    storage: PgSegmentStorage,
+    tiering: PgTiering,
+    writer: StorageWriter,
+    collector: ChunkCollector,
+    chunks: FileChunkStore,
+    db: Database,
+    clock: ManualClock,
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    rows = await tiering.chunk_rows(SEG, CHUNK)
+    assert rows is not None
+    name = chunk_name()
+    await tiering.intend(name)
+    await chunks.put(name, rows.pieces)
+    # ... and the writer dies here: the bytes are still PostgreSQL's, the object nobody's.
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 0
+    await assert_reads(storage, SEG, written)
+    assert await collector.collect() == 0
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    assert await objects(chunks) == []
+    # The next writer moves the same bytes afresh.
+    assert await writer.flush() >= 1
+    await assert_reads(storage, SEG, written)
+
+
+async def test_a_move_is_abandoned_when_a_truncation_changed_its_rows(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    rows = await tiering.chunk_rows(SEG, CHUNK)
+    assert rows is not None
+    name = chunk_name()
+    await tiering.intend(name)
+    await chunks.put(name, rows.pieces)
+    await storage.truncate(SEG, len(rows.pieces[0]))  # the first row goes
+    assert not await tiering.record(SEG, rows, name)
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 0
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage WHERE object = $1", name) == 1
+    await assert_reads(storage, SEG, written, start=len(rows.pieces[0]))
+
+
+async def test_an_object_the_collector_claimed_can_no_longer_be_recorded(
+    storage: PgSegmentStorage,
+    tiering: PgTiering,
+    collector: ChunkCollector,
+    chunks: FileChunkStore,
+    db: Database,
+    clock: ManualClock,
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    rows = await tiering.chunk_rows(SEG, CHUNK)
+    assert rows is not None
+    name = chunk_name()
+    await tiering.intend(name)
+    await chunks.put(name, rows.pieces)
+    # A writer so slow that its object outlived the grace: the collector takes it first.
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    assert not await tiering.record(SEG, rows, name)
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 0
+    await assert_reads(storage, SEG, written)
+
+
+async def test_a_chunk_the_index_names_but_the_store_lost_is_a_retryable_failure_not_a_short_read(
+    storage: PgSegmentStorage, writer: StorageWriter, chunks: FileChunkStore
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await fill(storage, SEG, 20)
+    await writer.flush()
+    lost = (await objects(chunks))[0]
+    await chunks.delete(lost)
+    with pytest.raises(StoreUnavailable):
+        for offset in range(0, 3 * CHUNK, 500):
+            await storage.read(SEG, offset, CHUNK)
+
+
+async def test_tiered_bytes_without_a_chunk_store_are_a_retryable_failure(
+    storage: PgSegmentStorage, writer: StorageWriter, db: Database, clock: ManualClock
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await fill(storage, SEG, 20)
+    await writer.flush()
+    with pytest.raises(StoreUnavailable):
+        await PgSegmentStorage(db, clock).read(SEG, 0, 100)
+
+
+async def test_the_writer_keeps_going_through_a_chunk_store_outage(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, tmp_path: Path
+) -> None:
+    root = tmp_path / "flaky"
+    broken = FileChunkStore(root)
+    broken.prepare()
+    writer = StorageWriter(tiering, broken, chunk_bytes=CHUNK, interval_s=0.01)
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 20)
+    os.rename(root, tmp_path / "away")
+    root.write_text("a file where the directory was")
+    task = asyncio.create_task(writer.run())
+    try:
+        for _ in range(200):
+            if writer.failure is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.failure is not None
+        assert (await rows_in_pg(db, SEG))[1] == len(written)
+        root.unlink()
+        os.rename(tmp_path / "away", root)
+        for _ in range(300):
+            if writer.failure is None and writer.chunks_written:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.failure is None and writer.chunks_written >= 1
+    finally:
+        task.cancel()
+    await assert_reads(PgSegmentStorage(db, ManualClock(0), chunks=broken), SEG, written)
+
+
+# --- races (tests/store/test_versioned_races.py lists these two tables as covered here) -----------
+
+
+async def test_two_writers_moving_the_same_rows_record_them_once(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    rows = await tiering.chunk_rows(SEG, CHUNK)
+    assert rows is not None
+    names = [chunk_name(), chunk_name()]
+    for name in names:
+        await tiering.intend(name)
+        await chunks.put(name, rows.pieces)
+    outcomes = await asyncio.gather(*(tiering.record(SEG, rows, name) for name in names))
+    assert sorted(outcomes) == [False, True]
+    loser = names[outcomes.index(False)]
+    assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 1
+    assert await db.fetchval("SELECT object FROM tier_garbage") == loser
+    await assert_reads(storage, SEG, written)
+
+
+async def test_two_collectors_claim_each_object_once(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, db: Database, clock: ManualClock
+) -> None:
+    for _ in range(5):
+        name = chunk_name()
+        await tiering.intend(name)
+        await chunks.put(name, [b"orphan"])
+    clock.advance(GRACE_MS + 1)
+    due = await tiering.due_garbage(GRACE_MS, 100)
+    assert len(due) == 5
+    first, second = await asyncio.gather(tiering.claim_garbage(due), tiering.claim_garbage(due))
+    assert sorted(first + second) == sorted(name for name, _ in due)
+    assert not set(first) & set(second)
+    # A claim at a stale version (the row changed since it was read) takes nothing.
+    assert await tiering.claim_garbage(due) == []

@@ -1,0 +1,111 @@
+"""A real S3 server for the long-term tier's tests and bench: S3Proxy 2.6.0 (Maven Central) with
+jclouds' filesystem provider, on a free loopback port, its objects under a directory of its own.
+A bucket is a directory there, so a test makes one with `bucket()`; `stop()`/`start()` make an
+outage on the same port and data."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.testing.ports import free_port
+from tests.conformance.maven import classpath
+
+PROJECT = Path(__file__).parent / "s3proxy"
+IDENTITY = "pgcontroller-tests"
+CREDENTIAL = "pgcontroller-tests-secret"
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class S3Proxy:
+    root: Path
+    port: int
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def objects(self) -> Path:
+        return self.root / "objects"
+
+    def bucket(self, name: str) -> str:
+        (self.objects / name).mkdir(parents=True, exist_ok=True)
+        return name
+
+    def count(self, bucket: str) -> int:
+        """Objects in `bucket` (jclouds keeps each as a file under the bucket's directory)."""
+        base = self.objects / bucket
+        return sum(1 for path in base.rglob("*") if path.is_file()) if base.exists() else 0
+
+    def start(self) -> None:
+        self.objects.mkdir(parents=True, exist_ok=True)
+        properties = self.root / "s3proxy.properties"
+        properties.write_text(
+            f"s3proxy.endpoint=http://127.0.0.1:{self.port}\n"
+            "s3proxy.authorization=aws-v2-or-v4\n"
+            f"s3proxy.identity={IDENTITY}\n"
+            f"s3proxy.credential={CREDENTIAL}\n"
+            "jclouds.provider=filesystem\n"
+            f"jclouds.filesystem.basedir={self.objects}\n"
+        )
+        log = open(self.root / "s3proxy.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self._process = subprocess.Popen(
+            [
+                "java",
+                f"-Dlogback.configurationFile={PROJECT / 'logback.xml'}",
+                "-Xmx256m",
+                "-cp",
+                classpath(PROJECT, package=False),
+                "org.gaul.s3proxy.Main",
+                "--properties",
+                str(properties),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"S3Proxy exited {self._process.returncode}: {self._log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"S3Proxy did not listen within {START_TIMEOUT_S} s: {self._log_tail()}")
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._process = None
+
+    def _log_tail(self) -> str:
+        path = self.root / "s3proxy.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+
+@contextmanager
+def running_s3proxy(root: Path) -> Iterator[S3Proxy]:
+    proxy = S3Proxy(root, free_port())
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
