@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from app.chunks.contract import ChunkStore, ChunkStoreError
 from app.domain.errors import StoreUnavailable
@@ -40,13 +40,17 @@ class StorageWriter:
         chunk_bytes: int,
         interval_s: float,
         owns: Callable[[str], bool] = lambda _segment: True,
+        before_record: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """`before_record` runs between an object's write and its recording (a crash test's
+        failpoint: killed there, the object must end up collected and the bytes stay readable)."""
         self._tiering = tiering
         self._chunks = chunks
         self._chunk_bytes = chunk_bytes
         self._interval_s = interval_s
         # Which segments are this store's to move (set once its container ownership exists).
         self.owns = owns
+        self._before_record = before_record
         self.chunks_written = 0
         self.bytes_moved = 0
         self.moves_abandoned = 0
@@ -88,6 +92,8 @@ class StorageWriter:
         name = chunk_name()
         await self._tiering.intend(name)
         await self._chunks.put(name, rows.pieces)
+        if self._before_record is not None:
+            await self._before_record(f"{name} holds {rows.length} bytes of {segment} from {rows.start}")
         if not await self._tiering.record(segment, rows, name):
             # Truncated, merged, deleted or sealed meanwhile: the object stays garbage, and the
             # next pass looks again.

@@ -115,6 +115,6 @@ def _segment_store(store: RunningStore | None) -> Check:
         died = store.died()
         if died is not None:
             return HealthStatus.DOWN, {"mode": "embedded", "error": type(died).__name__}
-        return HealthStatus.UP, {"mode": "embedded", "port": str(store.address[1])}
+        return HealthStatus.UP, {"mode": "embedded", "port": str(store.address[1]), **store.tier_health()}
 
     return check

@@ -231,6 +231,19 @@ class RunningStore:
     def _start(self, name: str, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._tasks.append(self._loops.start(name, task))
 
+    def tier_health(self) -> dict[str, str]:
+        """The long-term tier's part of the store's health details: where it is, and while the
+        storage writer or the collector cannot reach it, "degraded" and why (the store still
+        takes appends into PostgreSQL meanwhile, so it stays UP)."""
+        if self.tier is None:
+            return {}
+        details = {"tier": self.tier.chunks.description}
+        failure = self.tier.writer.failure or self.tier.collector.failure
+        details["tier-status"] = "ok" if failure is None else "degraded"
+        if failure is not None:
+            details["tier-error"] = failure[:300]
+        return details
+
     def died(self) -> BaseException | None:
         """The failure of a background task that died, if any (they run until cancelled)."""
         for task in self._tasks:

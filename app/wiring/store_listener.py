@@ -48,7 +48,7 @@ def watch_store(health: HealthService, store: RunningStore) -> None:
         if died is not None:
             # The process exits on its own within a moment; FAILED makes liveness false meanwhile.
             return HealthStatus.FAILED, {"error": type(died).__name__}
-        return HealthStatus.UP, {"port": str(store.address[1])}
+        return HealthStatus.UP, {"port": str(store.address[1]), **store.tier_health()}
 
     health.register(SEGMENT_STORE, check)
 

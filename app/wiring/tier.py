@@ -18,6 +18,7 @@ from app.store.chunk_collector import ChunkCollector
 from app.store.db import Database
 from app.store.storage_writer import StorageWriter
 from app.store.tiering import PgTiering
+from workers.failpoints import failpoint_hook
 
 
 class TierRefused(ValueError):
@@ -77,7 +78,11 @@ async def open_tier(settings: Settings, pool: Database, clock: Clock) -> Tier | 
     except ChunkStoreMisconfigured as exc:
         raise TierRefused(f"long-term storage tier ({settings.tier}): {exc}") from exc
     writer = StorageWriter(
-        tiering, chunks, chunk_bytes=settings.tier_chunk_bytes, interval_s=settings.tier_flush_interval_s
+        tiering,
+        chunks,
+        chunk_bytes=settings.tier_chunk_bytes,
+        interval_s=settings.tier_flush_interval_s,
+        before_record=failpoint_hook("segmentstore.tier.before_record"),
     )
     collector = ChunkCollector(
         tiering,

@@ -13,16 +13,19 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.testing.served import ServedProcess
 from tests.support.dataplane import (
     ClientProcess,
     Controller,
     check_exactly_once_in_key_order,
     read_events,
     restart_on_same_ports,
+    sigkill,
     start_with_segment_store,
 )
 from tests.support.s3proxy import CREDENTIAL, IDENTITY, S3Proxy, running_s3proxy
@@ -190,3 +193,152 @@ async def test_a_tier_that_cannot_work_stops_serve_at_start_up_naming_the_settin
         assert "exited with 1" in log, log
         assert named in log, log
         assert "Traceback" not in log, log
+
+
+async def tier_details(served: ServedProcess) -> dict[str, str]:
+    async with aiohttp.ClientSession() as http, http.get(f"{served.rest_base}/v1/health") as answer:
+        body = await answer.json()
+    details: dict[str, str] = body["children"]["segment-store"]["details"]
+    return details
+
+
+async def test_an_s3_outage_under_writes_degrades_health_loses_nothing_and_the_tier_catches_up(
+    db_url: str, tmp_path: Path, request: pytest.FixtureRequest, s3proxy: S3Proxy
+) -> None:
+    args, env = tier_args("s3", tmp_path, request)
+    stream = f"s{uuid.uuid4().hex[:8]}"
+    served = await start_with_segment_store(tmp_path, "--db-url", db_url, *args, env=env)
+    try:
+        controller = Controller(served)
+        try:
+            await controller.create_stream(SCOPE, stream, 1)
+        finally:
+            controller.close()
+        assert (await tier_details(served))["tier-status"] == "ok"
+        half = EVENTS // 2
+        first = await ClientProcess.start(
+            "write", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream,
+            count=half, keys=KEYS, size=SIZE, prefix="a",
+        )  # fmt: skip
+        await first.result(CLIENT_TIMEOUT_S)
+        s3proxy.stop()
+        try:
+            # Appends go on into PostgreSQL while the tier is away.
+            second = await ClientProcess.start(
+                "write", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream,
+                count=half, keys=KEYS, size=SIZE, prefix="b",
+            )  # fmt: skip
+            await second.result(CLIENT_TIMEOUT_S)
+
+            async def degraded() -> bool:
+                return (await tier_details(served)).get("tier-status") == "degraded"
+
+            await wait_for(degraded, "health to report the tier degraded")
+            assert (await tier_details(served))["tier-error"]
+            in_pg, _tiered = await stream_bytes(db_url, stream)
+            assert in_pg >= CHUNK_BYTES  # held back, not lost
+        finally:
+            s3proxy.start()
+
+        async def recovered() -> bool:
+            in_pg, _tiered = await stream_bytes(db_url, stream)
+            return (await tier_details(served)).get("tier-status") == "ok" and in_pg < CHUNK_BYTES
+
+        await wait_for(recovered, "the tier to catch up after the outage")
+        for prefix in ("a", "b"):
+            out = tmp_path / f"read-{prefix}.json"
+            reader = await ClientProcess.start(
+                "read", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream, group=f"g{prefix}{stream}",
+                readers=1, deadline_s=CLIENT_TIMEOUT_S, stop_after=EVENTS, until_end=False, out=str(out),
+            )  # fmt: skip
+            assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == EVENTS
+            events = [(r, name) for r, name in read_events(out) if name.startswith(prefix)]
+            check_exactly_once_in_key_order(events, prefix, half, KEYS)
+    finally:
+        assert await served.stop() == 0, served.log()
+
+
+TIER_FAILPOINT = "segmentstore.tier.before_record"
+
+
+async def recorded_chunks(db_url: str) -> int:
+    conn = await asyncpg.connect(db_url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks"))
+    finally:
+        await conn.close()
+
+
+CRASH_EVENTS = 12_000
+
+
+async def test_serve_killed_between_writing_a_chunk_and_recording_it_loses_nothing_and_leaves_no_object(
+    db_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    args, _env = tier_args("filesystem", tmp_path, request)
+    armed = tmp_path / "hold-chunk"
+    stream = f"s{uuid.uuid4().hex[:8]}"
+    first = await start_with_segment_store(
+        tmp_path,
+        "--db-url",
+        db_url,
+        *args,
+        env={"PGCONTROLLER_FAILPOINTS": f"{TIER_FAILPOINT}=pause_when:{armed}"},
+    )
+    restarted: ServedProcess | None = None
+    try:
+        controller = Controller(first)
+        try:
+            info = await controller.create_stream(SCOPE, stream, 2)
+        finally:
+            controller.close()
+        writer = await ClientProcess.start(
+            "write", tmp_path, uri=first.grpc_uri, scope=SCOPE, stream=stream, count=CRASH_EVENTS,
+            keys=KEYS, size=SIZE, progress_every=1000, rate=3000,
+        )  # fmt: skip
+        try:
+            await writer.until(lambda p: p["acked"] >= 3000, CLIENT_TIMEOUT_S)
+            armed.touch()
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while f"failpoint {TIER_FAILPOINT} reached" not in first.log():
+                assert time.monotonic() < deadline, f"no chunk parked before its record:\n{first.log()}"
+                await asyncio.sleep(0.05)
+            await sigkill(first)
+            # Killed with the parked chunk's object written and durable but not recorded.
+            recorded = await recorded_chunks(db_url)
+            assert object_count("filesystem", tmp_path, args, request) == recorded + 1
+            restarted = await restart_on_same_ports(tmp_path, first, "--db-url", db_url, *args)
+            done = await writer.result(180)
+        finally:
+            await writer.kill()
+        assert done["written"] == CRASH_EVENTS
+        controller = Controller(restarted)
+        try:
+            await controller.seal(info)
+        finally:
+            controller.close()
+        out = tmp_path / "read.json"
+        reader = await ClientProcess.start(
+            "read", tmp_path, uri=restarted.grpc_uri, scope=SCOPE, stream=stream, group=f"g{stream}",
+            readers=2, deadline_s=CLIENT_TIMEOUT_S, out=str(out),
+        )  # fmt: skip
+        assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == CRASH_EVENTS
+        check_exactly_once_in_key_order(read_events(out), "e", CRASH_EVENTS, KEYS)
+
+        conn = await asyncpg.connect(db_url)
+        try:
+
+            async def only_recorded_objects_left() -> bool:
+                recorded = await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks")
+                garbage = await conn.fetchval("SELECT count(*) FROM tier_garbage")
+                return garbage == 0 and object_count("filesystem", tmp_path, args, request) == recorded
+
+            # The object the killed writer wrote was garbage from the start; the collector takes it.
+            await wait_for(only_recorded_objects_left, "the unrecorded object to be collected")
+            assert (await stream_bytes(db_url, stream))[0] == 0
+        finally:
+            await conn.close()
+    finally:
+        for served in (first, restarted):
+            if served is not None and served.process.returncode is None:
+                await served.stop()
