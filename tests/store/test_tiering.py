@@ -364,3 +364,24 @@ async def test_two_collectors_claim_each_object_once(
     assert not set(first) & set(second)
     # A claim at a stale version (the row changed since it was read) takes nothing.
     assert await tiering.claim_garbage(due) == []
+
+
+async def test_the_analysts_view_says_where_each_segments_bytes_are(
+    storage: PgSegmentStorage, writer: StorageWriter, db: Database
+) -> None:
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await storage.create_segment("scope/_kvt/0.#epoch.0", "table", 1, 10, 0)
+    written = await fill(storage, SEG, 40)
+    moved = await writer.flush()
+    row = await db.fetchrow("SELECT * FROM reporting.segment_storage WHERE segment = $1", SEG)
+    assert row is not None
+    assert (row["scope"], row["stream"], row["kind"], row["length"]) == (
+        "scope",
+        "stream",
+        "stream",
+        len(written),
+    )
+    assert row["tiered_chunks"] == moved
+    assert row["postgres_bytes"] + row["tiered_bytes"] == len(written)
+    assert 0 < row["postgres_bytes"] < CHUNK
+    assert await db.fetchval("SELECT count(*) FROM reporting.segment_storage") == 1  # no table segment
