@@ -260,6 +260,43 @@ DEFINITIONS: tuple[MetricDef, ...] = (
         "segment reads a segment store answered from its read index, in memory",
         labels=("store",),
     ),
+    MetricDef(
+        "pgcontroller_tier_postgres_bytes",
+        Kind.GAUGE,
+        "bytes of stream segments held in PostgreSQL, by container (long-term tier on)",
+        labels=("container",),
+    ),
+    MetricDef(
+        "pgcontroller_tier_tiered_bytes",
+        Kind.GAUGE,
+        "bytes of stream segments held in the long-term tier, by container",
+        labels=("container",),
+    ),
+    MetricDef(
+        "pgcontroller_tier_due_bytes",
+        Kind.GAUGE,
+        "bytes in PostgreSQL the storage writer should have moved (the flush lag in bytes), by container",
+        labels=("container",),
+    ),
+    MetricDef(
+        "pgcontroller_tier_lag_seconds",
+        Kind.GAUGE,
+        "seconds since the storage writer last found nothing due in the container (the flush lag)",
+        labels=("container",),
+    ),
+    MetricDef(
+        "pgcontroller_tier_garbage_objects", Kind.GAUGE, "objects waiting for the collector (the GC backlog)"
+    ),
+    MetricDef("pgcontroller_tier_chunks_written", Kind.COUNTER, "chunk objects the storage writer recorded"),
+    MetricDef(
+        "pgcontroller_tier_bytes_moved", Kind.COUNTER, "bytes the storage writer moved out of PostgreSQL"
+    ),
+    MetricDef("pgcontroller_tier_objects_deleted", Kind.COUNTER, "objects the collector deleted"),
+    MetricDef(
+        "pgcontroller_tier_appends_delayed",
+        Kind.COUNTER,
+        "appends that waited because their container had more than --tier-throttle-bytes due to move",
+    ),
 )
 
 BY_NAME: dict[str, MetricDef] = {d.name: d for d in DEFINITIONS}

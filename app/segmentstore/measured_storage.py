@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -90,6 +90,9 @@ class MeasuredStorage:
         elif _mergeable(name):
             self._drop_stale_tallies(now)
             self._tallies[name] = _Tally(now, last_access=now)
+
+    def admission(self, segment: str) -> Awaitable[None] | None:
+        return self._inner.admission(segment)
 
     async def append(self, request: st.AppendRequest) -> st.AppendResult:
         result = await self._inner.append(request)

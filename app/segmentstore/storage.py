@@ -216,6 +216,12 @@ class SegmentStorage(Protocol):
         sealed segments."""
         ...
 
+    def admission(self, segment: str) -> Awaitable[None] | None:
+        """None when an append to `segment` may be stored at once; else what to await first (the
+        long-term tier's throttle: it delays, never refuses). The connection awaits it before it
+        hands the append on, so one connection's appends stay in order."""
+        ...
+
     async def append(self, request: AppendRequest) -> AppendResult:
         """One transaction: refuse a sealed segment (SegmentSealed), then a wrong expected offset
         (ConditionalCheckFailed); skip a duplicate; else store the bytes at the end and the

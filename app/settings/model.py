@@ -593,6 +593,20 @@ class Settings:
         check=positive,
         help="how often the storage writer looks for segments with a chunk's worth of bytes",
     )
+    tier_throttle_bytes: int = setting(
+        1024 * 1024 * 1024,
+        check=positive,
+        help="bytes due to move out of PostgreSQL (a chunk's worth of a segment, or a sealed segment's rest) "
+        "one container may hold before its appends wait for the storage writer (the chunk store is down or "
+        "slower than the writers): each append then waits until the backlog falls under this, at most "
+        "--tier-throttle-max-delay-s",
+    )
+    tier_throttle_max_delay_s: float = setting(
+        1.0,
+        check=positive,
+        help="the longest one append waits for the storage writer when its container is over "
+        "--tier-throttle-bytes (delayed, never refused)",
+    )
     tier_gc_grace_s: float = setting(
         60.0,
         check=positive,

@@ -11,6 +11,7 @@ import logging
 
 from app.chunks.contract import ChunkStore, ChunkStoreError
 from app.domain.errors import StoreUnavailable
+from app.metrics.registry import counter
 from app.store.tiering import PgTiering
 
 log = logging.getLogger(__name__)
@@ -54,4 +55,5 @@ class ChunkCollector:
             await self._chunks.delete(name)
         await self._tiering.forget_garbage(claimed)
         self.deleted += len(claimed)
+        counter("pgcontroller_tier_objects_deleted").inc(len(claimed))
         return len(claimed)

@@ -10,7 +10,7 @@ appends and merges, in the order they took the lock.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from app.store.batching import Coalescer
 from app.store.db import Connection, Database, Row
 from app.store.group_commit import GroupCommit
 from app.store.segment_tables import PgTableSegments
+from app.store.tier_throttle import TierThrottle
 from app.store.tiered_reads import tiered_pieces
 
 _SQL = queries.load("segment_data")
@@ -138,6 +139,8 @@ class PgSegmentStorage(PgTableSegments):
         bytes (app/store/storage_writer.py)."""
         super().__init__(db, clock)
         self._chunks = chunks
+        # The long-term tier's back-pressure, set by the composition when the tier is on.
+        self.throttle: TierThrottle | None = None
         self._after_append = after_append
         self._before_group_commit = before_group_commit
         self._merges: Coalescer[tuple[str, tuple[str, ...]], list[int]] = Coalescer(
@@ -178,6 +181,9 @@ class PgSegmentStorage(PgTableSegments):
 
     async def writer_event_number(self, name: str, writer_id: int) -> int:
         return await self.get_attribute(name, writer_id)
+
+    def admission(self, segment: str) -> Awaitable[None] | None:
+        return None if self.throttle is None else self.throttle.admission(segment)
 
     async def append(self, request: AppendRequest) -> AppendResult:
         """Committed with the other appends asked for while the previous group was being

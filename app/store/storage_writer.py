@@ -6,23 +6,31 @@ Crash safety, step by step: the object's name is listed as garbage (committed) b
 written; the object is written and durable; then one transaction, under the segment's lock,
 deletes the rows it holds and records it, and takes its name off the garbage list. A crash
 anywhere leaves either the rows in PostgreSQL (and a garbage object the collector deletes) or the
-chunk recorded and the rows gone, never both and never neither."""
+chunk recorded and the rows gone, never both and never neither.
+
+Each pass starts from every segment's bytes in PostgreSQL: they give the candidates, each
+container's backlog (the throttle's input and the metrics), and nothing else is kept between
+passes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from app.chunks.contract import ChunkStore, ChunkStoreError
 from app.domain.errors import StoreUnavailable
-from app.store.tiering import PgTiering
+from app.metrics.registry import counter, gauge
+from app.store.tier_throttle import TierThrottle
+from app.store.tiering import PgTiering, SegmentBacklog
 
 log = logging.getLogger(__name__)
 
-CANDIDATES_PER_PASS = 64
 CHUNK_PREFIX = "chunks/"
+# The tiered bytes per container read the whole index; every pass would be wasteful.
+TIERED_BYTES_EVERY_S = 10.0
 
 
 def chunk_name() -> str:
@@ -39,7 +47,8 @@ class StorageWriter:
         *,
         chunk_bytes: int,
         interval_s: float,
-        owns: Callable[[str], bool] = lambda _segment: True,
+        container_of: Callable[[str], int] = lambda _segment: 0,
+        throttle: TierThrottle | None = None,
         before_record: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """`before_record` runs between an object's write and its recording (a crash test's
@@ -48,14 +57,19 @@ class StorageWriter:
         self._chunks = chunks
         self._chunk_bytes = chunk_bytes
         self._interval_s = interval_s
-        # Which segments are this store's to move (set once its container ownership exists).
-        self.owns = owns
+        self._container_of = container_of
+        self._throttle = throttle
         self._before_record = before_record
+        # Which segments are this store's to move (set once its container ownership exists).
+        self.owns: Callable[[str], bool] = lambda _segment: True
         self.chunks_written = 0
         self.bytes_moved = 0
         self.moves_abandoned = 0
         # The last failure of a pass, until a pass succeeds (health reads it).
         self.failure: str | None = None
+        self._caught_up_at: dict[int, float] = {}
+        self._containers_seen: set[int] = set()
+        self._tiered_counted_at = float("-inf")
 
     async def run(self) -> None:
         """Passes until cancelled; an outage of either store is logged and retried, so the loop
@@ -77,12 +91,16 @@ class StorageWriter:
 
     async def flush(self) -> int:
         """One pass over the segments with bytes due; the chunks it moved."""
+        backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
+        await self._publish(backlog)
+        due = sorted((b for b in backlog if b.due(self._chunk_bytes)), key=lambda b: -b.bytes)
         moved = 0
-        for candidate in await self._tiering.candidates(self._chunk_bytes, CANDIDATES_PER_PASS):
-            if not self.owns(candidate.segment):
-                continue
-            while await self._move_one(candidate.segment, candidate.sealed):
+        for segment in due:
+            while await self._move_one(segment.segment, segment.sealed):
                 moved += 1
+        if moved:
+            # Throttled appends learn at once that their container is under its bound again.
+            await self._publish([b for b in await self._tiering.backlog() if self.owns(b.segment)])
         return moved
 
     async def _move_one(self, segment: str, sealed: bool) -> bool:
@@ -101,4 +119,39 @@ class StorageWriter:
             return False
         self.chunks_written += 1
         self.bytes_moved += rows.length
+        counter("pgcontroller_tier_chunks_written").inc()
+        counter("pgcontroller_tier_bytes_moved").inc(rows.length)
         return True
+
+    async def _publish(self, backlog: Sequence[SegmentBacklog]) -> None:
+        """Each container's backlog to the throttle and the gauges."""
+        in_pg: dict[int, int] = {}
+        due: dict[int, int] = {}
+        for segment in backlog:
+            container = self._container_of(segment.segment)
+            in_pg[container] = in_pg.get(container, 0) + segment.bytes
+            if segment.due(self._chunk_bytes):
+                due[container] = due.get(container, 0) + segment.bytes
+        if self._throttle is not None:
+            self._throttle.update(due)
+        now = time.monotonic()
+        for container in self._containers_seen | in_pg.keys():
+            label = str(container)
+            gauge("pgcontroller_tier_postgres_bytes").labels(label).set(in_pg.get(container, 0))
+            gauge("pgcontroller_tier_due_bytes").labels(label).set(due.get(container, 0))
+            if not due.get(container):
+                self._caught_up_at[container] = now
+            since = self._caught_up_at.setdefault(container, now)
+            gauge("pgcontroller_tier_lag_seconds").labels(label).set(now - since)
+        self._containers_seen |= in_pg.keys()
+        if now - self._tiered_counted_at >= TIERED_BYTES_EVERY_S:
+            self._tiered_counted_at = now
+            tiered: dict[int, int] = {}
+            for name, size in await self._tiering.tiered_bytes():
+                if self.owns(name):
+                    container = self._container_of(name)
+                    tiered[container] = tiered.get(container, 0) + size
+            for container in tiered.keys() | self._containers_seen:
+                gauge("pgcontroller_tier_tiered_bytes").labels(str(container)).set(tiered.get(container, 0))
+            self._containers_seen |= tiered.keys()
+            gauge("pgcontroller_tier_garbage_objects").set(await self._tiering.garbage_count())

@@ -18,10 +18,18 @@ _SQL = queries.load("tiering")
 
 
 @dataclass(frozen=True)
-class Candidate:
+class SegmentBacklog:
+    """A segment's bytes still in PostgreSQL."""
+
     segment: str
     bytes: int
     sealed: bool
+    kind: str
+
+    def due(self, chunk_bytes: int) -> bool:
+        """Whether the storage writer should move some of them now: a chunk's worth, or whatever
+        a sealed stream segment has left (a sealed transaction's go with its merge)."""
+        return self.bytes >= chunk_bytes or (self.sealed and self.kind == "stream")
 
 
 @dataclass(frozen=True)
@@ -37,22 +45,17 @@ class ChunkRows:
         return sum(map(len, self.pieces))
 
 
-@dataclass(frozen=True)
-class TierTotals:
-    pg_bytes: int
-    tiered_bytes: int
-    tiered_chunks: int
-    garbage: int
-
-
 class PgTiering:
     def __init__(self, db: Database, clock: Clock) -> None:
         self._db = db
         self._clock = clock
 
-    async def candidates(self, chunk_bytes: int, limit: int) -> list[Candidate]:
-        rows = await self._db.fetch(_SQL["candidates"], chunk_bytes, limit)
-        return [Candidate(str(r["segment"]), int(r["bytes"]), bool(r["sealed"])) for r in rows]
+    async def backlog(self) -> list[SegmentBacklog]:
+        rows = await self._db.fetch(_SQL["backlog"])
+        return [
+            SegmentBacklog(str(r["segment"]), int(r["bytes"]), bool(r["sealed"]), str(r["kind"]))
+            for r in rows
+        ]
 
     async def chunk_rows(self, segment: str, chunk_bytes: int) -> ChunkRows | None:
         """The oldest rows of `segment` in PostgreSQL up to about `chunk_bytes`, cut at the first
@@ -113,12 +116,11 @@ class PgTiering:
     async def forget_garbage(self, objects: Sequence[str]) -> None:
         await self._db.execute(_SQL["forget_garbage"], list(objects))
 
-    async def totals(self) -> TierTotals:
-        row = await self._db.fetchrow(_SQL["tier_totals"])
-        assert row is not None
-        return TierTotals(
-            int(row["pg_bytes"]), int(row["tiered_bytes"]), int(row["tiered_chunks"]), int(row["garbage"])
-        )
+    async def tiered_bytes(self) -> list[tuple[str, int]]:
+        return [(str(r["segment"]), int(r["bytes"])) for r in await self._db.fetch(_SQL["tiered_bytes"])]
+
+    async def garbage_count(self) -> int:
+        return int(await self._db.fetchval(_SQL["garbage_count"]))
 
     async def anything_tiered(self) -> bool:
         return bool(await self._db.fetchval(_SQL["any_tiered"]))

@@ -133,6 +133,9 @@ async def _start_measured_server(
     stored = PgSegmentStorage(
         pool, clock, after_append, before_group_commit, chunks=tier.chunks if tier is not None else None
     )
+    if tier is not None and (peers is None or peers.judges):
+        # Only the store whose writer runs knows the backlog (a group's others append unthrottled).
+        stored.throttle = tier.throttle
     storage = measured_storage(stored, settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)

@@ -12,11 +12,13 @@ from app.chunks.contract import ChunkStore, ChunkStoreMisconfigured
 from app.chunks.filesystem import FileChunkStore
 from app.chunks.probe import check_chunk_store
 from app.chunks.s3 import S3ChunkStore, S3Location
+from app.domain.containers import container_for_segment
 from app.ports import Clock
 from app.settings import Settings
 from app.store.chunk_collector import ChunkCollector
 from app.store.db import Database
 from app.store.storage_writer import StorageWriter
+from app.store.tier_throttle import TierThrottle
 from app.store.tiering import PgTiering
 from workers.failpoints import failpoint_hook
 
@@ -30,6 +32,7 @@ class Tier:
     chunks: ChunkStore
     writer: StorageWriter
     collector: ChunkCollector
+    throttle: TierThrottle
 
 
 def tier_directory(settings: Settings) -> Path:
@@ -77,11 +80,18 @@ async def open_tier(settings: Settings, pool: Database, clock: Clock) -> Tier | 
         await check_chunk_store(chunks, setting)
     except ChunkStoreMisconfigured as exc:
         raise TierRefused(f"long-term storage tier ({settings.tier}): {exc}") from exc
+
+    def container_of(segment: str) -> int:
+        return container_for_segment(segment, settings.container_count)
+
+    throttle = TierThrottle(settings.tier_throttle_bytes, settings.tier_throttle_max_delay_s, container_of)
     writer = StorageWriter(
         tiering,
         chunks,
         chunk_bytes=settings.tier_chunk_bytes,
         interval_s=settings.tier_flush_interval_s,
+        container_of=container_of,
+        throttle=throttle,
         before_record=failpoint_hook("segmentstore.tier.before_record"),
     )
     collector = ChunkCollector(
@@ -90,4 +100,4 @@ async def open_tier(settings: Settings, pool: Database, clock: Clock) -> Tier | 
         grace_ms=int(settings.tier_gc_grace_s * 1000),
         interval_s=settings.tier_flush_interval_s,
     )
-    return Tier(chunks, writer, collector)
+    return Tier(chunks, writer, collector, throttle)

@@ -1,18 +1,16 @@
 -- The long-term storage tier's index (app/store/tiering.py): which segments have bytes to move,
 -- the move itself, and the garbage queue of objects nothing references.
 
--- name: candidates
--- Segments whose bytes in PostgreSQL make a chunk ($1 bytes), or that are sealed stream segments
--- with any left (a sealed segment's last chunk is rolled short); the most bytes first.
--- octet_length reads a compressed value's size from its header: nothing is decompressed.
-SELECT c.segment, sum(octet_length(c.data))::bigint AS bytes, bool_or(s.sealed) AS sealed
+-- name: backlog
+-- Every segment with bytes in PostgreSQL: how many, and whether it is sealed (the storage writer
+-- picks its candidates and each container's backlog from these). octet_length reads a compressed
+-- value's size from its header: nothing is decompressed.
+SELECT c.segment, sum(octet_length(c.data))::bigint AS bytes, bool_or(s.sealed) AS sealed,
+       min(s.kind) AS kind
 FROM segment_chunks c
 JOIN embedded_segments s ON s.name = c.segment
 WHERE s.kind <> 'table'
-GROUP BY c.segment
-HAVING sum(octet_length(c.data)) >= $1 OR bool_or(s.sealed AND s.kind = 'stream')
-ORDER BY bytes DESC
-LIMIT $2;
+GROUP BY c.segment;
 
 -- name: chunk_rows
 -- The segment's oldest rows in PostgreSQL, in offset order, until they hold $2 bytes (the row
@@ -69,12 +67,11 @@ RETURNING g.object;
 -- name: forget_garbage
 DELETE FROM tier_garbage WHERE object = ANY($1::text[]) AND claimed;
 
--- name: tier_totals
--- Bytes and rows of stream data in PostgreSQL and in the long-term tier, and the garbage queue.
-SELECT (SELECT COALESCE(sum(octet_length(data)), 0) FROM segment_chunks)::bigint AS pg_bytes,
-       (SELECT COALESCE(sum(length), 0) FROM segment_tiered_chunks)::bigint AS tiered_bytes,
-       (SELECT count(*) FROM segment_tiered_chunks)::bigint AS tiered_chunks,
-       (SELECT count(*) FROM tier_garbage)::bigint AS garbage;
-
 -- name: any_tiered
 SELECT EXISTS (SELECT 1 FROM segment_tiered_chunks) OR EXISTS (SELECT 1 FROM tier_garbage);
+
+-- name: tiered_bytes
+SELECT segment, sum(length)::bigint AS bytes FROM segment_tiered_chunks GROUP BY segment;
+
+-- name: garbage_count
+SELECT count(*) FROM tier_garbage;

@@ -195,6 +195,16 @@ async def test_a_tier_that_cannot_work_stops_serve_at_start_up_naming_the_settin
         assert "Traceback" not in log, log
 
 
+async def scrape(served: ServedProcess) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"{served.rest_base}/prometheus") as answer:
+        return await answer.text()
+
+
+def metric(body: str, prefix: str) -> float:
+    """The sum of the series whose line starts with `prefix` (a name, or a name and a label)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(prefix))
+
+
 async def tier_details(served: ServedProcess) -> dict[str, str]:
     async with aiohttp.ClientSession() as http, http.get(f"{served.rest_base}/v1/health") as answer:
         body = await answer.json()
@@ -206,6 +216,8 @@ async def test_an_s3_outage_under_writes_degrades_health_loses_nothing_and_the_t
     db_url: str, tmp_path: Path, request: pytest.FixtureRequest, s3proxy: S3Proxy
 ) -> None:
     args, env = tier_args("s3", tmp_path, request)
+    # A small bound, so the writes made during the outage are throttled.
+    args += ["--tier-throttle-bytes", str(2 * CHUNK_BYTES), "--tier-throttle-max-delay-s", "0.2"]
     stream = f"s{uuid.uuid4().hex[:8]}"
     served = await start_with_segment_store(tmp_path, "--db-url", db_url, *args, env=env)
     try:
@@ -237,6 +249,9 @@ async def test_an_s3_outage_under_writes_degrades_health_loses_nothing_and_the_t
             assert (await tier_details(served))["tier-error"]
             in_pg, _tiered = await stream_bytes(db_url, stream)
             assert in_pg >= CHUNK_BYTES  # held back, not lost
+            metrics = await scrape(served)
+            assert metric(metrics, "pgcontroller_tier_appends_delayed_total") > 0, metrics
+            assert metric(metrics, 'pgcontroller_tier_due_bytes{container="') > 2 * CHUNK_BYTES, metrics
         finally:
             s3proxy.start()
 
@@ -245,6 +260,8 @@ async def test_an_s3_outage_under_writes_degrades_health_loses_nothing_and_the_t
             return (await tier_details(served)).get("tier-status") == "ok" and in_pg < CHUNK_BYTES
 
         await wait_for(recovered, "the tier to catch up after the outage")
+        metrics = await scrape(served)
+        assert metric(metrics, "pgcontroller_tier_chunks_written_total") >= 1, metrics
         for prefix in ("a", "b"):
             out = tmp_path / f"read-{prefix}.json"
             reader = await ClientProcess.start(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.chunks.contract import ChunkStoreError
 from app.chunks.filesystem import FileChunkStore
 from app.domain.errors import StoreUnavailable
 from app.segmentstore.storage import AppendRequest, NoSuchSegment, SegmentTruncated
@@ -20,6 +21,7 @@ from app.store.chunk_collector import ChunkCollector
 from app.store.db import Database
 from app.store.segment_data import PgSegmentStorage
 from app.store.storage_writer import StorageWriter, chunk_name
+from app.store.tier_throttle import TierThrottle
 from app.store.tiering import PgTiering
 from app.testing.clock import ManualClock
 
@@ -385,3 +387,36 @@ async def test_the_analysts_view_says_where_each_segments_bytes_are(
     assert row["postgres_bytes"] + row["tiered_bytes"] == len(written)
     assert 0 < row["postgres_bytes"] < CHUNK
     assert await db.fetchval("SELECT count(*) FROM reporting.segment_storage") == 1  # no table segment
+
+
+async def test_the_writer_throttles_a_container_whose_chunks_cannot_move_and_releases_it_after(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, tmp_path: Path
+) -> None:
+    root = tmp_path / "flaky"
+    chunks = FileChunkStore(root)
+    chunks.prepare()
+    throttle = TierThrottle(CHUNK, 5.0, lambda _segment: 2)
+    writer = StorageWriter(
+        tiering,
+        chunks,
+        chunk_bytes=CHUNK,
+        interval_s=0.01,
+        container_of=lambda _segment: 2,
+        throttle=throttle,
+    )
+    storage.throttle = throttle
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await fill(storage, SEG, 20)
+    os.rename(root, tmp_path / "away")
+    root.write_text("a file where the directory was")
+    with pytest.raises(ChunkStoreError):
+        await writer.flush()
+    assert throttle.over == frozenset({2})
+    waiting = storage.admission(SEG)
+    assert waiting is not None
+    root.unlink()
+    os.rename(tmp_path / "away", root)
+    await writer.flush()
+    await asyncio.wait_for(waiting, 1.0)
+    assert throttle.over == frozenset()
+    assert storage.admission(SEG) is None

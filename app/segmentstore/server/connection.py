@@ -436,6 +436,8 @@ class Connection:
                 # sets up with a fresh token, re-sending what was not acknowledged.
                 log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
                 return False
+        if segment is not None and (admission := self._storage.admission(segment)) is not None:
+            await admission
         request = self._appends.request_of(cmd)
         await self._acks.start(self._acked(request, cmd, route), len(request.data))
         return True
