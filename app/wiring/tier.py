@@ -11,7 +11,6 @@ from pathlib import Path
 from app.chunks.contract import ChunkStore, ChunkStoreMisconfigured
 from app.chunks.filesystem import FileChunkStore
 from app.chunks.probe import check_chunk_store
-from app.chunks.s3 import S3ChunkStore, S3Location
 from app.domain.containers import container_for_segment
 from app.ports import Clock
 from app.settings import Settings
@@ -50,6 +49,8 @@ def _chunk_store(settings: Settings) -> tuple[ChunkStore, str]:
         return store, "--tier-directory"
     if not settings.tier_s3_bucket:
         raise TierRefused("--tier s3 needs --tier-s3-bucket")
+    # Imported only for --tier s3: obstore's native library (tens of MB) stays out of the others.
+    from app.chunks.s3 import S3ChunkStore, S3Location
     location = S3Location(
         bucket=settings.tier_s3_bucket,
         prefix=settings.tier_s3_prefix,

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 SCOPE = "tiered"
 EVENTS, KEYS, SIZE = 4000, 8, 300
 CHUNK_BYTES = 64 * 1024
+LONG_MAX = 2**63 - 1
 CLIENT_TIMEOUT_S = 120.0
 SETTLE_TIMEOUT_S = 60.0
 
@@ -359,3 +360,73 @@ async def test_serve_killed_between_writing_a_chunk_and_recording_it_loses_nothi
         for served in (first, restarted):
             if served is not None and served.process.returncode is None:
                 await served.stop()
+
+
+@pytest.mark.parametrize("policy", ["size", "time"])
+async def test_retention_deletes_the_objects_of_what_it_truncates(
+    policy: str, db_url: str, tmp_path: Path, request: pytest.FixtureRequest, s3proxy: S3Proxy
+) -> None:
+    args, env = tier_args("s3", tmp_path, request)
+    bucket = args[args.index("--tier-s3-bucket") + 1]
+    stream = f"r{uuid.uuid4().hex[:8]}"
+    # A cut recorded every 300 ms while the writer runs for about 4 s.
+    served = await start_with_segment_store(
+        tmp_path, "--db-url", db_url, *args, "--retention-frequency-ms", "300", env=env
+    )
+    try:
+        retention = (
+            pb.RetentionPolicy(
+                retentionType=pb.RetentionPolicy.SIZE, retentionParam=4 * CHUNK_BYTES, retentionMax=LONG_MAX
+            )
+            if policy == "size"
+            else pb.RetentionPolicy(
+                retentionType=pb.RetentionPolicy.TIME, retentionParam=1500, retentionMax=LONG_MAX
+            )
+        )
+        controller = Controller(served)
+        try:
+            await controller.stub.createScope(pb.ScopeInfo(scope=SCOPE))
+            info = pb.StreamInfo(scope=SCOPE, stream=stream)
+            created = await controller.stub.createStream(
+                pb.StreamConfig(
+                    streamInfo=info,
+                    scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+                    retentionPolicy=retention,
+                )
+            )
+            assert created.status == pb.CreateStreamStatus.SUCCESS, created
+        finally:
+            controller.close()
+        writer = await ClientProcess.start(
+            "write", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream,
+            count=EVENTS, keys=KEYS, size=SIZE, progress_every=500, rate=1000,
+        )  # fmt: skip
+        await writer.result(CLIENT_TIMEOUT_S)
+        written = EVENTS * (SIZE + 8)
+
+        async def truncated_and_collected() -> bool:
+            conn = await asyncpg.connect(db_url)
+            try:
+                row = await conn.fetchrow(
+                    "SELECT start_offset, tiered_chunks FROM reporting.segment_storage "
+                    "WHERE scope = $1 AND stream = $2",
+                    SCOPE,
+                    stream,
+                )
+                garbage = await conn.fetchval("SELECT count(*) FROM tier_garbage")
+            finally:
+                await conn.close()
+            assert row is not None
+            # Every object in the bucket is one the index names: the truncated ones are gone.
+            return (
+                row["start_offset"] > 2 * CHUNK_BYTES
+                and garbage == 0
+                and s3proxy.count(bucket) == row["tiered_chunks"]
+            )
+
+        await wait_for(truncated_and_collected, f"retention by {policy} to truncate and its objects to go")
+        assert s3proxy.count(bucket) < written // CHUNK_BYTES
+        metrics = await scrape(served)
+        assert metric(metrics, "pgcontroller_tier_objects_deleted_total") >= 2, metrics
+    finally:
+        assert await served.stop() == 0, served.log()
