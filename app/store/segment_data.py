@@ -38,6 +38,7 @@ from app.segmentstore.storage import (
 )
 from app.store import queries
 from app.store.batching import Coalescer
+from app.store.chunk_blocks import ChunkBlocks
 from app.store.db import Connection, Database, Row
 from app.store.group_commit import GroupCommit
 from app.store.segment_tables import PgTableSegments
@@ -138,7 +139,7 @@ class PgSegmentStorage(PgTableSegments):
         tests' failpoints); `chunks` is the long-term tier, where the storage writer moved older
         bytes (app/store/storage_writer.py)."""
         super().__init__(db, clock)
-        self._chunks = chunks
+        self._blocks = ChunkBlocks(chunks) if chunks is not None else None
         # The long-term tier's back-pressure, set by the composition when the tier is on.
         self.throttle: TierThrottle | None = None
         self._after_append = after_append
@@ -240,7 +241,7 @@ class PgSegmentStorage(PgTableSegments):
                 pieces = tuple(bytes(r["data"]) for r in rows if r["data"])
                 return ReadResult(offset, pieces, length, start, sealed)
             try:
-                pieces = await tiered_pieces(self._chunks, name, rows, offset, max(0, max_length))
+                pieces = await tiered_pieces(self._blocks, name, rows, offset, max(0, max_length))
             except ChunkMissing as exc:
                 if attempt:
                     # Still named by the index: not a release racing the read but a lost object.

@@ -1,6 +1,6 @@
 """The part of a read that lies in the long-term tier: each tiered chunk the `read` statement
-named is read from the chunk store by the range the reply needs, all at once, and placed in
-offset order among the slices PostgreSQL returned.
+named is read by the range the reply needs (in large blocks, read ahead: app/store/chunk_blocks.py),
+all at once, and placed in offset order among the slices PostgreSQL returned.
 
 An outage of the chunk store is StoreUnavailable (retryable: the connection closes and the client
 reads again), never a short or empty read, which a reader would take for the tail."""
@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from app.chunks.contract import ChunkMissing, ChunkStore, ChunkStoreError
+from app.chunks.contract import ChunkMissing, ChunkStoreError
 from app.domain.errors import StoreUnavailable
+from app.store.chunk_blocks import ChunkBlocks
 from app.store.db import Row
 
 UNAVAILABLE = "the long-term storage tier is unavailable; retry"
@@ -19,9 +20,9 @@ NOT_CONFIGURED = "bytes of this segment are in a long-term storage tier this sto
 
 
 async def tiered_pieces(
-    chunks: ChunkStore | None, name: str, rows: Sequence[Row], offset: int, max_length: int
+    blocks: ChunkBlocks | None, name: str, rows: Sequence[Row], offset: int, max_length: int
 ) -> tuple[bytes, ...]:
-    if chunks is None:
+    if blocks is None:
         raise StoreUnavailable(NOT_CONFIGURED)
     end = offset + max_length
     fetches: list[asyncio.Future[bytes] | bytes] = []
@@ -31,7 +32,9 @@ async def tiered_pieces(
             chunk_start, chunk_length = int(row["chunk_start"]), int(row["object_length"])
             begin = max(offset, chunk_start) - chunk_start
             stop = min(end, chunk_start + chunk_length) - chunk_start
-            fetches.append(asyncio.ensure_future(chunks.get(str(row["object"]), begin, stop - begin)))
+            fetches.append(
+                asyncio.ensure_future(blocks.read(str(row["object"]), chunk_length, begin, stop - begin))
+            )
             wanted.append(stop - begin)
         elif row["data"]:
             fetches.append(bytes(row["data"]))

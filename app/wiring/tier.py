@@ -51,6 +51,7 @@ def _chunk_store(settings: Settings) -> tuple[ChunkStore, str]:
         raise TierRefused("--tier s3 needs --tier-s3-bucket")
     # Imported only for --tier s3: obstore's native library (tens of MB) stays out of the others.
     from app.chunks.s3 import S3ChunkStore, S3Location
+
     location = S3Location(
         bucket=settings.tier_s3_bucket,
         prefix=settings.tier_s3_prefix,
