@@ -22,7 +22,7 @@ from app.store.db import Database
 from app.store.segment_data import PgSegmentStorage
 from app.store.storage_writer import StorageWriter, chunk_name
 from app.store.tier_throttle import TierThrottle
-from app.store.tiering import PgTiering
+from app.store.tiering import ChunkRows, PgTiering
 from app.testing.clock import ManualClock
 
 SEG = "scope/stream/0.#epoch.0"
@@ -207,6 +207,21 @@ async def test_a_merge_moves_a_transactions_tiered_chunks_by_their_index_alone(
     await assert_reads(storage, SEG, base + txn)
 
 
+async def written_not_recorded(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore
+) -> tuple[bytes, ChunkRows, str]:
+    """A segment of 10 appends, and its first chunk's object written as a writer writes it (its
+    name listed as garbage first), not yet recorded: (bytes written, the rows, the object's name)."""
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    rows = await tiering.chunk_rows(SEG, CHUNK)
+    assert rows is not None
+    name = chunk_name()
+    await tiering.intend(name)
+    await chunks.put(name, rows.pieces)
+    return written, rows, name
+
+
 async def test_a_crash_between_writing_an_object_and_recording_it_leaves_garbage_for_the_collector(
     storage: PgSegmentStorage,
     tiering: PgTiering,
@@ -216,13 +231,7 @@ async def test_a_crash_between_writing_an_object_and_recording_it_leaves_garbage
     db: Database,
     clock: ManualClock,
 ) -> None:
-    await storage.create_segment(SEG, "stream", 1, 10, 0)
-    written = await fill(storage, SEG, 10)
-    rows = await tiering.chunk_rows(SEG, CHUNK)
-    assert rows is not None
-    name = chunk_name()
-    await tiering.intend(name)
-    await chunks.put(name, rows.pieces)
+    written, _rows, _name = await written_not_recorded(storage, tiering, chunks)
     # ... and the writer dies here: the bytes are still PostgreSQL's, the object nobody's.
     assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 0
     await assert_reads(storage, SEG, written)
@@ -238,13 +247,7 @@ async def test_a_crash_between_writing_an_object_and_recording_it_leaves_garbage
 async def test_a_move_is_abandoned_when_a_truncation_changed_its_rows(
     storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, db: Database
 ) -> None:
-    await storage.create_segment(SEG, "stream", 1, 10, 0)
-    written = await fill(storage, SEG, 10)
-    rows = await tiering.chunk_rows(SEG, CHUNK)
-    assert rows is not None
-    name = chunk_name()
-    await tiering.intend(name)
-    await chunks.put(name, rows.pieces)
+    written, rows, name = await written_not_recorded(storage, tiering, chunks)
     await storage.truncate(SEG, len(rows.pieces[0]))  # the first row goes
     assert not await tiering.record(SEG, rows, name)
     assert await db.fetchval("SELECT count(*) FROM segment_tiered_chunks") == 0
@@ -260,13 +263,7 @@ async def test_an_object_the_collector_claimed_can_no_longer_be_recorded(
     db: Database,
     clock: ManualClock,
 ) -> None:
-    await storage.create_segment(SEG, "stream", 1, 10, 0)
-    written = await fill(storage, SEG, 10)
-    rows = await tiering.chunk_rows(SEG, CHUNK)
-    assert rows is not None
-    name = chunk_name()
-    await tiering.intend(name)
-    await chunks.put(name, rows.pieces)
+    written, rows, name = await written_not_recorded(storage, tiering, chunks)
     # A writer so slow that its object outlived the grace: the collector takes it first.
     clock.advance(GRACE_MS + 1)
     assert await collector.collect() == 1
