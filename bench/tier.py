@@ -11,6 +11,11 @@ catch-up   for each of postgres (--tier none), filesystem and s3 (S3Proxy 2.6.0 
            (its read index and read-ahead cold), then --rounds new reader groups each reading the
            whole stream from its head with Pravega's Python client, checking every key's order:
            MB/s, best and median, and the ratio to postgres (the issue's bar: 0.8).
+outage     `serve --tier s3 --tier-throttle-bytes 64 MiB`: one writer at 5,000 events/s (1 KiB) for
+           --outage-total-s seconds; S3Proxy killed 15 s in and started again --outage-s (60)
+           seconds later. Sampled every second: the events acknowledged, serve's RSS, the bytes in
+           PostgreSQL, the segment-store health's tier status and the appends delayed; then every
+           event read back, in order per key.
 unbounded  `serve --tier s3`: one writer of --unbounded-gb GB in 1 KiB events on a 4-segment
            stream; once the storage writer has caught up, PostgreSQL's database size
            (pg_database_size, before and after a plain VACUUM of segment_chunks) against the bytes
@@ -34,6 +39,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.testing.served import ServedProcess, start_served
 from bench._common import throwaway_cluster
 from bench.beside_pravega import run_role
+from bench.dataplane import rss_mb, tree_pids
 from tests.support.dataplane import Controller, restart_on_same_ports
 from tests.support.s3proxy import CREDENTIAL, IDENTITY, S3Proxy, running_s3proxy
 
@@ -174,6 +181,75 @@ async def catch_up(args: argparse.Namespace, proxy: S3Proxy, root: Path) -> None
         )
 
 
+async def sample(state: dict[str, Any], stream: str) -> dict[str, Any]:
+    target: ServedProcess = state["served"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{target.rest_base}/v1/health") as answer:
+            details = (await answer.json())["children"]["segment-store"]["details"]
+        async with http.get(f"{target.rest_base}/prometheus") as answer:
+            metrics = await answer.text()
+    delayed = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("pgcontroller_tier_appends_delayed_total")
+    )
+    pg, _tiered = await in_postgres(state["url"], stream)
+    rss = sum(rss_mb(pid) for pid in tree_pids(target.process.pid))
+    return {"tier": details.get("tier-status"), "delayed": delayed, "pg_mb": pg / 1e6, "rss_mb": rss}
+
+
+async def outage(args: argparse.Namespace, proxy: S3Proxy, root: Path) -> None:
+    rate, chunk_bytes = 5000, args.chunk_mib * 1024 * 1024
+    count = int(rate * args.outage_total_s)
+    work = root / "outage"
+    work.mkdir()
+    async with served("s3", work, proxy, chunk_bytes) as state:
+        state["args"] += ["--tier-throttle-bytes", str(64 * 1024 * 1024)]
+        await restart(state)
+        await create_stream(state["served"], "o", 1)
+        writing = run_role(
+            "tests.support.pravega_worker", "write", uri=state["served"].grpc_uri, scope=SCOPE, stream="o",
+            count=count, keys=KEYS, size=KIB, progress_every=1000, rate=rate,
+        )  # fmt: skip
+        writer = asyncio.ensure_future(writing)
+        started = time.monotonic()
+        stopped_at = restarted_at = None
+        print(f"\noutage: {count:,} events at {rate}/s; S3Proxy down from 15 s for {args.outage_s:.0f} s")
+        print("| s | S3 | tier | MB in PostgreSQL | appends delayed | serve RSS MB |")
+        print("|---|---|---|---|---|---|")
+        peak_rss = peak_pg = 0.0
+        while not writer.done():
+            elapsed = time.monotonic() - started
+            if stopped_at is None and elapsed >= 15:
+                proxy.stop()
+                stopped_at = elapsed
+            if stopped_at is not None and restarted_at is None and elapsed >= 15 + args.outage_s:
+                proxy.start()
+                restarted_at = elapsed
+            now = await sample(state, "o")
+            peak_rss, peak_pg = max(peak_rss, now["rss_mb"]), max(peak_pg, now["pg_mb"])
+            s3 = "down" if stopped_at is not None and restarted_at is None else "up"
+            if int(elapsed) % 5 == 0:
+                print(
+                    f"| {elapsed:.0f} | {s3} | {now['tier']} | {now['pg_mb']:.0f} | {now['delayed']:.0f} "
+                    f"| {now['rss_mb']:.0f} |",
+                    flush=True,
+                )
+            await asyncio.sleep(1.0)
+        if restarted_at is None:
+            proxy.start()
+        result = await writer
+        lag = await caught_up(state["url"], "o", 1, chunk_bytes)
+        print(
+            f"written in {result['seconds']:.0f} s (unthrottled: {count / rate:.0f} s); peak serve RSS "
+            f"{peak_rss:.0f} MB; peak in PostgreSQL {peak_pg:.0f} MB; "
+            f"caught up {lag:.0f} s after the last ack",
+            flush=True,
+        )
+        read = await verify_read(state["served"], "o", "all", count)
+        print(f"every event read back in order per key: {read['read']:,}")
+
+
 async def unbounded(args: argparse.Namespace, proxy: S3Proxy, root: Path) -> None:
     count = int(args.unbounded_gb * 1024 * 1024)
     chunk_bytes = args.chunk_mib * 1024 * 1024
@@ -224,7 +300,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default="catch-up,unbounded")
+    parser.add_argument("--only", default="catch-up,outage,unbounded")
+    parser.add_argument("--outage-s", type=float, default=60.0)
+    parser.add_argument("--outage-total-s", type=float, default=100.0)
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunk-mib", type=int, default=16)
@@ -237,6 +315,8 @@ async def main() -> None:
         with running_s3proxy(root / "s3proxy") as proxy:
             if "catch-up" in parts:
                 await catch_up(args, proxy, root)
+            if "outage" in parts:
+                await outage(args, proxy, root)
             if "unbounded" in parts:
                 await unbounded(args, proxy, root)
 
