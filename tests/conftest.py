@@ -35,6 +35,9 @@ LONGEST_FIRST = (
     "e2e/test_chaos.py",
     "e2e/test_chaos_pauses.py",
     "api/test_rest_contract.py",
+    # Two and a half minutes of real servers (S3Proxy's JVM among them): early, with the other long
+    # ones, rather than beside the timing-sensitive hostile tests near the end.
+    "e2e/test_tiered_streams.py",
 )
 _SESSION_START = pytest.StashKey[float]()
 

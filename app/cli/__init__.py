@@ -56,6 +56,21 @@ SEGMENT_STORE_SETTINGS = (
     "tls_cert_file",
     "tls_key_file",
     "tls_protocol_version",
+    # Every store of a cluster needs the long-term tier: bytes any of them moved there are read
+    # by whichever store owns the segment's container next.
+    "tier",
+    "tier_directory",
+    "tier_s3_bucket",
+    "tier_s3_prefix",
+    "tier_s3_endpoint",
+    "tier_s3_region",
+    "tier_s3_access_key_id",
+    "tier_s3_secret_access_key",
+    "tier_chunk_bytes",
+    "tier_flush_interval_s",
+    "tier_gc_grace_s",
+    "tier_throttle_bytes",
+    "tier_throttle_max_delay_s",
 )
 log = logging.getLogger("pgcontroller")
 

@@ -20,6 +20,13 @@ import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.chunks.filesystem import FileChunkStore
+from app.clock import SystemClock
+from app.segmentstore.storage import AppendRequest
+from app.store.pool import create_pool
+from app.store.segment_data import PgSegmentStorage
+from app.store.storage_writer import StorageWriter
+from app.store.tiering import PgTiering
 from app.testing.served import ServedProcess
 from tests.support.dataplane import (
     ClientProcess,
@@ -31,6 +38,7 @@ from tests.support.dataplane import (
     start_with_segment_store,
 )
 from tests.support.s3proxy import CREDENTIAL, IDENTITY, S3Proxy, running_s3proxy
+from tests.support.stores import start_store
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 
@@ -501,3 +509,37 @@ async def test_serve_killed_at_random_moments_of_flushing_loses_nothing_and_leav
     finally:
         if served.process.returncode is None:
             assert await served.stop() == 0, served.log()
+
+
+async def test_a_segment_store_process_runs_the_tier_and_refuses_to_start_without_it_over_tiered_data(
+    db_url: str, tmp_path: Path
+) -> None:
+    chunks_dir = tmp_path / "chunks"
+    store = await start_store(
+        tmp_path, "t", db_url, "--tier", "filesystem", "--tier-directory", str(chunks_dir)
+    )
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{store.metrics_port}/v1/health") as answer,
+        ):
+            details = (await answer.json())["children"]["segment-store"]["details"]
+        assert details["tier"] == f"filesystem {chunks_dir}" and details["tier-status"] == "ok", details
+    finally:
+        assert await store.stop() == 0
+    # Bytes of a segment moved to the tier (by any store of the cluster)...
+    pool = await create_pool(db_url, min_size=1, max_size=2)
+    try:
+        files = FileChunkStore(chunks_dir)
+        storage = PgSegmentStorage(pool, SystemClock(), chunks=files)
+        await storage.create_segment("t/s/0.#epoch.0", "stream", 0, 0, 0)
+        await storage.append(AppendRequest("t/s/0.#epoch.0", 1, b"x" * 5000, 1, 1))
+        writer = StorageWriter(PgTiering(pool, SystemClock()), files, chunk_bytes=1000, interval_s=1)
+        assert await writer.flush() == 1
+    finally:
+        await pool.close()
+    # ... and a store that would not find them refuses to start, saying why.
+    with pytest.raises(RuntimeError) as refused:
+        await start_store(tmp_path, "u", db_url)
+    assert "exited with 1" in str(refused.value)
+    assert "--tier is none" in str(refused.value)
