@@ -13,6 +13,7 @@ from app.ports.readergroups import ReaderGroupCreation, ReaderGroupStore
 from app.ports.requests import RequestQueue
 from app.ports.retention import RetentionContext, RetentionMember, RetentionStore, RetentionWrite
 from app.ports.scopes import ScopeStore
+from app.ports.segment_storage import SegmentStorageReport
 from app.ports.segment_store import SegmentInfo, SegmentStore
 from app.ports.state_views import StateViewStore
 from app.ports.streams import StreamCreation, StreamStore
@@ -56,6 +57,7 @@ __all__ = [
     "ScaleReportSink",
     "ScopeStore",
     "SegmentInfo",
+    "SegmentStorageReport",
     "SegmentStore",
     "SegmentStoreLocator",
     "StateViewStore",

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.api.rest import requests as parked_routes
+from app.api.rest import stream_storage as stream_storage_routes
 from app.domain.cluster import BucketService
 from app.domain.requests import RequestKind
 from app.ports import AutoScaleStore
@@ -18,8 +19,10 @@ from app.services.lifecycle import StreamLifecycle
 from app.services.parked import ParkedRequests
 from app.services.scopes import ScopeService
 from app.services.segments import SegmentQueries
+from app.services.stream_storage import StreamStorageQuery
 from app.services.streams import StreamService
 from app.settings import Settings
+from app.store.storage_report import PgSegmentStorageReport
 from app.wiring.cluster import Cluster
 from app.wiring.resources import Contribution, Resources
 from workers.creation_sweeper import CreationSweeper
@@ -100,7 +103,12 @@ def wire_streams(
         lifecycle,
         dispatcher,
         Contribution(
-            rest=(parked_routes.extension(ParkedRequests(resources.requests)),),
+            rest=(
+                parked_routes.extension(ParkedRequests(resources.requests)),
+                stream_storage_routes.extension(
+                    StreamStorageQuery(resources.stream_store, PgSegmentStorageReport(resources.pool))
+                ),
+            ),
             loops={"request-dispatcher": dispatcher.run, "creation-sweeper": sweeper.run},
         ),
     )

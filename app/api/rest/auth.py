@@ -72,6 +72,7 @@ RULES: dict[tuple[str, str], tuple[Resource, Permission]] = {
     ("GET", _STREAM + "/transactions"): (_stream, READ),
     ("GET", _STREAM + "/transactions/{txnId}"): (_stream, READ),
     ("GET", _STREAM + "/watermarks"): (_stream, READ),
+    ("GET", _STREAM + "/storage"): (_stream, READ),
     ("POST", _STREAM + "/scale-reports"): (_root, READ_UPDATE),
     ("GET", "/v1/scopes/{scopeName}/readergroups"): (_scope, READ),
     ("GET", _GROUP): (_reader_group, READ),
