@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SegmentBytes:
-    segment: str  # the qualified name, scope/stream/N.#epoch.E (#transaction.… for a transaction's)
+    segment: str  # the qualified name, as app/domain/segment_names.py spells it
     kind: str  # stream, transaction or transient
     start_offset: int
     length: int
