@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test check lint typecheck imports proto bench clean spark-deps conformance-deps
+.PHONY: run test test-tier check lint typecheck imports proto bench clean spark-deps conformance-deps
 
 # $(1): what to install editable, `.` or `.[dev]`.
 define install
@@ -34,6 +34,19 @@ run: $(RUN_STAMP) spark-deps
 # on two cores. The slowest tests are listed at the end, to keep an eye on the 20-minute budget.
 test: $(STAMP) spark-deps conformance-deps
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+
+# The conformance suites (Java, Python, Schema Registry), the data-plane end-to-end tests and the
+# chaos run with every `serve` and `segment-store` they start on a filesystem long-term tier of
+# 64 KiB chunks, so tiering happens all the time (issue 34 asks that they pass unchanged with the
+# tier on; not yet part of `make test`: the chaos run has failed tier-on once, a reader's panic).
+# The in-process harness does not read these variables; tests/e2e/test_process_entry.py, which
+# compares it with `serve`, is left out.
+TIER_TESTS := tests/conformance tests/e2e/test_dataplane_*.py tests/e2e/test_pravega_client*.py \
+	tests/e2e/test_txn_crash_recovery.py tests/e2e/test_chaos.py
+test-tier: $(STAMP) conformance-deps
+	PGCONTROLLER_TIER=filesystem PGCONTROLLER_TIER_DIRECTORY=$$(mktemp -d) \
+	PGCONTROLLER_TIER_CHUNK_BYTES=65536 PGCONTROLLER_TIER_FLUSH_INTERVAL_S=0.1 \
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile $(TIER_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check app workers tests bench migrations spark pgurl
