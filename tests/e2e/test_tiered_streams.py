@@ -300,6 +300,46 @@ async def recorded_chunks(db_url: str) -> int:
 CRASH_EVENTS = 12_000
 
 
+async def sealed_read_back_and_collected(
+    served: ServedProcess,
+    db_url: str,
+    tmp_path: Path,
+    args: list[str],
+    request: pytest.FixtureRequest,
+    info: pb.StreamInfo,
+    count: int,
+    context: str,
+) -> None:
+    """After a crash test: the stream sealed and read whole by a new group, every event exactly
+    once in key order; then, once the collector has run, only the objects the index names are left
+    (the ones killed writers wrote and never recorded were garbage from the start), and nothing of
+    the sealed stream is left in PostgreSQL."""
+    controller = Controller(served)
+    try:
+        await controller.seal(info)
+    finally:
+        controller.close()
+    out = tmp_path / "read.json"
+    reader = await ClientProcess.start(
+        "read", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=info.stream, group=f"g{info.stream}",
+        readers=2, deadline_s=CLIENT_TIMEOUT_S, out=str(out),
+    )  # fmt: skip
+    assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == count, context
+    check_exactly_once_in_key_order(read_events(out), "e", count, KEYS)
+
+    async def only_recorded_objects_left() -> bool:
+        conn = await asyncpg.connect(db_url)
+        try:
+            recorded = await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks")
+            garbage = await conn.fetchval("SELECT count(*) FROM tier_garbage")
+        finally:
+            await conn.close()
+        return garbage == 0 and object_count("filesystem", tmp_path, args, request) == recorded
+
+    await wait_for(only_recorded_objects_left, f"only recorded objects to be left ({context})")
+    assert (await stream_bytes(db_url, info.stream))[0] == 0
+
+
 async def test_serve_killed_between_writing_a_chunk_and_recording_it_loses_nothing_and_leaves_no_object(
     db_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -340,32 +380,9 @@ async def test_serve_killed_between_writing_a_chunk_and_recording_it_loses_nothi
         finally:
             await writer.kill()
         assert done["written"] == CRASH_EVENTS
-        controller = Controller(restarted)
-        try:
-            await controller.seal(info)
-        finally:
-            controller.close()
-        out = tmp_path / "read.json"
-        reader = await ClientProcess.start(
-            "read", tmp_path, uri=restarted.grpc_uri, scope=SCOPE, stream=stream, group=f"g{stream}",
-            readers=2, deadline_s=CLIENT_TIMEOUT_S, out=str(out),
-        )  # fmt: skip
-        assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == CRASH_EVENTS
-        check_exactly_once_in_key_order(read_events(out), "e", CRASH_EVENTS, KEYS)
-
-        conn = await asyncpg.connect(db_url)
-        try:
-
-            async def only_recorded_objects_left() -> bool:
-                recorded = await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks")
-                garbage = await conn.fetchval("SELECT count(*) FROM tier_garbage")
-                return garbage == 0 and object_count("filesystem", tmp_path, args, request) == recorded
-
-            # The object the killed writer wrote was garbage from the start; the collector takes it.
-            await wait_for(only_recorded_objects_left, "the unrecorded object to be collected")
-            assert (await stream_bytes(db_url, stream))[0] == 0
-        finally:
-            await conn.close()
+        await sealed_read_back_and_collected(
+            restarted, db_url, tmp_path, args, request, info, CRASH_EVENTS, "the unrecorded object"
+        )
     finally:
         for served in (first, restarted):
             if served is not None and served.process.returncode is None:
@@ -486,32 +503,9 @@ async def test_serve_killed_at_random_moments_of_flushing_loses_nothing_and_leav
         assert done["written"] == count, (seed, kills)
         # Every kill landed while the writer was writing (CLOCK_MONOTONIC on both sides).
         assert done["t0"] < killed_at[0] and killed_at[-1] < done["t1"], (done, killed_at)
-        controller = Controller(served)
-        try:
-            await controller.seal(info)
-        finally:
-            controller.close()
-        out = tmp_path / "read.json"
-        reader = await ClientProcess.start(
-            "read", tmp_path, uri=served.grpc_uri, scope=SCOPE, stream=stream, group=f"g{stream}",
-            readers=2, deadline_s=CLIENT_TIMEOUT_S, out=str(out),
-        )  # fmt: skip
-        assert (await reader.result(CLIENT_TIMEOUT_S + 30))["read"] == count, (seed, kills)
-        check_exactly_once_in_key_order(read_events(out), "e", count, KEYS)
-
-        async def only_recorded_objects_left() -> bool:
-            conn = await asyncpg.connect(db_url)
-            try:
-                recorded = await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks")
-                garbage = await conn.fetchval("SELECT count(*) FROM tier_garbage")
-            finally:
-                await conn.close()
-            return garbage == 0 and object_count("filesystem", tmp_path, args, request) == recorded
-
-        await wait_for(
-            only_recorded_objects_left, f"only recorded objects to be left (seed {seed}, kills {kills})"
+        await sealed_read_back_and_collected(
+            served, db_url, tmp_path, args, request, info, count, f"seed {seed}, kills {kills}"
         )
-        assert (await stream_bytes(db_url, stream))[0] == 0
     finally:
         if served.process.returncode is None:
             assert await served.stop() == 0, served.log()
