@@ -170,6 +170,8 @@ async def open_process(
         try:
             yield runtime
         finally:
+            # Leaving the block is the stop, signal or not: loops that end from here on end as asked.
+            stop.set()
             if options.owns_process:
                 watchdog.arm()
 

@@ -118,6 +118,8 @@ class ClusterNode:
                     await self._locks.reset()
             self.first_round.set()
             self._wake.clear()
+            if self._member_version is None and self._in_session:
+                self._wake.set()  # advertised during the round: register now, not a round later
             await wait_event(self._wake, self._interval_s)
 
     async def _round(self) -> None:
@@ -132,12 +134,16 @@ class ClusterNode:
             await claims.reconcile()
 
     async def _heartbeat(self, now: int) -> None:
+        member = self.member
         version = None
         if self._member_version is not None:
-            version = await self._store.heartbeat(self.member.id, now, self._member_version)
+            version = await self._store.heartbeat(member.id, now, self._member_version)
         if version is None:
-            version = await self._store.register_member(replace(self.member, heartbeat_at=now))
-        self._member_version = version
+            version = await self._store.register_member(replace(member, heartbeat_at=now))
+        # New endpoints advertised while this write was on its way: keeping its version would
+        # make the next round a heartbeat, and the new endpoints would never be written.
+        if self.member is member:
+            self._member_version = version
 
     async def _lead(self, now: int) -> None:
         if not self._leader:

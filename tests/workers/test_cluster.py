@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -345,6 +346,33 @@ async def test_grpc_bucket_mapping_and_server_list(db_url: str) -> None:
                 )
             )
             assert sum(len(b.id) for b in retention.mapping.values()) == DEFAULT_COUNTS.retention
+
+
+async def test_endpoints_advertised_while_a_heartbeat_is_on_its_way_are_still_written(db_url: str) -> None:
+    """The heartbeat that was waiting when new endpoints came must not count as their write."""
+    async with cluster_of(db_url) as cluster:
+        node = await cluster.start("c1")
+        holder, watcher = await asyncpg.connect(db_url), await asyncpg.connect(db_url)
+        try:
+            held = holder.transaction()
+            await held.start()
+            await holder.execute("SELECT 1 FROM controllers WHERE id = 'c1' FOR UPDATE")
+
+            async def heartbeat_waits() -> bool:
+                return bool(
+                    await watcher.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%UPDATE controllers SET heartbeat_at%'"
+                    )
+                )
+
+            await eventually(heartbeat_waits, what="a heartbeat waiting on the row")
+            node.controller.advertise("127.0.0.9", 9190, 9191)
+            await held.commit()
+        finally:
+            await holder.close()
+            await watcher.close()
+        await eventually(lambda: _endpoints(node, {("127.0.0.9", 9190)}), what="the new endpoints")
 
 
 async def _endpoints(node: Services, expected: set[tuple[str, int]]) -> bool:
