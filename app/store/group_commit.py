@@ -7,7 +7,8 @@ appends of one writer, asked in order, reach the database in order); each caller
 its item would have had alone after the items before it: `many` answers each item separately (a
 refusal is that item's result, not the group's), and when `many` raises, nothing of the group was
 committed and each of its items runs alone, in order; no caller is answered before its group has
-committed.
+committed. `settled()` returns once every item asked for before it has been committed or
+dropped (its caller gave up before its group began), so a read after it sees them all.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class GroupCommit(Generic[T, R]):
         self._max_bytes = max_bytes
         self._pending: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._committer: asyncio.Task[None] | None = None
+        # Items asked for, and items whose group ended (committed, failed or dropped): groups end
+        # in order, so every item numbered up to `_ended` is settled.
+        self._asked = 0
+        self._ended = 0
+        self._settling: list[tuple[int, asyncio.Future[None]]] = []
         # Groups committed and items in them, for the metrics and the tests.
         self.groups = 0
         self.items = 0
@@ -49,20 +55,46 @@ class GroupCommit(Generic[T, R]):
     async def __call__(self, item: T) -> R:
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
+        self._asked += 1
         if self._committer is None:
             # Starts at the next loop turn: what else arrives in this one joins the first group.
             self._committer = asyncio.get_running_loop().create_task(self._commit_all())
         return await future
 
+    async def settled(self) -> None:
+        """Returns once every item asked for so far has been committed or dropped."""
+        if self._ended >= self._asked:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settling.append((self._asked, future))
+        await future
+
     async def _commit_all(self) -> None:
         try:
             while self._pending:
-                await self._commit(self._next_group())
+                group = self._next_group()
+                try:
+                    await self._commit(group)
+                finally:
+                    self._ended = self._asked - len(self._pending)
+                    self._wake_settled()
         finally:
             self._committer = None
             # Cancelled (the store closing): no caller is left waiting for ever.
             while self._pending:
                 self._pending.popleft()[1].cancel()
+            self._ended = self._asked
+            self._wake_settled()
+
+    def _wake_settled(self) -> None:
+        waiting = []
+        for target, future in self._settling:
+            if target <= self._ended:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._settling = waiting
 
     def _next_group(self) -> list[tuple[T, asyncio.Future[R]]]:
         group: list[tuple[T, asyncio.Future[R]]] = []

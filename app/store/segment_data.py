@@ -181,7 +181,17 @@ class PgSegmentStorage(PgTableSegments):
         )
 
     async def writer_event_number(self, name: str, writer_id: int) -> int:
-        return await self.get_attribute(name, writer_id)
+        """Read once every append asked of this store before it has been committed or dropped,
+        and every transaction of another store still appending to the segment has ended (a
+        sibling killed in the middle of its commit included): a writer that resends what follows
+        the answer never stores an event twice, even when a block it resends is not one it sent
+        before."""
+        await self._appends.settled()
+        async with self._db.transaction() as conn:
+            if await conn.fetchrow(_SQL["share_segment"], name) is None:
+                raise NoSuchSegment(name)
+            current = await self._attributes(conn, name, [writer_id])
+        return current.get(writer_id, NULL_ATTRIBUTE_VALUE)
 
     def admission(self, segment: str) -> Awaitable[None] | None:
         return None if self.throttle is None else self.throttle.admission(segment)

@@ -33,6 +33,12 @@ SELECT name, kind, length, start_offset, sealed, key_length
 FROM embedded_segments WHERE name = $1
 FOR UPDATE;
 
+-- name: share_segment
+-- Waits for every transaction that appended to the segment and has not ended (any store's, even
+-- one whose process died while committing): the statements after it see what they committed.
+SELECT name FROM embedded_segments WHERE name = $1
+FOR SHARE;
+
 -- name: lock_merge
 -- A merge's target ($1) and its sources ($2) in one statement, locked in the order the rows come
 -- out: the target first, then the sources in name order (the order two merges agree on).
