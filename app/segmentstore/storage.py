@@ -86,6 +86,11 @@ class TableSegmentNotEmpty(StorageError):
     """A table deletion with must_be_empty on a table that has keys."""
 
 
+class ContainerMoved(StorageError):
+    """The container map no longer gives the segment's container to this store (it learns so
+    at the append, before its own copy of the map): the wire's WrongHost."""
+
+
 class TooLarge(StorageError):
     """A table key or value over Pravega's limits, or an empty key."""
 

@@ -26,6 +26,7 @@ from app.segmentstore.storage import (
     AttributeCheckFailed,
     AttributeUpdate,
     ConditionalCheckFailed,
+    ContainerMoved,
     NoSuchSegment,
     OffsetBeyondEnd,
     ReadResult,
@@ -37,6 +38,7 @@ from app.segmentstore.storage import (
     WrongSegmentKind,
 )
 from app.store import queries
+from app.store.append_fence import AppendFence
 from app.store.batching import Coalescer
 from app.store.chunk_blocks import ChunkBlocks
 from app.store.db import Connection, Database, Row
@@ -68,6 +70,8 @@ def _append_result(request: AppendRequest, row: Row | None) -> AppendResult | Ex
         return NoSuchSegment(name)
     if row["kind"] == "table":
         return WrongSegmentKind(name, f"{name} is a table segment")
+    if row["moved"]:
+        return ContainerMoved(name, f"the container of {name} was given to another store")
     if row["sealed"]:
         return SegmentSealed(name)
     if expected_offset is not None and expected_offset != row["length"]:
@@ -133,12 +137,15 @@ class PgSegmentStorage(PgTableSegments):
         after_append: AfterAppend | None = None,
         before_group_commit: AfterAppend | None = None,
         chunks: ChunkStore | None = None,
+        fence: AppendFence | None = None,
     ) -> None:
         """`after_append` runs once an append (or a group of them) committed, before any is
         answered; `before_group_commit` inside a group's transaction, before its commit (crash
         tests' failpoints); `chunks` is the long-term tier, where the storage writer moved older
-        bytes (app/store/storage_writer.py)."""
+        bytes (app/store/storage_writer.py); `fence` makes each append check that the container
+        map still gives its container to this store (a served store's; unfenced without)."""
         super().__init__(db, clock)
+        self._fence = fence
         self._blocks = ChunkBlocks(chunks) if chunks is not None else None
         # The long-term tier's back-pressure, set by the composition when the tier is on.
         self.throttle: TierThrottle | None = None
@@ -232,6 +239,7 @@ class PgSegmentStorage(PgTableSegments):
             request.last_event_number,
             request.expected_offset,
             self._clock.now_ms(),
+            *(self._fence.arguments(request.segment) if self._fence is not None else (None, None, None)),
         )
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:

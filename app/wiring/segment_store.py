@@ -32,6 +32,7 @@ from app.segmentstore.server.peers import StorePeers
 from app.segmentstore.server.read_index import ReadIndex
 from app.segmentstore.server.tokens import TokenGate
 from app.settings import Settings
+from app.store.append_fence import AppendFence
 from app.store.cache import RecordCache
 from app.store.containers import PgContainerMapStore
 from app.store.db import Database
@@ -119,6 +120,7 @@ async def _start_measured_server(
     clock: Clock,
     peers: StorePeers | None = None,
     tier: Tier | None = None,
+    fence: AppendFence | None = None,
 ) -> SegmentStoreServer:
     """A listening store whose storage measures its segments' traffic and sends their scale
     reports until the server closes (with `peers`, store 0 of the group reports for all: the
@@ -131,7 +133,12 @@ async def _start_measured_server(
     # And inside a group commit's transaction: a crash there must acknowledge nothing of the group.
     before_group_commit = failpoint_hook("segmentstore.append.before_group_commit")
     stored = PgSegmentStorage(
-        pool, clock, after_append, before_group_commit, chunks=tier.chunks if tier is not None else None
+        pool,
+        clock,
+        after_append,
+        before_group_commit,
+        chunks=tier.chunks if tier is not None else None,
+        fence=fence,
     )
     if tier is not None and (peers is None or peers.judges):
         # Only the store whose writer runs knows the backlog (a group's others append unthrottled).
@@ -291,15 +298,16 @@ async def start_segment_store(
     peers = _peers(settings)
     if peers is not None:
         peers.start()  # before listening: a change made by a sibling is heard from the first read
+    fence = AppendFence(settings.container_count)
     try:
-        server = await _start_measured_server(settings, pool, clock, peers, tier)
+        server = await _start_measured_server(settings, pool, clock, peers, tier, fence)
     except BaseException:
         if peers is not None:
             peers.close()
         if tier is not None:
             await tier.chunks.close()
         raise
-    me = embedded_store_address(settings, server)
+    me = fence.me = embedded_store_address(settings, server)
     statics = list(static_hosts) or [me]
     # Set before the first await after listening: no connection is accepted without it.
     server.ownership = ContainerOwnership(me, settings.container_count, statics)

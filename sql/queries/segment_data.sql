@@ -63,11 +63,20 @@ FOR UPDATE;
 -- ON CONFLICT sees the writer's latest committed number even if this statement's snapshot is
 -- older (it waited for the lock), so a resent block is never stored twice. Several in one
 -- transaction run in order, each seeing the ones before it.
-WITH seg AS (
+-- $7, $8, $9: the segment's container and this store's host and port (app/store/append_fence.py),
+-- all NULL for an unfenced append: a map row naming another store refuses it (`moved`), and the
+-- row stays share-locked until the transaction ends, so the container cannot move meanwhile.
+WITH fence AS (
+    SELECT host, port FROM container_map WHERE container = $7::int AND $8::text IS NOT NULL
+    FOR SHARE
+), moved AS (
+    SELECT 1 FROM fence WHERE (host, port) IS DISTINCT FROM ($8::text, $9::int)
+), seg AS (
     SELECT kind, length, sealed FROM embedded_segments WHERE name = $1 FOR UPDATE
 ), ok AS (
     SELECT length FROM seg
     WHERE kind <> 'table' AND NOT sealed AND ($5::bigint IS NULL OR length = $5::bigint)
+      AND NOT EXISTS (SELECT 1 FROM moved)
 ), attr AS (
     INSERT INTO segment_attributes AS a (segment, attribute_id, value)
     SELECT $1, $2::uuid, $4::bigint FROM ok
@@ -88,7 +97,8 @@ WITH seg AS (
 )
 SELECT seg.kind, seg.sealed, seg.length,
        (SELECT previous_value FROM attr) AS previous,
-       (SELECT length FROM grown) AS new_length
+       (SELECT length FROM grown) AS new_length,
+       EXISTS (SELECT 1 FROM moved) AS moved
 -- Exactly one row, kind NULL for a segment that does not exist: a group of appends pipelined in
 -- one transaction (app/store/group_commit.py) is answered row by row.
 FROM (SELECT 1) AS one LEFT JOIN seg ON true;

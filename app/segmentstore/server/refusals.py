@@ -68,6 +68,7 @@ REFUSALS: Final[dict[type[st.StorageError], Builder]] = {
     st.TableKeyDoesNotExist: lambda ctx, exc: wc.TableKeyDoesNotExist(ctx.request_id, exc.segment, ""),
     st.TableSegmentNotEmpty: lambda ctx, exc: wc.TableSegmentNotEmpty(ctx.request_id, exc.segment, ""),
     st.TooLarge: _illegal_argument,
+    st.ContainerMoved: lambda ctx, exc: wc.WrongHost(ctx.request_id, exc.segment, "", ""),
 }
 
 
