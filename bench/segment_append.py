@@ -6,7 +6,9 @@ same pool), in one script on one throwaway PostgreSQL.
 
 Each call appends `events` events of `event-bytes` as one block (what one AppendBlockEnd
 carries). Reported: calls/s and MB/s (10^6 bytes) for one writer, and for four writers at once
-(each on its own segment, then all four on one segment).
+(each on its own segment, then all four on one segment). Then the container-map fence
+(app/store/append_fence.py) beside no fence: 64 writers of 1 KiB blocks at once, so group commits
+carry many statements; rounds alternate, the best of each reported.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.ports import HostAddress
 from app.segmentstore.storage import AppendRequest
+from app.store.append_fence import AppendFence
 from app.store.db import Database
 from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
@@ -78,6 +82,44 @@ async def bench(db: Database, calls: int, block: bytes) -> None:
     assert state.length == 4 * calls * size, state
 
 
+FENCE_WRITERS = 64
+FENCE_ROUNDS = 3
+CONTAINERS = 4
+
+
+async def fence_beside_none(db: Database, calls: int) -> None:
+    me = HostAddress("127.0.0.1", 1)
+    await db.execute(
+        "INSERT INTO container_map (container, host, port) SELECT c, $1, $2 FROM generate_series(0, $3 - 1) c"
+        " ON CONFLICT (container) DO UPDATE SET host = $1, port = $2",
+        me.host,
+        me.port,
+        CONTAINERS,
+    )
+    block = os.urandom(1024)
+    kinds = {
+        "unfenced": PgSegmentStorage(db, ManualClock()),
+        "fenced": PgSegmentStorage(db, ManualClock(), fence=AppendFence(CONTAINERS, me)),
+    }
+    best = dict.fromkeys(kinds, 0.0)
+    for round_ in range(FENCE_ROUNDS):
+        for kind, storage in kinds.items() if round_ % 2 == 0 else reversed(kinds.items()):
+            names = [f"f/{kind}{round_}/{w}" for w in range(FENCE_WRITERS)]
+            for name in names:
+                await storage.create_segment(name, "stream", 0, 0, 0)
+
+            async def writer(name: str, store: PgSegmentStorage = storage) -> None:
+                for n in range(1, calls + 1):
+                    await store.append(AppendRequest(name, 1, block, n, 1))
+
+            start = time.perf_counter()
+            await asyncio.gather(*(writer(name) for name in names))
+            best[kind] = max(best[kind], FENCE_WRITERS * calls / (time.perf_counter() - start))
+    for kind, rate in best.items():
+        print(f"{'append, 64 writers of 1 KiB, ' + kind:<46} {rate:8.1f} calls/s (best of {FENCE_ROUNDS})")
+    print(f"fenced / unfenced: {best['fenced'] / best['unfenced']:.2f}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
@@ -90,6 +132,7 @@ async def main() -> None:
         db = await create_pool(url, min_size=4, max_size=8)
         try:
             await bench(db, args.calls, block)
+            await fence_beside_none(db, args.calls)
         finally:
             await db.close()
 
