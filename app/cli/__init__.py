@@ -68,6 +68,7 @@ SEGMENT_STORE_SETTINGS = (
     "tier_s3_secret_access_key",
     "tier_chunk_bytes",
     "tier_flush_interval_s",
+    "tier_flush_age_s",
     "tier_gc_grace_s",
     "tier_throttle_bytes",
     "tier_throttle_max_delay_s",

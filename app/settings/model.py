@@ -593,6 +593,13 @@ class Settings:
         check=positive,
         help="how often the storage writer looks for segments with a chunk's worth of bytes",
     )
+    tier_flush_age_s: float = setting(
+        300.0,
+        check=positive,
+        help="the longest a stream segment's bytes stay in PostgreSQL under a chunk's worth: after this "
+        "(counted from when the storage writer first saw them), they move as one smaller chunk, so a "
+        "segment written slowly, or no more, keeps no tail there",
+    )
     tier_throttle_bytes: int = setting(
         1024 * 1024 * 1024,
         check=positive,

@@ -1,6 +1,7 @@
 """The storage writer: moves committed bytes of each segment from PostgreSQL to chunk objects in
-the long-term tier, a chunk at a time (when a segment's bytes in PostgreSQL reach the chunk size,
-and whatever is left once a stream segment is sealed).
+the long-term tier, a chunk at a time (when a segment's bytes in PostgreSQL reach the chunk size;
+whatever is left once a stream segment is sealed; and whatever it holds once it has held bytes
+for the flush age, so a segment written slowly, or no more, does not keep its tail in PostgreSQL).
 
 Crash safety, step by step: the object's name is listed as garbage (committed) before it is
 written; the object is written and durable; then one transaction, under the segment's lock,
@@ -9,8 +10,8 @@ anywhere leaves either the rows in PostgreSQL (and a garbage object the collecto
 chunk recorded and the rows gone, never both and never neither.
 
 Each pass starts from every segment's bytes in PostgreSQL: they give the candidates, each
-container's backlog (the throttle's input and the metrics), and nothing else is kept between
-passes."""
+container's backlog (the throttle's input and the metrics); kept between passes is only since when
+each segment has held bytes here (as this process saw it: a restart counts the age afresh)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class StorageWriter:
         *,
         chunk_bytes: int,
         interval_s: float,
+        max_age_s: float = float("inf"),
         container_of: Callable[[str], int] = lambda _segment: 0,
         throttle: TierThrottle | None = None,
         before_record: Callable[[str], Awaitable[None]] | None = None,
@@ -57,6 +59,9 @@ class StorageWriter:
         self._chunks = chunks
         self._chunk_bytes = chunk_bytes
         self._interval_s = interval_s
+        self._max_age_s = max_age_s
+        # Since when (monotonic) each segment has held bytes in PostgreSQL not yet moved.
+        self._held_since: dict[str, float] = {}
         self._container_of = container_of
         self._throttle = throttle
         self._before_record = before_record
@@ -92,20 +97,42 @@ class StorageWriter:
     async def flush(self) -> int:
         """One pass over the segments with bytes due; the chunks it moved."""
         backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
-        await self._publish(backlog)
-        due = sorted((b for b in backlog if b.due(self._chunk_bytes)), key=lambda b: -b.bytes)
+        aged = self._aged(backlog)
+        await self._publish(backlog, aged)
+        due = sorted(
+            (b for b in backlog if b.due(self._chunk_bytes) or b.segment in aged), key=lambda b: -b.bytes
+        )
         moved = 0
         for segment in due:
-            while await self._move_one(segment.segment, segment.sealed):
+            # Aged: what it holds goes now, in one chunk however small; then only the size rule.
+            whole = segment.segment in aged
+            while await self._move_one(segment.segment, segment.sealed or whole):
                 moved += 1
+                if whole:
+                    self._held_since[segment.segment] = time.monotonic()
+                    whole = False
         if moved:
             # Throttled appends learn at once that their container is under its bound again.
-            await self._publish([b for b in await self._tiering.backlog() if self.owns(b.segment)])
+            backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
+            await self._publish(backlog, self._aged(backlog))
         return moved
 
-    async def _move_one(self, segment: str, sealed: bool) -> bool:
+    def _aged(self, backlog: Sequence[SegmentBacklog]) -> frozenset[str]:
+        """The segments that have held bytes in PostgreSQL for the flush age (tables never)."""
+        now = time.monotonic()
+        held = {b.segment for b in backlog}
+        for gone in self._held_since.keys() - held:
+            del self._held_since[gone]
+        return frozenset(
+            b.segment
+            for b in backlog
+            if b.kind == "stream" and now - self._held_since.setdefault(b.segment, now) >= self._max_age_s
+        )
+
+    async def _move_one(self, segment: str, whole: bool) -> bool:
+        """Moves the segment's oldest chunk's worth of rows; with `whole`, even fewer bytes."""
         rows = await self._tiering.chunk_rows(segment, self._chunk_bytes)
-        if rows is None or (rows.length < self._chunk_bytes and not sealed):
+        if rows is None or (rows.length < self._chunk_bytes and not whole):
             return False
         name = chunk_name()
         await self._tiering.intend(name)
@@ -123,14 +150,14 @@ class StorageWriter:
         counter("pgcontroller_tier_bytes_moved").inc(rows.length)
         return True
 
-    async def _publish(self, backlog: Sequence[SegmentBacklog]) -> None:
+    async def _publish(self, backlog: Sequence[SegmentBacklog], aged: frozenset[str]) -> None:
         """Each container's backlog to the throttle and the gauges."""
         in_pg: dict[int, int] = {}
         due: dict[int, int] = {}
         for segment in backlog:
             container = self._container_of(segment.segment)
             in_pg[container] = in_pg.get(container, 0) + segment.bytes
-            if segment.due(self._chunk_bytes):
+            if segment.due(self._chunk_bytes) or segment.segment in aged:
                 due[container] = due.get(container, 0) + segment.bytes
         if self._throttle is not None:
             self._throttle.update(due)

@@ -92,6 +92,7 @@ async def open_tier(settings: Settings, pool: Database, clock: Clock) -> Tier | 
         chunks,
         chunk_bytes=settings.tier_chunk_bytes,
         interval_s=settings.tier_flush_interval_s,
+        max_age_s=settings.tier_flush_age_s,
         container_of=container_of,
         throttle=throttle,
         before_record=failpoint_hook("segmentstore.tier.before_record"),

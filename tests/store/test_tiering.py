@@ -138,6 +138,31 @@ async def test_a_sealed_segment_moves_its_last_short_chunk_too(
     await assert_reads(storage, SEG, written)
 
 
+async def test_an_open_segment_s_short_tail_moves_once_it_has_waited_the_flush_age(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, db: Database
+) -> None:
+    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, max_age_s=0.5)
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await storage.create_segment(TXN, "transaction", 0, 0, 0)
+    written = await fill(storage, SEG, 3)
+    await fill(storage, TXN, 3, seed=3)
+    assert await writer.flush() == 0  # under a chunk's worth, and not yet aged
+    await asyncio.sleep(0.6)
+    assert await writer.flush() == 1
+    assert await rows_in_pg(db, SEG) == (0, 0)
+    # A transaction's bytes wait for its merge, however old.
+    assert (await rows_in_pg(db, TXN))[1] > 0
+    await assert_reads(storage, SEG, written)
+    # The age counts afresh from the move: bytes appended after it wait again.
+    written += await fill(storage, SEG, 2, seed=2)
+    assert await writer.flush() == 0
+    await asyncio.sleep(0.6)
+    assert await writer.flush() == 1
+    assert await rows_in_pg(db, SEG) == (0, 0)
+    await assert_reads(storage, SEG, written)
+    assert len(await objects(chunks)) == 2
+
+
 async def test_truncation_releases_whole_chunks_and_the_collector_deletes_them_after_the_grace(
     storage: PgSegmentStorage,
     writer: StorageWriter,
