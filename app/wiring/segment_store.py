@@ -38,6 +38,7 @@ from app.store.containers import PgContainerMapStore
 from app.store.db import Database
 from app.store.notifications import PgListener
 from app.store.segment_data import PgSegmentStorage
+from app.store.tier_throttle import TierThrottle
 from app.wiring.autoscale import measured_storage
 from app.wiring.connection_cap import ConnectionCap, descriptor_ceiling, reserving_listeners
 from app.wiring.loops import BackgroundLoops
@@ -114,6 +115,18 @@ def _peers(settings: Settings) -> StorePeers | None:
     return StorePeers(group.directory, group.index, group.size)
 
 
+def _share_throttle(throttle: TierThrottle, peers: StorePeers | None, settings: Settings) -> None:
+    """In a group, only store 0's writer knows the backlog: it tells the others its verdicts,
+    which hold for ten of its passes (it tells them after every pass)."""
+    if peers is None:
+        return
+    if peers.judges:
+        throttle.on_update = peers.throttled
+        return
+    valid_for_s = max(10.0, 10 * settings.tier_flush_interval_s)
+    peers.on_throttled(lambda over: throttle.heard(over, valid_for_s))
+
+
 async def _start_measured_server(
     settings: Settings,
     pool: Database,
@@ -140,9 +153,9 @@ async def _start_measured_server(
         chunks=tier.chunks if tier is not None else None,
         fence=fence,
     )
-    if tier is not None and (peers is None or peers.judges):
-        # Only the store whose writer runs knows the backlog (a group's others append unthrottled).
+    if tier is not None:
         stored.throttle = tier.throttle
+        _share_throttle(tier.throttle, peers, settings)
     storage = measured_storage(stored, settings, pool, clock, forward)
     if peers is not None and peers.judges:
         peers.on_observed(storage.apply)

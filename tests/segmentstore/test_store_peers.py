@@ -23,6 +23,7 @@ from app.segmentstore.measured_storage import MeasuredStorage
 from app.segmentstore.server.peers import MAX_DATAGRAM, Observation, PeerError, StorePeers, socket_path
 from app.segmentstore.storage import AppendRequest
 from app.store.segment_data import PgSegmentStorage
+from app.store.tier_throttle import TierThrottle
 from tests.segmentstore.test_measured_storage import EVENTS, NO_SCALING, TICK_MS, RecordingSink, Store
 
 
@@ -161,6 +162,43 @@ async def test_a_malformed_datagram_is_dropped_and_later_ones_still_heard(
     one.changed("fine")
     await settle()
     assert heard.changed == ["fine"]
+
+
+async def test_the_judges_throttled_containers_reach_the_others_throttles_and_expire_unrenewed(
+    directory: Path, group: Callable[[int], StorePeers], caplog: pytest.LogCaptureFixture
+) -> None:
+    judge, one = group(0, 2), group(1, 2)
+    mine = TierThrottle(1000, 5.0, lambda segment: int(segment.rsplit("/", 1)[1]))
+    theirs = TierThrottle(1000, 5.0, lambda segment: int(segment.rsplit("/", 1)[1]))
+    mine.on_update = judge.throttled
+    one.on_throttled(lambda over: theirs.heard(over, 0.3))
+    with pytest.raises(PeerError):
+        one.throttled([1])
+    mine.update({2: 5000, 3: 10})
+    await settle()
+    assert theirs.over == {2}
+    assert theirs.admission("s/3") is None
+    waiting = theirs.admission("s/2")
+    assert waiting is not None
+    task = asyncio.ensure_future(waiting)
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    mine.update({2: 10})  # the writer caught up: an empty verdict is news too
+    await settle()
+    await asyncio.wait_for(task, 1.0)
+    assert theirs.over == frozenset()
+    mine.update({2: 5000})
+    await settle()
+    assert theirs.over == {2}
+    # Store 0 goes quiet (gone): its last verdict stops holding.
+    await asyncio.sleep(0.4)
+    assert theirs.admission("s/2") is None and theirs.over == frozenset()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as stranger:
+        stranger.sendto(b'["throttled", ["2"]]', str(socket_path(directory, 1)))
+    with caplog.at_level(logging.WARNING, "pgcontroller.segment-store.peers"):
+        await settle()
+    assert [r for r in caplog.records if "malformed" in r.message]
+    assert theirs.over == frozenset()
 
 
 async def test_a_group_is_checked_when_made_and_started(directory: Path) -> None:

@@ -3,6 +3,9 @@
 store tells the others of every change to a segment (so a read parked at its tail in one process
 wakes on an append through another), and sends its traffic observations to store 0, which alone
 judges auto-scaling (Pravega's one monitor per segment) from the sum of what every process saw.
+Store 0, whose storage writer alone knows the long-term tier's backlog, also tells the others
+which containers' appends the tier throttles (app/store/tier_throttle.py), after each of its
+writer's passes.
 
 Each store binds a datagram socket `store-<index>.sock` in the run's directory (made by the
 supervisor, private to its user) and sends to the others' with `sendto`, once per event-loop turn
@@ -25,7 +28,7 @@ import json
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,6 +80,8 @@ class StorePeers:
         self._retry: asyncio.TimerHandle | None = None
         self._on_changed: Callable[[str], None] = lambda _segment: None
         self._on_observed: Callable[[Observation], None] | None = None
+        self._on_throttled: Callable[[list[int]], None] | None = None
+        self._throttled: list[int] | None = None  # the judge's latest, sent at the end of the turn
         self.sent = 0
         self.received = 0
         self.deferred = 0  # datagrams held back while their peer's queue was full
@@ -94,6 +99,10 @@ class StorePeers:
     def on_observed(self, callback: Callable[[Observation], None]) -> None:
         """The judge's: called with each traffic observation another store of the run made."""
         self._on_observed = callback
+
+    def on_throttled(self, callback: Callable[[list[int]], None]) -> None:
+        """The others': called with the containers whose appends the judge's tier throttles."""
+        self._on_throttled = callback
 
     def start(self) -> None:
         """Binds this store's socket (replacing one left by an earlier life of this index)."""
@@ -148,6 +157,14 @@ class StorePeers:
         self._observations.append(list(observation))
         self._schedule()
 
+    def throttled(self, containers: Iterable[int]) -> None:
+        """The judge's: the containers whose appends its tier throttles now (every pass, changed
+        or not, so a store restarted meanwhile learns it too)."""
+        if not self.judges:
+            raise PeerError("only the judging store runs the storage writer")
+        self._throttled = sorted(containers)
+        self._schedule()
+
     def _schedule(self) -> None:
         if self._sock is not None:
             self._turn.ask()
@@ -157,6 +174,10 @@ class StorePeers:
         observations, self._observations = self._observations, []
         self._appends.clear()
         wakes = _datagrams("changed", changed)
+        if self._throttled is not None:
+            # An empty list is news too: nothing is throttled any more.
+            wakes.append(_datagram("throttled", [json.dumps(c) for c in self._throttled]))
+            self._throttled = None
         for peer in self._peers:
             datagrams = wakes + (_datagrams("observed", observations) if peer == self._judge_path else [])
             if datagrams:
@@ -251,6 +272,11 @@ class StorePeers:
             elif kind == "observed" and self._on_observed is not None:
                 for observation in items:
                     self._on_observed(observation)
+            elif kind == "throttled":
+                if not all(type(c) is int for c in items):
+                    raise TypeError("a throttled container is not an int")
+                if self._on_throttled is not None:
+                    self._on_throttled(items)
             elif kind != "observed":
                 raise ValueError(f"unknown message {kind!r}")
         except Exception as exc:
