@@ -1,6 +1,8 @@
 """Issue 33: 4,096 reads parked at one segment's tail of `serve`'s embedded store cost it no CPU
 while nothing is written (no polling, no timer per read firing): its CPU over a window with them
-parked stays within twice its CPU over the same window idle; then one append answers them all.
+parked stays within twice its CPU over the same window idle, each the quietest of three windows
+(a periodic duty, or the machine's other load, lands in one window or another; polling would
+show in every one); then one append answers them all.
 (The database statements one append costs with that many parked are counted in
 tests/segmentstore/test_read_index_wakeups.py.)"""
 
@@ -24,7 +26,8 @@ pytestmark = pytest.mark.timeout(180)
 SEGMENT = "parked/cpu/0.#epoch.0"
 PARKED = 4096
 CONNECTIONS = 4  # at most 1,024 parked reads per connection
-WINDOW_S = 4.0
+WINDOW_S = 2.5
+WINDOWS = 3  # the parked ones end well within the store's 20 s tail wait
 # /proc counts CPU in ticks of 10 ms: a window's figure is uncertain by a tick or two.
 TICK_SLACK_S = 0.03
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -52,10 +55,14 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
-async def _cpu_over_window(served: ServedProcess) -> float:
-    before = _tree_cpu_s(served.process.pid)
-    await asyncio.sleep(WINDOW_S)
-    return _tree_cpu_s(served.process.pid) - before
+async def _quietest_window(served: ServedProcess) -> float:
+    """The least CPU serve spent over one of WINDOWS consecutive windows."""
+    spent = []
+    for _ in range(WINDOWS):
+        before = _tree_cpu_s(served.process.pid)
+        await asyncio.sleep(WINDOW_S)
+        spent.append(_tree_cpu_s(served.process.pid) - before)
+    return min(spent)
 
 
 async def _settled(served: ServedProcess) -> None:
@@ -85,7 +92,7 @@ async def test_reads_parked_at_a_tail_cost_serve_no_cpu_until_an_append_answers_
         clients.extend(readers)
         await asyncio.sleep(1.0)  # the connections' own set-up is not idle time
 
-        idle_s = await _cpu_over_window(served)
+        idle_s = await _quietest_window(served)
 
         pending: list[dict[int, int]] = []
         for c in readers:
@@ -101,9 +108,9 @@ async def test_reads_parked_at_a_tail_cost_serve_no_cpu_until_an_append_answers_
         for c in readers:
             await c.nothing_within(0.05)
 
-        parked_s = await _cpu_over_window(served)
+        parked_s = await _quietest_window(served)
         figures = (
-            f"serve's CPU over {WINDOW_S:.0f} s: idle {idle_s:.3f} s, "
+            f"serve's CPU over the quietest {WINDOW_S} s of {WINDOWS}: idle {idle_s:.3f} s, "
             f"with {PARKED} reads parked {parked_s:.3f} s"
         )
         print(figures)
