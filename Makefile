@@ -45,7 +45,7 @@ TIER_TESTS := tests/conformance tests/e2e/test_dataplane_*.py tests/e2e/test_pra
 	tests/e2e/test_txn_crash_recovery.py tests/e2e/test_chaos.py
 test-tier: $(STAMP) conformance-deps
 	PGCONTROLLER_TIER=filesystem PGCONTROLLER_TIER_DIRECTORY=$$(mktemp -d) \
-	PGCONTROLLER_TIER_CHUNK_BYTES=65536 PGCONTROLLER_TIER_FLUSH_INTERVAL_S=0.1 \
+	PGCONTROLLER_TIER_CHUNK_BYTES=65536 PGCONTROLLER_TIER_FLUSH_INTERVAL_S=0.1 PGCONTROLLER_TIER_FLUSH_AGE_S=2 \
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile $(TIER_TESTS)
 
 lint: $(STAMP)

@@ -546,8 +546,9 @@ class Settings:
         check=_tier_kind,
         metavar="KIND",
         help="where the segment store moves stream bytes once a segment holds --tier-chunk-bytes of them "
-        "in PostgreSQL (or is sealed): none (they stay in PostgreSQL), filesystem (--tier-directory) or "
-        "s3 (--tier-s3-*); PostgreSQL keeps the index and the tail either way",
+        "in PostgreSQL (or is sealed, or has held them --tier-flush-age-s): none (they stay in PostgreSQL), "
+        "filesystem (--tier-directory) or s3 (--tier-s3-*); PostgreSQL keeps the index and the tail "
+        "either way",
     )
     tier_directory: Path = setting(  # noqa: RUF009
         Path(""),
