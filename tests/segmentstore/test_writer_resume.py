@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncpg
 
+from app.segmentstore.server.acks import MAX_APPENDS_IN_FLIGHT
 from app.segmentstore.wire import commands as wc
+from app.segmentstore.wire.codec import encode
 from app.store import queries
 from app.store.segment_data import attribute_uuid
 from tests.segmentstore.server_harness import Client, event, rid, wid
@@ -96,6 +98,42 @@ async def test_setup_waits_for_this_store_s_appends_queued_behind_a_commit(
         assert isinstance(await again.append(writer, _event(2) + _event(3), 3, num_event=2), wc.DataAppended)
     finally:
         for each in (first, second, again):
+            await each.close()
+        await holder.close()
+    assert await _events_of(client, SEG) == [_event(n) for n in range(1, 4)]
+
+
+async def test_setup_waits_for_the_writer_s_blocks_another_connection_holds_for_want_of_room(
+    client: Client, db_url: str
+) -> None:
+    """The old connection's pipeline is full: its writer's next block waits there, not yet
+    handed to storage, when the writer sets up again elsewhere."""
+    await client.create(SEG)
+    await client.create(OTHER)
+    address = client.writer.get_extra_info("peername")
+    filler, writer = wid(), wid()
+    holder = await asyncpg.connect(db_url)
+    old, again = await Client.connect(address), await Client.connect(address)
+    try:
+        await old.setup(OTHER, filler)
+        await old.setup(SEG, writer)
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("SELECT 1 FROM embedded_segments WHERE name = $1 FOR UPDATE", OTHER)
+        frames = b"".join(
+            encode(wc.AppendBlockEnd(filler, 0, _event(n), 1, n, rid()))
+            for n in range(1, MAX_APPENDS_IN_FLIGHT + 1)
+        )
+        await old.send_raw(frames + encode(wc.AppendBlockEnd(writer, 0, _event(1), 1, 1, rid())))
+        await old.nothing_within(HELD_S)
+        await again.send(wc.SetupAppend(rid(), writer, SEG, ""))
+        await again.nothing_within(HELD_S)
+        await held.rollback()
+        answer = await again.recv()
+        assert isinstance(answer, wc.AppendSetup) and answer.last_event_number == 1, answer
+        assert isinstance(await again.append(writer, _event(2) + _event(3), 3, num_event=2), wc.DataAppended)
+    finally:
+        for each in (old, again):
             await each.close()
         await holder.close()
     assert await _events_of(client, SEG) == [_event(n) for n in range(1, 4)]

@@ -52,8 +52,11 @@ class AckPipeline:
     def __len__(self) -> int:
         return len(self._in_flight)
 
-    async def start(self, storing: Coroutine[Any, Any, wc.Command], size: int) -> None:
-        """Starts an append (`storing` yields its reply) once there is room for it."""
+    async def start(
+        self, storing: Coroutine[Any, Any, wc.Command], size: int
+    ) -> asyncio.Task[wc.Command] | None:
+        """Starts an append (`storing` yields its reply) once there is room for it; its task, or
+        None when the pipeline broke first (`storing` never runs)."""
         while self._in_flight and (
             len(self._in_flight) >= self._max_appends or self._bytes + size > self._max_bytes
         ):
@@ -61,12 +64,13 @@ class AckPipeline:
             await self._progress.wait()
         if self._broken:
             storing.close()
-            return
+            return None
         task = asyncio.ensure_future(storing)
         self._in_flight.append((task, size))
         self._bytes += size
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._send_in_order())
+        return task
 
     async def _send_in_order(self) -> None:
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.metrics.record import StoreTraffic
 from app.segmentstore import storage as st
+from app.segmentstore.server.arriving import Arrival, ArrivingAppends
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.wire import commands as wc
 from app.segmentstore.wire.codec import MalformedCommand, append_data, encode
@@ -31,8 +32,16 @@ class _Writer:
 
 
 class Appends:
-    def __init__(self, storage: st.SegmentStorage, tails: Tails, traffic: StoreTraffic | None = None) -> None:
+    def __init__(
+        self,
+        storage: st.SegmentStorage,
+        tails: Tails,
+        traffic: StoreTraffic | None = None,
+        arriving: ArrivingAppends | None = None,
+    ) -> None:
+        """`arriving`: the port's appends on their way to storage (a setup waits for its writer's)."""
         self._storage = storage
+        self._arriving = arriving if arriving is not None else ArrivingAppends()
         self._traffic = traffic
         self._tails = tails
         self._writers: dict[int, _Writer] = {}
@@ -41,6 +50,9 @@ class Appends:
     async def setup_append(self, cmd: wc.SetupAppend) -> wc.Command:
         # Answers AppendSetup on a sealed segment too (the writer learns of the seal from its
         # first append), NoSuchSegment (offset -1) when the segment is missing.
+        # Blocks of the writer another connection received are stored first, or dropped: the
+        # number told covers every block it ever sent here (app/segmentstore/server/arriving.py).
+        await self._arriving.handed_over(cmd.segment, cmd.writer_id)
         last = await self._storage.writer_event_number(cmd.segment, cmd.writer_id)
         self._writers[cmd.writer_id] = _Writer(cmd.segment, st.NULL_ATTRIBUTE_VALUE)
         return wc.AppendSetup(cmd.request_id, cmd.segment, cmd.writer_id, last)
@@ -112,11 +124,15 @@ class Appends:
             raise ProtocolViolation(f"writer {writer_id:032x} appends before SetupAppend")
         return writer
 
-    async def store(self, request: st.AppendRequest, request_id: int) -> wc.Command:
+    async def store(
+        self, request: st.AppendRequest, request_id: int, arrival: Arrival | None = None
+    ) -> wc.Command:
         """Stores `request` and builds its acknowledgement from what was committed. Reaches
         storage's group commit before its first suspension, so appends started in order are
-        committed in order."""
+        committed in order (and `arrival` is handed over in that same step)."""
         ticket = self._tails.append_started(request.segment)
+        if arrival is not None:
+            arrival.handed_over()
         try:
             result = await self._storage.append(request)
         except BaseException as exc:

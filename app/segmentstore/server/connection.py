@@ -43,6 +43,7 @@ from app.security.tokens import Permission, Verdict
 from app.segmentstore import storage as st
 from app.segmentstore.server.acks import AckPipeline
 from app.segmentstore.server.appends import Appends, ProtocolViolation
+from app.segmentstore.server.arriving import Arrival, ArrivingAppends
 from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.limits import (
     SLOW_READER_BYTES,
@@ -121,6 +122,8 @@ class PortShare:
     closures: ThrottledWarning
     # Requests the database could not serve: every writer fails at once, and retries.
     storage_failures: ThrottledWarning
+    # Appends received and not yet handed to storage, by writer (a writer's setup waits for them).
+    arriving: ArrivingAppends
 
     @classmethod
     def of(cls, limits: ConnectionLimits) -> PortShare:
@@ -133,6 +136,7 @@ class PortShare:
             ThrottledWarning(
                 log, "segment store request failed, its connection closed for the client to retry"
             ),
+            ArrivingAppends(),
         )
 
 
@@ -203,7 +207,7 @@ class Connection:
         self._writer = writer
         self._storage = storage
         self._handlers = handlers
-        self._appends = Appends(storage, tails, traffic)
+        self._appends = Appends(storage, tails, traffic, self._share.arriving)
         self._acks = AckPipeline(self._send, self._append_failed)
         self._reads = Reads(storage, tails, tail_wait_s, traffic)
         self._transients = Transients(transient_tag)
@@ -436,10 +440,20 @@ class Connection:
                 # sets up with a fresh token, re-sending what was not acknowledged.
                 log.info("segment store connection from %s: a writer's delegation token expired", self._peer)
                 return False
-        if segment is not None and (admission := self._storage.admission(segment)) is not None:
-            await admission
-        request = self._appends.request_of(cmd)
-        await self._acks.start(self._acked(request, cmd, route), len(request.data))
+        arrival = None if segment is None else self._share.arriving.arriving(segment, cmd.writer_id)
+        task = None
+        try:
+            if segment is not None and (admission := self._storage.admission(segment)) is not None:
+                await admission
+            request = self._appends.request_of(cmd)
+            task = await self._acks.start(self._acked(request, cmd, route, arrival), len(request.data))
+        finally:
+            if arrival is not None:
+                if task is None:
+                    arrival.handed_over()  # refused, or its connection broke: never stored
+                else:
+                    # Dropped unstarted when the connection breaks first (else `store` hands it over).
+                    task.add_done_callback(arrival.handed_over)
         return True
 
     async def _acked(
@@ -447,9 +461,10 @@ class Connection:
         request: st.AppendRequest,
         cmd: wc.AppendBlockEnd | wc.ConditionalBlockEnd | wc.ConditionalAppend,
         route: Route,
+        arrival: Arrival | None,
     ) -> wc.Command:
         try:
-            return await self._appends.store(request, cmd.request_id)
+            return await self._appends.store(request, cmd.request_id, arrival)
         except st.StorageError as exc:
             reply = refusal_reply(route.echo(cmd), exc)
             if reply is None:
