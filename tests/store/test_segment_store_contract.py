@@ -1,7 +1,10 @@
 """Contract of the SegmentStore port (app/ports/segment_store.py), run against every adapter.
 
 The adapter is the wire client talking to the embedded wire server over PostgreSQL storage on
-loopback (the in-process stand-in is gone). An adapter joins by adding a builder to ADAPTERS: an
+loopback (the in-process stand-in is gone); the "wire-tiered" one adds the long-term tier (files)
+with a storage writer moving every byte out of PostgreSQL as soon as it can (16-byte chunks, no
+age; each write of a test is moved before the test goes on) and its collector, so the calls meet
+tiered data and moves in flight. An adapter joins by adding a builder to ADAPTERS: an
 async context manager yielding the port implementation plus a `write` hook that appends bytes to
 a segment the way a writer would (the port itself has no write call).
 
@@ -13,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from app.chunks.filesystem import FileChunkStore
 from app.domain.errors import IllegalState, InvalidInput, NotEmpty, NotFound
 from app.domain.hosts import HostAddress
 from app.domain.ids import transaction_segment_name
@@ -29,7 +35,10 @@ from app.segmentstore.client.connections import next_request_id
 from app.segmentstore.client.replies import expect
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.wire import commands as wc
+from app.store.chunk_collector import ChunkCollector
 from app.store.segment_data import PgSegmentStorage
+from app.store.storage_writer import StorageWriter
+from app.store.tiering import PgTiering
 from app.testing.controller import Services
 from app.testing.segment_store import OneHost
 
@@ -48,8 +57,9 @@ class Adapter:
 
 
 @asynccontextmanager
-async def _wire(services: Services) -> AsyncIterator[Adapter]:
-    storage = PgSegmentStorage(services.resources.pool, services.resources.clock)
+async def _wire(services: Services, storage: PgSegmentStorage | None = None) -> AsyncIterator[Adapter]:
+    if storage is None:
+        storage = PgSegmentStorage(services.resources.pool, services.resources.clock)
     server = await SegmentStoreServer.start(storage, "127.0.0.1", 0)
     address = HostAddress(*server.address)
     client = WireSegmentStore(OneHost(address), request_timeout_s=10.0)
@@ -74,6 +84,35 @@ async def _wire(services: Services) -> AsyncIterator[Adapter]:
         await server.close()
 
 
+@asynccontextmanager
+async def _wire_tiered(services: Services) -> AsyncIterator[Adapter]:
+    pool, clock = services.resources.pool, services.resources.clock
+    with tempfile.TemporaryDirectory(prefix="contract-chunks-") as directory:
+        chunks = FileChunkStore(Path(directory))
+        chunks.prepare()
+        tiering = PgTiering(pool, clock)
+        writer = StorageWriter(tiering, chunks, chunk_bytes=16, interval_s=0.005, max_age_s=0)
+        moving = [
+            asyncio.create_task(writer.run()),
+            asyncio.create_task(ChunkCollector(tiering, chunks, grace_ms=0, interval_s=0.01).run()),
+        ]
+        try:
+            async with _wire(services, PgSegmentStorage(pool, clock, chunks=chunks)) as wire:
+
+                async def write_then_move(name: str, size: int) -> int:
+                    # What the test reads, truncates or merges next is in the tier already.
+                    length = await wire.write(name, size)
+                    await writer.flush()
+                    return length
+
+                yield Adapter(wire.store, write_then_move)
+        finally:
+            for task in moving:
+                task.cancel()
+            await asyncio.gather(*moving, return_exceptions=True)
+            await chunks.close()
+
+
 async def _put_table_entry(client: WireSegmentStore, address: HostAddress, name: str, size: int) -> int:
     # The tests make the table with key length 16, and such a table takes only 16-byte keys.
     entry = (wc.TableKey(b"key-of-16-bytes!", wc.TABLE_KEY_NO_VERSION), wc.TableValue(bytes(size)))
@@ -84,6 +123,7 @@ async def _put_table_entry(client: WireSegmentStore, address: HostAddress, name:
 
 ADAPTERS: dict[str, Callable[[Services], AbstractAsyncContextManager[Adapter]]] = {
     "wire": _wire,
+    "wire-tiered": _wire_tiered,
 }
 
 
