@@ -86,7 +86,15 @@ async def leader_and_ready(http: aiohttp.ClientSession, served: ServedProcess) -
     assert isinstance(local, dict)
     owned = local["owned"]
     ready = await ok_json(http, f"{served.rest_base}/v1/health/readiness")
-    if local["leader"] and ready is True and isinstance(owned, dict) and all(owned.values()):
+    if not (local["leader"] and ready is True and isinstance(owned, dict)):
+        return None
+    # Every bucket, not some of each service: after a lost session they come back a few at a time.
+    rows = await ok_json(http, f"{served.rest_base}/v1/cluster/buckets")
+    assert isinstance(rows, dict)
+    every: dict[str, set[int]] = {}
+    for row in rows["buckets"]:
+        every.setdefault(row["service"], set()).add(row["bucket"])
+    if every and all(set(owned.get(service, ())) == buckets for service, buckets in every.items()):
         return local
     return None
 
