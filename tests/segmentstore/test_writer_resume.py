@@ -10,7 +10,11 @@ read twice."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import asyncpg
+from asyncpg.transaction import Transaction
 
 from app.segmentstore.server.acks import MAX_APPENDS_IN_FLIGHT
 from app.segmentstore.wire import commands as wc
@@ -68,6 +72,31 @@ async def test_setup_waits_for_another_store_s_open_append_and_answers_what_it_c
     assert await _events_of(client, SEG) == [_event(n) for n in range(1, 9)]
 
 
+@asynccontextmanager
+async def _segment_held(db_url: str, name: str) -> AsyncIterator[Transaction]:
+    """`name`'s row locked by another session until the transaction yielded ends: appends to it
+    wait, and with them the group commit they are in."""
+    holder = await asyncpg.connect(db_url)
+    try:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("SELECT 1 FROM embedded_segments WHERE name = $1 FOR UPDATE", name)
+        yield held
+    finally:
+        await holder.close()
+
+
+async def _set_up_again_once_released(again: Client, writer: int, held: Transaction) -> None:
+    """The writer sets up on `again`: no answer while its earlier block waits behind the held
+    segment; once released, that block's number; then its resend of what follows is stored."""
+    await again.send(wc.SetupAppend(rid(), writer, SEG, ""))
+    await again.nothing_within(HELD_S)
+    await held.rollback()
+    answer = await again.recv()
+    assert isinstance(answer, wc.AppendSetup) and answer.last_event_number == 1, answer
+    assert isinstance(await again.append(writer, _event(2) + _event(3), 3, num_event=2), wc.DataAppended)
+
+
 async def test_setup_waits_for_this_store_s_appends_queued_behind_a_commit(
     client: Client, db_url: str
 ) -> None:
@@ -75,31 +104,22 @@ async def test_setup_waits_for_this_store_s_appends_queued_behind_a_commit(
     await client.create(OTHER)
     address = client.writer.get_extra_info("peername")
     blocked_writer, writer = wid(), wid()
-    holder = await asyncpg.connect(db_url)
     first = await Client.connect(address)
     second = await Client.connect(address)
     again = await Client.connect(address)
     try:
         await second.setup(SEG, writer)
         await first.setup(OTHER, blocked_writer)
-        held = holder.transaction()
-        await held.start()
-        await holder.execute("SELECT 1 FROM embedded_segments WHERE name = $1 FOR UPDATE", OTHER)
-        # A group commit waits on the held segment; the writer's append queues behind it.
-        await first.send(wc.AppendBlockEnd(blocked_writer, 0, _event(1), 1, 1, rid()))
-        await second.send(wc.AppendBlockEnd(writer, 0, _event(1), 1, 1, rid()))
-        await second.nothing_within(HELD_S)
-        # The writer's connection broke (as its client sees it); it sets up on another one.
-        await again.send(wc.SetupAppend(rid(), writer, SEG, ""))
-        await again.nothing_within(HELD_S)
-        await held.rollback()
-        answer = await again.recv()
-        assert isinstance(answer, wc.AppendSetup) and answer.last_event_number == 1, answer
-        assert isinstance(await again.append(writer, _event(2) + _event(3), 3, num_event=2), wc.DataAppended)
+        async with _segment_held(db_url, OTHER) as held:
+            # A group commit waits on the held segment; the writer's append queues behind it.
+            await first.send(wc.AppendBlockEnd(blocked_writer, 0, _event(1), 1, 1, rid()))
+            await second.send(wc.AppendBlockEnd(writer, 0, _event(1), 1, 1, rid()))
+            await second.nothing_within(HELD_S)
+            # The writer's connection broke (as its client sees it); it sets up on another one.
+            await _set_up_again_once_released(again, writer, held)
     finally:
         for each in (first, second, again):
             await each.close()
-        await holder.close()
     assert await _events_of(client, SEG) == [_event(n) for n in range(1, 4)]
 
 
@@ -112,28 +132,19 @@ async def test_setup_waits_for_the_writer_s_blocks_another_connection_holds_for_
     await client.create(OTHER)
     address = client.writer.get_extra_info("peername")
     filler, writer = wid(), wid()
-    holder = await asyncpg.connect(db_url)
     old, again = await Client.connect(address), await Client.connect(address)
     try:
         await old.setup(OTHER, filler)
         await old.setup(SEG, writer)
-        held = holder.transaction()
-        await held.start()
-        await holder.execute("SELECT 1 FROM embedded_segments WHERE name = $1 FOR UPDATE", OTHER)
-        frames = b"".join(
-            encode(wc.AppendBlockEnd(filler, 0, _event(n), 1, n, rid()))
-            for n in range(1, MAX_APPENDS_IN_FLIGHT + 1)
-        )
-        await old.send_raw(frames + encode(wc.AppendBlockEnd(writer, 0, _event(1), 1, 1, rid())))
-        await old.nothing_within(HELD_S)
-        await again.send(wc.SetupAppend(rid(), writer, SEG, ""))
-        await again.nothing_within(HELD_S)
-        await held.rollback()
-        answer = await again.recv()
-        assert isinstance(answer, wc.AppendSetup) and answer.last_event_number == 1, answer
-        assert isinstance(await again.append(writer, _event(2) + _event(3), 3, num_event=2), wc.DataAppended)
+        async with _segment_held(db_url, OTHER) as held:
+            frames = b"".join(
+                encode(wc.AppendBlockEnd(filler, 0, _event(n), 1, n, rid()))
+                for n in range(1, MAX_APPENDS_IN_FLIGHT + 1)
+            )
+            await old.send_raw(frames + encode(wc.AppendBlockEnd(writer, 0, _event(1), 1, 1, rid())))
+            await old.nothing_within(HELD_S)
+            await _set_up_again_once_released(again, writer, held)
     finally:
         for each in (old, again):
             await each.close()
-        await holder.close()
     assert await _events_of(client, SEG) == [_event(n) for n in range(1, 4)]
