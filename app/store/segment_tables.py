@@ -4,6 +4,9 @@ rules, all-or-nothing batches, key-ordered paging and delta reads.
 Invariant: a key's version is a position in its table, taken from the table's length
 (embedded_segments.length, which counts the positions handed out), so versions strictly
 increase per table; every write locks the table's row first, so batches never interleave.
+Updates and removals are conditional, so a COMMIT that loses its answer is looked up rather
+than refused as an outage (app/store/commit_outcome.py): the caller's retry would fail its own
+condition.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from app.segmentstore.storage import (
 from app.segmentstore.wire.commands import MAX_WIRECOMMAND_SIZE
 from app.store import queries
 from app.store.batching import Coalescer
+from app.store.commit_outcome import transaction_with_known_outcome
 from app.store.db import Connection, Database, Row
 
 _SQL = queries.load("segment_data")
@@ -193,7 +197,7 @@ class PgTableSegments:
             check_key(name, entry.key)
             if len(entry.value) > MAX_TABLE_VALUE_BYTES:
                 raise TooLarge(name, f"a table value must have at most {MAX_TABLE_VALUE_BYTES} bytes")
-        async with self._db.transaction() as conn:
+        async with transaction_with_known_outcome(self._db) as conn:
             row = await self._lock_table(conn, name, table_segment_offset)
             check_key_lengths(name, row, [e.key for e in entries])
             current = await self._versions(conn, name, [e.key for e in entries])
@@ -233,7 +237,7 @@ class PgTableSegments:
         changes nothing."""
         for key, _ in keys:
             check_key(name, key)
-        async with self._db.transaction() as conn:
+        async with transaction_with_known_outcome(self._db) as conn:
             row = await self._lock_table(conn, name, table_segment_offset)
             check_key_lengths(name, row, [k for k, _ in keys])
             current = await self._versions(conn, name, [k for k, _ in keys])
