@@ -153,6 +153,19 @@ def add_dev_parser(
     )
     certs.add_argument("--client-name", default="pgcontroller", help="the client certificate's common name")
     certs.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    ha = dev_commands.add_parser(
+        "ha",
+        help="a highly available PostgreSQL on this machine: etcd and three nodes under Patroni",
+        description="up: starts etcd and three PostgreSQL 15 nodes under Patroni on loopback ports, in "
+        "synchronous mode (installing Debian's patroni and etcd-server first when missing and run as "
+        "root), makes the service's role and database, and prints the multi-host --db-url for serve; "
+        "a cluster already in DIR starts again as it was. status: its members. down: stops it "
+        "(--purge: and removes DIR). For tests and trying failover; docs/ha.md has the recipe for "
+        "real machines.",
+    )
+    ha.add_argument("action", choices=("up", "down", "status"))
+    ha.add_argument("--dir", default=".pgcontroller/ha", help="its files (default .pgcontroller/ha)")
+    ha.add_argument("--purge", action="store_true", help="down: remove the cluster's files too")
 
 
 def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
@@ -190,7 +203,27 @@ def _spec(args: argparse.Namespace, now_ms: int) -> SeedSpec:
 def run_dev(args: argparse.Namespace) -> int:
     if args.dev_command == "certs":
         return _run_certs(args)
+    if args.dev_command == "ha":
+        return _run_ha(args)
     return _run_seed(args)
+
+
+def _run_ha(args: argparse.Namespace) -> int:
+    from app.dev import ha
+
+    root = Path(args.dir)
+    try:
+        if args.action == "up":
+            state = ha.up(root)
+            print(json.dumps({"db_url": state.service_url(), "members": ha.members(state)}))
+        elif args.action == "status":
+            print(json.dumps({"members": ha.members(ha.HaState.load(root.resolve()))}))
+        else:
+            ha.down(root, purge=args.purge)
+    except ha.HaError as exc:
+        print(f"pgcontroller: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _run_certs(args: argparse.Namespace) -> int:

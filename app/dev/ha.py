@@ -1,0 +1,514 @@
+"""A highly available PostgreSQL on one machine, for tests, benches and trying failover: etcd and
+three PostgreSQL 15 nodes under Patroni on loopback ports, in synchronous mode (a commit is
+acknowledged once a synchronous standby has it), with short timeouts so a failover takes seconds.
+
+`pgcontroller dev ha up` starts it (installing Debian's `patroni` and `etcd-server` first when they
+are missing and we are root), `status` shows its members, `down` stops it (`--purge` removes its
+files). Its state (ports, passwords, process ids) is a JSON file in its directory, so another
+process (a test, `down`) can find and drive it. PostgreSQL refuses to run as root, so Patroni and
+etcd run as the `postgres` user (Debian's packages create it), or `nobody` without it.
+
+Everything here is for one machine: the production recipe (docs/ha.md) runs the same pieces on
+three.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.embedded_pg import find_bindir
+
+HOST = "127.0.0.1"
+SCOPE = "pgcontroller-ha"
+NODES = 3
+DATABASE = "pgcontroller"
+SERVICE_USER = "pgcontroller"
+# Patroni's rule: loop_wait + 2 * retry_timeout <= ttl. A dead leader's key expires after ttl,
+# and a standby takes over within a loop after that.
+TTL_S = 6
+LOOP_WAIT_S = 1
+RETRY_TIMEOUT_S = 2
+_PACKAGES = ("patroni", "etcd-server", "etcd-client")
+_START_TIMEOUT_S = 90.0
+_STOP_TIMEOUT_S = 30.0
+
+
+class HaError(RuntimeError):
+    """The cluster cannot be started, found or stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    name: str
+    postgres: int
+    rest: int
+
+
+@dataclass
+class HaState:
+    root: str
+    etcd_client: int
+    etcd_peer: int
+    nodes: list[NodePorts]
+    superuser_password: str
+    replication_password: str
+    service_password: str
+    pids: dict[str, int]
+
+    @property
+    def path(self) -> Path:
+        return Path(self.root)
+
+    def service_url(self) -> str:
+        """The service's URL: every node, the writable one chosen (libpq's multi-host form)."""
+        hosts = ",".join(f"{HOST}:{n.postgres}" for n in self.nodes)
+        return (
+            f"postgresql://{SERVICE_USER}:{self.service_password}@{hosts}/{DATABASE}"
+            "?target_session_attrs=read-write"
+        )
+
+    def admin_url(self, node: NodePorts) -> str:
+        return f"postgresql://postgres:{self.superuser_password}@{HOST}:{node.postgres}/postgres"
+
+    def save(self) -> None:
+        data = asdict(self)
+        path = self.path / "state.json"
+        path.write_text(json.dumps(data, indent=2))
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, root: Path) -> HaState:
+        try:
+            data = json.loads((root / "state.json").read_text())
+        except FileNotFoundError:
+            raise HaError(f"no HA cluster in {root} (start one with `pgcontroller dev ha up`)") from None
+        data["nodes"] = [NodePorts(**n) for n in data["nodes"]]
+        return cls(**data)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _owner() -> pwd.struct_passwd:
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    raise HaError("neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL as")
+
+
+def ensure_installed() -> None:
+    """Debian's Patroni and etcd, installed when missing (as root); otherwise the command to run."""
+    if all(shutil.which(tool) for tool in ("patroni", "patronictl", "etcd")):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise HaError(
+            f"Patroni and etcd are missing: install them with `apt-get install {' '.join(_PACKAGES)}`"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *_PACKAGES]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise HaError(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
+
+
+def _patroni_config(state: HaState, node: NodePorts) -> dict[str, Any]:
+    node_dir = state.path / node.name
+    return {
+        "scope": SCOPE,
+        "name": node.name,
+        "log": {"level": "INFO"},  # to stderr, which is the node's patroni.log
+        "restapi": {"listen": f"{HOST}:{node.rest}", "connect_address": f"{HOST}:{node.rest}"},
+        "etcd3": {"hosts": [f"{HOST}:{state.etcd_client}"]},
+        "bootstrap": {
+            "dcs": {
+                "ttl": TTL_S,
+                "loop_wait": LOOP_WAIT_S,
+                "retry_timeout": RETRY_TIMEOUT_S,
+                "maximum_lag_on_failover": 1024 * 1024,
+                "synchronous_mode": True,
+                "postgresql": {
+                    "use_pg_rewind": True,
+                    "use_slots": True,
+                    "parameters": {
+                        "wal_level": "replica",
+                        "hot_standby": "on",
+                        "wal_log_hints": "on",
+                        "max_wal_senders": 10,
+                        "max_replication_slots": 10,
+                        "max_connections": 300,
+                    },
+                },
+            },
+            "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, "data-checksums"],
+            "pg_hba": [
+                f"host replication replicator {HOST}/32 scram-sha-256",
+                f"host all all {HOST}/32 scram-sha-256",
+            ],
+        },
+        "postgresql": {
+            "listen": f"{HOST}:{node.postgres}",
+            "connect_address": f"{HOST}:{node.postgres}",
+            "data_dir": str(node_dir / "data"),
+            "bin_dir": str(find_bindir()),
+            "pgpass": str(node_dir / "pgpass"),
+            "authentication": {
+                "superuser": {"username": "postgres", "password": state.superuser_password},
+                "replication": {"username": "replicator", "password": state.replication_password},
+                "rewind": {"username": "postgres", "password": state.superuser_password},
+            },
+            "parameters": {"unix_socket_directories": str(node_dir)},
+        },
+        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False, "nosync": False},
+    }
+
+
+# The processes this one started, kept so they are reaped (and not reported as leaked) when they
+# end; a cluster started by another process is driven by its pids alone.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _spawn(argv: list[str], log_path: Path, user: pwd.struct_passwd, env: dict[str, str]) -> int:
+    # Root hands the process to `user`; anyone else runs it as themselves.
+    as_root = os.geteuid() == 0
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            env=env,
+            start_new_session=True,  # outlives `dev ha up`; `down` signals it
+            user=user.pw_uid if as_root else None,
+            group=user.pw_gid if as_root else None,
+            extra_groups=[] if as_root else None,
+        )
+    _CHILDREN[process.pid] = process
+    return int(process.pid)
+
+
+def _child_env(user: pwd.struct_passwd) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "ETCD", "PATRONI"))}
+    return {**env, "HOME": user.pw_dir, "LC_ALL": "C.UTF-8"}
+
+
+def up(root: Path) -> HaState:
+    """Starts etcd and the three nodes (a cluster already in `root` is started again as it was),
+    waits for a leader and a synchronous standby, and makes the service's role and database."""
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    # Checked before anything is installed: the packages' user (postgres) and the fallback
+    # (nobody) are both "others" to a root-only directory.
+    _check_traversable(root, _owner())
+    ensure_installed()
+    user = _owner()
+    try:
+        state = HaState.load(root)
+    except HaError:
+        state = HaState(
+            root=str(root),
+            etcd_client=_free_port(),
+            etcd_peer=_free_port(),
+            nodes=[NodePorts(f"node{i}", _free_port(), _free_port()) for i in range(NODES)],
+            superuser_password=secrets.token_hex(16),
+            replication_password=secrets.token_hex(16),
+            service_password=secrets.token_hex(16),
+            pids={},
+        )
+    if any(_alive(pid) for pid in state.pids.values()):
+        raise HaError(f"the HA cluster in {root} is running already (`pgcontroller dev ha down` first)")
+    os.chmod(root, 0o755)
+    env = _child_env(user)
+    for directory in (root / "etcd", *(root / n.name for n in state.nodes)):
+        directory.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(directory, user.pw_uid, user.pw_gid)
+        directory.chmod(0o700)
+    state.pids = {"etcd": _spawn(_etcd_argv(state), root / "etcd.log", user, env)}
+    state.save()
+    _wait(lambda: _etcd_healthy(state), "etcd to answer", root / "etcd.log", pids=(state.pids["etcd"],))
+    for node in state.nodes:
+        config = root / node.name / "patroni.yml"
+        config.write_text(json.dumps(_patroni_config(state, node)))  # YAML is a superset of JSON
+        if os.geteuid() == 0:
+            os.chown(config, user.pw_uid, user.pw_gid)
+        config.chmod(0o600)
+        state.pids[node.name] = _spawn(["patroni", str(config)], root / node.name / "patroni.log", user, env)
+        state.save()
+    _wait(
+        lambda: _ready(state),
+        "a leader and a synchronous standby",
+        root / "node0" / "patroni.log",
+        pids=tuple(state.pids.values()),
+    )
+    _make_service_database(state)
+    return state
+
+
+def _check_traversable(root: Path, user: pwd.struct_passwd) -> None:
+    """PostgreSQL and etcd run as `user`, who must reach `root` (a directory under a root-only
+    one, such as pytest's, is out of its reach)."""
+    if os.geteuid() != 0:
+        return
+    for directory in root.parents:
+        mode = directory.stat().st_mode
+        if not mode & 0o001 and not (directory.stat().st_gid == user.pw_gid and mode & 0o010):
+            raise HaError(
+                f"{root} is out of reach of the user {user.pw_name!r} that runs PostgreSQL: "
+                f"{directory} is not searchable by others; choose a directory under /tmp or /srv"
+            )
+
+
+def _etcd_argv(state: HaState) -> list[str]:
+    client, peer = f"http://{HOST}:{state.etcd_client}", f"http://{HOST}:{state.etcd_peer}"
+    return [
+        "etcd",
+        "--name=ha",
+        f"--data-dir={state.path / 'etcd'}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=ha={peer}",
+    ]
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False
+    return True
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as exc:  # Patroni answers 503 with a body on a replica's /primary
+        return json.loads(exc.read() or b"null")
+    except (OSError, ValueError):
+        return None
+
+
+def _etcd_healthy(state: HaState) -> bool:
+    health = _get_json(f"http://{HOST}:{state.etcd_client}/health")
+    return isinstance(health, dict) and health.get("health") == "true"
+
+
+def members(state: HaState) -> list[dict[str, Any]]:
+    """Patroni's view of the members (name, role, state, lag), from whichever node answers."""
+    for node in state.nodes:
+        cluster = _get_json(f"http://{HOST}:{node.rest}/cluster")
+        if isinstance(cluster, dict) and "members" in cluster:
+            return list(cluster["members"])
+    return []
+
+
+def leader(state: HaState) -> NodePorts | None:
+    for member in members(state):
+        if member.get("role") == "leader" and member.get("state") == "running":
+            return next((n for n in state.nodes if n.name == member["name"]), None)
+    return None
+
+
+def _ready(state: HaState) -> bool:
+    roles = {m.get("role") for m in members(state) if m.get("state") in ("running", "streaming")}
+    return "leader" in roles and "sync_standby" in roles
+
+
+def wait_ready(state: HaState, timeout_s: float = _START_TIMEOUT_S) -> None:
+    _wait(
+        lambda: _ready(state),
+        "a leader and a synchronous standby",
+        state.path / "node0" / "patroni.log",
+        timeout_s,
+    )
+
+
+def _wait(
+    check: Callable[[], bool],
+    what: str,
+    log: Path,
+    timeout_s: float = _START_TIMEOUT_S,
+    *,
+    pids: tuple[int, ...] = (),
+) -> None:
+    """Until `check()`; a timeout, or the death of one of `pids`, is an error quoting `log`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if not all(_alive(pid) for pid in pids):
+            raise HaError(f"the process waited on for {what} ended; {log} ends:\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            raise HaError(f"timed out after {timeout_s:.0f} s waiting for {what}; {log} ends:\n{_tail(log)}")
+        time.sleep(0.2)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+
+
+def _psql(state: HaState, node: NodePorts, sql: str, database: str = "postgres") -> str:
+    done = subprocess.run(
+        [
+            str(find_bindir() / "psql"),
+            "-X",
+            "-q",
+            "-t",
+            "-A",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            HOST,
+            "-p",
+            str(node.postgres),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-c",
+            sql,
+        ],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            "PGPASSWORD": state.superuser_password,
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        raise HaError(f"psql on {node.name}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _without_pg(environ: Mapping[str, str]) -> dict[str, str]:
+    # PGHOST, PGPORT, ... would silently redirect psql; every target is passed explicitly.
+    return {k: v for k, v in environ.items() if not k.startswith("PG")}
+
+
+def _make_service_database(state: HaState) -> None:
+    node = leader(state)
+    if node is None:
+        raise HaError("the cluster has no leader")
+    password = state.service_password.replace("'", "''")
+    exists = _psql(state, node, f"SELECT 1 FROM pg_roles WHERE rolname = '{SERVICE_USER}'")
+    if not exists:
+        _psql(state, node, f"CREATE ROLE {SERVICE_USER} LOGIN PASSWORD '{password}'")
+    if not _psql(state, node, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"):
+        _psql(state, node, f"CREATE DATABASE {DATABASE} OWNER {SERVICE_USER}")
+    # Until every node has replayed it: a client given all the hosts (the multi-host URL) that
+    # reaches a standby without the database is refused outright ("does not exist") by
+    # asyncpg, which moves to the next host only when a connection fails.
+    for each in state.nodes:
+        replayed = functools.partial(_has_database, state, each)
+        _wait(replayed, f"{each.name} to have the database", _node_log(state, each))
+
+
+def _node_log(state: HaState, node: NodePorts) -> Path:
+    return state.path / node.name / "patroni.log"
+
+
+def _has_database(state: HaState, node: NodePorts) -> bool:
+    try:
+        return _psql(state, node, "SELECT 1", DATABASE) == "1"
+    except HaError:
+        return False
+
+
+def kill_leader(state: HaState) -> NodePorts:
+    """SIGKILL of the leader's Patroni and its postmaster (a machine lost, as far as they go)."""
+    node = leader(state)
+    if node is None:
+        raise HaError("the cluster has no leader to kill")
+    postmaster = _postmaster_pid(state, node)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(state.pids[node.name], signal.SIGKILL)
+    if postmaster is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(postmaster, signal.SIGKILL)
+    return node
+
+
+def _postmaster_pid(state: HaState, node: NodePorts) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((state.path / node.name / "data" / "postmaster.pid").read_text().splitlines()[0])
+    return None
+
+
+def restart_node(state: HaState, node: NodePorts) -> None:
+    """Starts a node's Patroni again (it rejoins as a standby, rewound if it must)."""
+    user = _owner()
+    config = state.path / node.name / "patroni.yml"
+    state.pids[node.name] = _spawn(
+        ["patroni", str(config)], state.path / node.name / "patroni.log", user, _child_env(user)
+    )
+    state.save()
+
+
+def down(root: Path, *, purge: bool = False) -> None:
+    """Stops the nodes (each Patroni stops its PostgreSQL), then etcd; `purge` removes the files."""
+    try:
+        state = HaState.load(root.resolve())
+    except HaError:
+        if purge:
+            shutil.rmtree(root, ignore_errors=True)
+        return
+    nodes = [name for name in state.pids if name != "etcd"]
+    for name in nodes:
+        _signal_group(state.pids[name], signal.SIGTERM)
+    _until_gone([state.pids[n] for n in nodes], _STOP_TIMEOUT_S)
+    for node in state.nodes:  # a postmaster left by a killed Patroni
+        pid = _postmaster_pid(state, node)
+        if pid is not None and _alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+    if "etcd" in state.pids:
+        _signal_group(state.pids["etcd"], signal.SIGTERM)
+        _until_gone([state.pids["etcd"]], _STOP_TIMEOUT_S)
+    state.pids = {}
+    state.save()
+    if purge:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _until_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            for pid in pids:
+                _signal_group(pid, signal.SIGKILL)
+            return
+        time.sleep(0.1)
