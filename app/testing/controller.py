@@ -21,6 +21,7 @@ from app.services.health import HealthService
 from app.settings import Settings
 from app.store.cluster import PgClusterStore
 from app.store.pool import create_pool
+from app.testing.segment_store import tier_from_environment
 from app.wiring import Controller, Servers, start_servers
 
 # Short polls and retries so a test waits for little. Pravega's test transaction configuration
@@ -108,6 +109,7 @@ async def _settings(url: str, overrides: dict[str, Any]) -> Settings:
         "retention_buckets": cluster.counts.retention,
         "watermark_buckets": cluster.counts.watermarks,
         "container_count": cluster.container_count,
+        **tier_from_environment(),
         **overrides,
     }
     return replace(TEST_SETTINGS, **fields)
