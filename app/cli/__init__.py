@@ -47,6 +47,7 @@ SEGMENT_STORE_SETTINGS = (
     "segment_store_tail_wait_s",
     "segment_store_heartbeat_s",
     "segment_store_expiry_s",
+    "segment_store_db_wait_s",
     "pool_max_size",
     "shutdown_timeout_s",
     "ready_file",

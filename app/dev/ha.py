@@ -458,6 +458,32 @@ def kill_leader(state: HaState) -> NodePorts:
     return node
 
 
+def switchover(state: HaState) -> tuple[NodePorts, NodePorts]:
+    """A planned switchover (Patroni's REST `POST /switchover`, as `patronictl switchover` sends
+    it) from the leader to its synchronous standby, which synchronous mode requires; (old, new)
+    once Patroni reports it done."""
+    roles = {m.get("role"): m.get("name") for m in members(state)}
+    by_name = {n.name: n for n in state.nodes}
+    old, new = by_name.get(str(roles.get("leader"))), by_name.get(str(roles.get("sync_standby")))
+    if old is None or new is None:
+        raise HaError(f"no leader and synchronous standby to switch over between: {members(state)}")
+    body = json.dumps({"leader": old.name, "candidate": new.name}).encode()
+    request = urllib.request.Request(
+        f"http://{HOST}:{old.rest}/switchover",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            reply.read()
+    except urllib.error.HTTPError as exc:
+        raise HaError(f"switchover refused: {exc.code} {exc.read().decode(errors='replace')}") from None
+    except OSError as exc:
+        raise HaError(f"switchover: {old.name}'s REST API did not answer: {exc}") from None
+    return old, new
+
+
 def _postmaster_pid(state: HaState, node: NodePorts) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((state.path / node.name / "data" / "postmaster.pid").read_text().splitlines()[0])

@@ -466,6 +466,14 @@ class Settings:
         "containers move (Pravega's segment-store ZooKeeper session timeout); a store that could not "
         "heartbeat for this long stops serving",
     )
+    segment_store_db_wait_s: float = setting(
+        3.0,
+        check=not_negative,
+        help="how long a segment store's request waits for a database connection to open before it "
+        "fails (its client's connection closed for a retry): a PostgreSQL failover or switchover then "
+        "costs a writer the outage, not the client's growing back-off after it (docs/ha.md); only "
+        "opening a connection is waited out, so nothing is written twice; 0: fail at once",
+    )
     segment_store_timeout_s: float = setting(
         30.0,
         check=positive,

@@ -37,6 +37,7 @@ from app.store.cache import RecordCache
 from app.store.containers import PgContainerMapStore
 from app.store.db import Database
 from app.store.notifications import PgListener
+from app.store.patient_db import PatientDatabase
 from app.store.segment_data import PgSegmentStorage
 from app.store.tier_throttle import TierThrottle
 from app.wiring.autoscale import measured_storage
@@ -146,7 +147,7 @@ async def _start_measured_server(
     # And inside a group commit's transaction: a crash there must acknowledge nothing of the group.
     before_group_commit = failpoint_hook("segmentstore.append.before_group_commit")
     stored = PgSegmentStorage(
-        pool,
+        PatientDatabase(pool, settings.segment_store_db_wait_s),
         clock,
         after_append,
         before_group_commit,

@@ -10,19 +10,24 @@ afterwards."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from app.dev import ha
 from app.store.migrate import upgrade_to_head
+from app.testing.served import ServedProcess
 from tests.support.dataplane import (
     ClientProcess,
     Controller,
@@ -37,8 +42,10 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 SCOPE, STREAM, KEYS, PREFIX = "ha", "events", 4, "h"
 RATE, COUNT = 40, 1600
 TXN_STREAM, TXN_SIZE, TXN_PLAIN = "txns", 50, 20
-# The issue's bound on the time from the kill until writes succeed again.
+# The issue's bounds: from the kill until writes succeed again; a writer's longest wait for an
+# acknowledgement through a planned switchover.
 WRITES_BACK_WITHIN_S = 15.0
+SWITCHOVER_STALL_S = 2.0
 
 
 @pytest.fixture
@@ -52,14 +59,12 @@ def cluster() -> Iterator[ha.HaState]:
         ha.down(root, purge=True)
 
 
-async def _read_names(tmp_path: Path, uri: str, stream: str, count: int) -> list[str]:
+async def _read_names(on: OnHa, tmp_path: Path, stream: str, count: int) -> list[str]:
     """The events of `stream` (up to `count`) by name, sorted."""
     out = tmp_path / f"read-{stream}.json"
-    reader = await ClientProcess.start(
+    reader = await on.start(
         "read",
         tmp_path,
-        uri=uri,
-        scope=SCOPE,
         stream=stream,
         group=f"after-failover-{stream}",
         out=str(out),
@@ -80,26 +85,65 @@ async def _until_promoted(cluster: ha.HaState, old: ha.NodePorts) -> float:
         await asyncio.sleep(0.1)
 
 
-async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
-    tmp_path: Path, cluster: ha.HaState
-) -> None:
+@dataclass
+class OnHa:
+    served: ServedProcess
+    controller: Controller
+    uri: str
+    clients: list[ClientProcess]
+
+    async def start(self, role: str, tmp_path: Path, **args: Any) -> ClientProcess:
+        client = await ClientProcess.start(role, tmp_path, uri=self.uri, scope=SCOPE, **args)
+        self.clients.append(client)
+        return client
+
+
+@asynccontextmanager
+async def _serve_on(cluster: ha.HaState, tmp_path: Path) -> AsyncIterator[OnHa]:
+    """`serve` on the cluster's multi-host URL, leading, with the test's streams."""
     url = cluster.service_url()
     await asyncio.to_thread(upgrade_to_head, url)
     served = await start_with_segment_store(tmp_path, "--db-url", url)
-    controller = Controller(served)
-    writer: ClientProcess | None = None
-    held: ClientProcess | None = None
+    on = OnHa(served, Controller(served), f"tcp://127.0.0.1:{served.grpc_port}", [])
     try:
         async with aiohttp.ClientSession() as http:
             await until_leader_and_ready(http, served, 60)
-        await controller.create_stream(SCOPE, STREAM, 2)
-        await controller.create_stream(SCOPE, TXN_STREAM, 1)
-        uri = f"tcp://127.0.0.1:{served.grpc_port}"
-        writer = await ClientProcess.start(
+        await on.controller.create_stream(SCOPE, STREAM, 2)
+        await on.controller.create_stream(SCOPE, TXN_STREAM, 1)
+        yield on
+        async with aiohttp.ClientSession() as http:
+            await until_leader_and_ready(http, served, 30)
+        assert served.process.returncode is None, served.log()[-4000:]
+    finally:
+        for client in on.clients:
+            await client.kill()
+        on.controller.close()
+        await served.stop()
+
+
+async def _read_back_exactly_once(on: OnHa, tmp_path: Path, count: int) -> None:
+    reader = await on.start(
+        "read",
+        tmp_path,
+        stream=STREAM,
+        group="after-failover",
+        out=str(tmp_path / "read.json"),
+        deadline_s=90,
+        until_end=False,
+        stop_after=count,
+    )
+    read = await reader.result(timeout_s=120)
+    assert read["read"] == count, read
+    check_exactly_once_in_key_order(read_events(tmp_path / "read.json"), PREFIX, count, KEYS)
+
+
+async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
+    tmp_path: Path, cluster: ha.HaState
+) -> None:
+    async with _serve_on(cluster, tmp_path) as on:
+        writer = await on.start(
             "write",
             tmp_path,
-            uri=uri,
-            scope=SCOPE,
             stream=STREAM,
             count=COUNT,
             keys=KEYS,
@@ -108,11 +152,9 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
             progress_every=10,
         )
         # A transaction open across the failover, committed after it.
-        held = await ClientProcess.start(
+        held = await on.start(
             "txn-held",
             tmp_path,
-            uri=uri,
-            scope=SCOPE,
             stream=TXN_STREAM,
             size=TXN_SIZE,
             before=TXN_PLAIN,
@@ -129,8 +171,6 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
         writes_back_s = time.monotonic() - killed_at
         promoted_s = (await promoted) - killed_at
         print(f"ha failover: promoted {promoted_s:.2f} s, writes back {writes_back_s:.2f} s after the kill")
-        new = await asyncio.to_thread(ha.leader, cluster)
-        assert new is not None and new.name != old.name, ha.members(cluster)
         (tmp_path / "go").touch()
         assert "committed" in await held.result(timeout_s=120)
         result = await writer.result(timeout_s=180)
@@ -138,34 +178,47 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
         assert writes_back_s < WRITES_BACK_WITHIN_S, (
             f"writes succeeded again {writes_back_s:.1f} s after the kill"
         )
-
-        reader = await ClientProcess.start(
-            "read",
-            tmp_path,
-            uri=uri,
-            scope=SCOPE,
-            stream=STREAM,
-            group="after-failover",
-            out=str(tmp_path / "read.json"),
-            deadline_s=90,
-            until_end=False,
-            stop_after=COUNT,
-        )
-        read = await reader.result(timeout_s=120)
-        assert read["read"] == COUNT, read
-        check_exactly_once_in_key_order(read_events(tmp_path / "read.json"), PREFIX, COUNT, KEYS)
-        assert await _read_names(tmp_path, uri, TXN_STREAM, TXN_SIZE + TXN_PLAIN) == sorted(
+        await _read_back_exactly_once(on, tmp_path, COUNT)
+        assert await _read_names(on, tmp_path, TXN_STREAM, TXN_SIZE + TXN_PLAIN) == sorted(
             [f"c:{i:04d}" for i in range(TXN_SIZE)] + [f"n:{i:04d}" for i in range(TXN_PLAIN)]
         )
-        async with aiohttp.ClientSession() as http:
-            await until_leader_and_ready(http, served, 30)
-        assert served.process.returncode is None, served.log()[-4000:]
-    finally:
-        for client in (writer, held):
-            if client is not None:
-                await client.kill()
-        controller.close()
-        await served.stop()
+
+
+async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_shows_it_no_error(
+    tmp_path: Path, cluster: ha.HaState
+) -> None:
+    # The writer paces itself per 100 events: at 200/s it acknowledges a burst every 0.5 s, so a
+    # longer wait between two of its reports is the switchover's.
+    rate = 200
+    count = 25 * rate
+    async with _serve_on(cluster, tmp_path) as on:
+        writer = await on.start(
+            "write",
+            tmp_path,
+            stream=STREAM,
+            count=count,
+            keys=KEYS,
+            prefix=PREFIX,
+            rate=rate,
+            progress_every=10,
+        )
+        await writer.until(lambda report: report["acked"] >= 5 * rate, timeout_s=90)
+        acked_at: list[float] = [time.monotonic()]
+
+        def noted(report: dict[str, Any]) -> bool:
+            acked_at.append(time.monotonic())
+            return bool(report["acked"] >= count - 2 * rate)
+
+        switching = asyncio.create_task(asyncio.to_thread(ha.switchover, cluster))
+        await writer.until(noted, timeout_s=120)
+        old, new = await switching
+        assert await asyncio.to_thread(ha.leader, cluster) == new, ha.members(cluster)
+        # The writer raises on any error it is shown; it finished every event.
+        assert (await writer.result(timeout_s=120))["written"] == count
+        stall_s = max(later - earlier for earlier, later in itertools.pairwise(acked_at))
+        print(f"ha switchover {old.name} -> {new.name}: longest wait for an ack {stall_s:.2f} s")
+        assert stall_s < SWITCHOVER_STALL_S, f"the writer stalled {stall_s:.2f} s"
+        await _read_back_exactly_once(on, tmp_path, count)
 
 
 def _dev_ha(*args: str) -> subprocess.CompletedProcess[str]:

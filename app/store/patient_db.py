@@ -1,0 +1,95 @@
+"""A Database that waits a little for PostgreSQL instead of failing at once when no connection can
+be opened: the segment store's view of a failover or a restart. A planned switchover takes the
+database away for a second or two; a request that fails meanwhile closes its client's connection,
+and the client's retries back off (Pravega's Rust client: 1 ms, 10 ms, 100 ms, 1 s, then 10 s),
+so a writer would stall for seconds after the database was back. Waiting for a connection instead
+keeps the writer's request in hand, answered once the new primary takes it.
+
+Only opening a connection is waited out: nothing was sent then, so trying again cannot apply a
+write twice. A failure once a statement went out is the caller's, as before. A longer outage
+ends the wait after `wait_s` with the same StoreUnavailable, and the client backs off as it
+should."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from app.domain.errors import StoreUnavailable
+from app.store.db import Connection, Database, Row
+
+# Between attempts to open a connection while PostgreSQL is away.
+_RETRY_EVERY_S = 0.05
+
+
+class PatientDatabase:
+    """`db`'s calls, each on a connection opened within `wait_s` if one can be."""
+
+    def __init__(self, db: Database, wait_s: float) -> None:
+        self._db = db
+        self._wait_s = wait_s
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Connection]:
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            block = self._db.acquire()
+            try:
+                conn = await block.__aenter__()
+            except StoreUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_RETRY_EVERY_S)
+                continue
+            break
+        try:
+            yield conn
+        except BaseException as exc:
+            await block.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        await block.__aexit__(None, None, None)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        async with self.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def fetch(self, query: str, *args: object) -> list[Row]:
+        async with self.acquire() as conn:
+            return await conn.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args: object) -> Row | None:
+        async with self.acquire() as conn:
+            return await conn.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: object) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: str, *args: object) -> str:
+        async with self.acquire() as conn:
+            return await conn.execute(query, *args)
+
+    async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None:
+        async with self.acquire() as conn:
+            await conn.executemany(command, args)
+
+    async def fetchmany(self, query: str, args: Iterable[Sequence[object]]) -> list[Row]:
+        async with self.acquire() as conn:
+            return await conn.fetchmany(query, args)
+
+    async def copy_records_to_table(
+        self,
+        table_name: str,
+        *,
+        records: Iterable[Sequence[object]],
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        async with self.acquire() as conn:
+            return await conn.copy_records_to_table(table_name, records=records, columns=columns)
+
+    async def close(self) -> None:
+        """The pool is its owner's to close."""
