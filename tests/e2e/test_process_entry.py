@@ -74,6 +74,8 @@ async def test_the_harness_runs_the_components_serve_runs(db_url: str, tmp_path:
             tasks = services.runtime.loops.tasks
             expected = {*services.controller.loops(), "metadata-store-probe"}
             expected |= {"segment-store-membership", "segment-store-listener", "segment-store-orphans"}
+            if services.runtime.settings.tier != "none":  # make test-tier: both run on the tier
+                expected |= {"segment-store-storage-writer", "segment-store-chunk-collector"}
             assert set(tasks) == expected
             assert all(not task.done() for task in tasks.values())
     finally:

@@ -538,8 +538,9 @@ async def test_a_segment_store_process_runs_the_tier_and_refuses_to_start_withou
         assert await writer.flush() == 1
     finally:
         await pool.close()
-    # ... and a store that would not find them refuses to start, saying why.
+    # ... and a store that would not find them refuses to start, saying why (--tier none given:
+    # make test-tier puts a tier in every process's environment).
     with pytest.raises(RuntimeError) as refused:
-        await start_store(tmp_path, "u", db_url)
+        await start_store(tmp_path, "u", db_url, "--tier", "none")
     assert "exited with 1" in str(refused.value)
     assert "--tier is none" in str(refused.value)
