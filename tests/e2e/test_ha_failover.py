@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 
 from app.dev import ha
+from app.store.analysts import AnalystLimits, create_analyst
 from app.store.migrate import upgrade_to_head
 from app.testing.served import ServedProcess
 from tests.support.dataplane import (
@@ -47,6 +49,7 @@ TXN_STREAM, TXN_SIZE, TXN_PLAIN = "txns", 50, 20
 # acknowledgement through a planned switchover.
 WRITES_BACK_WITHIN_S = 15.0
 SWITCHOVER_STALL_S = 2.0
+ANALYST_PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
@@ -189,7 +192,7 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
         )
 
 
-async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_shows_it_no_error(
+async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_analysts_then_read_a_standby(
     tmp_path: Path, cluster: ha.HaState
 ) -> None:
     # The writer paces itself per 100 events: at 200/s it acknowledges a burst every 0.5 s, so a
@@ -215,6 +218,48 @@ async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_shows_it_no_
         print(f"ha switchover {old.name} -> {new.name}: longest wait for an ack {stall_s:.2f} s")
         assert stall_s < SWITCHOVER_STALL_S, f"the writer stalled {stall_s:.2f} s"
         await _read_back_exactly_once(on, tmp_path, count)
+        # Analysts read the reporting views from a standby (the old primary is one now).
+        assert await _analyst_reads_a_standby(cluster) == {(SCOPE, STREAM), (SCOPE, TXN_STREAM)}
+
+
+async def _analyst_reads_a_standby(cluster: ha.HaState) -> set[tuple[str, str]]:
+    """An analyst made on the primary, connected to a standby: the streams it sees there."""
+    leader = await asyncio.to_thread(ha.leader, cluster)
+    assert leader is not None
+    standbys = [
+        n for n in cluster.nodes if n != leader and _role(await asyncio.to_thread(ha.members, cluster), n)
+    ]
+    assert standbys, ha.members(cluster)
+    admin_url = (
+        f"postgresql://postgres:{cluster.superuser_password}@{ha.HOST}:{leader.postgres}/{ha.DATABASE}"
+    )
+    await create_analyst(admin_url, "analyst_ha", ANALYST_PASSWORD, AnalystLimits(5000, 3))
+    conn = await asyncpg.connect(
+        host=ha.HOST,
+        port=standbys[0].postgres,
+        user="analyst_ha",
+        password=ANALYST_PASSWORD,
+        database=ha.DATABASE,
+    )
+    try:
+        assert await conn.fetchval("SELECT pg_is_in_recovery()") is True
+        deadline = time.monotonic() + 30
+        while True:  # a standby replays the role and the rows within moments
+            rows = await conn.fetch("SELECT scope, stream FROM reporting.streams WHERE NOT internal")
+            seen = {(r["scope"], r["stream"]) for r in rows}
+            if len(seen) >= 2 or time.monotonic() > deadline:
+                return seen
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
+def _role(members: list[dict[str, Any]], node: ha.NodePorts) -> str | None:
+    """`node`'s role if it runs as a standby."""
+    for member in members:
+        if member.get("name") == node.name and member.get("role") in ("sync_standby", "replica"):
+            return str(member["role"])
+    return None
 
 
 def _dev_ha(*args: str) -> subprocess.CompletedProcess[str]:
