@@ -7,8 +7,9 @@ same pool), in one script on one throwaway PostgreSQL.
 Each call appends `events` events of `event-bytes` as one block (what one AppendBlockEnd
 carries). Reported: calls/s and MB/s (10^6 bytes) for one writer, and for four writers at once
 (each on its own segment, then all four on one segment). Then the container-map fence
-(app/store/append_fence.py) beside no fence: 64 writers of 1 KiB blocks at once, so group commits
-carry many statements; rounds alternate, the best of each reported.
+(app/store/append_fence.py) beside no fence, and the fence with serve's wait for a connection
+(app/store/patient_db.py): 64 writers of 1 KiB blocks at once, so group commits carry many
+statements; rounds alternate, the best of each reported.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from app.ports import HostAddress
 from app.segmentstore.storage import AppendRequest
 from app.store.append_fence import AppendFence
 from app.store.db import Database
+from app.store.patient_db import PatientDatabase
 from app.store.pool import create_pool
 from app.store.segment_data import PgSegmentStorage
 from app.testing.clock import ManualClock
@@ -100,11 +102,15 @@ async def fence_beside_none(db: Database, calls: int) -> None:
     kinds = {
         "unfenced": PgSegmentStorage(db, ManualClock()),
         "fenced": PgSegmentStorage(db, ManualClock(), fence=AppendFence(CONTAINERS, me)),
+        # What serve runs: the fence, and the wait for a connection (app/store/patient_db.py).
+        "fenced, patient": PgSegmentStorage(
+            PatientDatabase(db, 3.0), ManualClock(), fence=AppendFence(CONTAINERS, me)
+        ),
     }
     best = dict.fromkeys(kinds, 0.0)
     for round_ in range(FENCE_ROUNDS):
         for kind, storage in kinds.items() if round_ % 2 == 0 else reversed(kinds.items()):
-            names = [f"f/{kind}{round_}/{w}" for w in range(FENCE_WRITERS)]
+            names = [f"f/{kind.replace(', ', '-')}{round_}/{w}" for w in range(FENCE_WRITERS)]
             for name in names:
                 await storage.create_segment(name, "stream", 0, 0, 0)
 
@@ -118,6 +124,7 @@ async def fence_beside_none(db: Database, calls: int) -> None:
     for kind, rate in best.items():
         print(f"{'append, 64 writers of 1 KiB, ' + kind:<46} {rate:8.1f} calls/s (best of {FENCE_ROUNDS})")
     print(f"fenced / unfenced: {best['fenced'] / best['unfenced']:.2f}")
+    print(f"fenced, patient / fenced: {best['fenced, patient'] / best['fenced']:.2f}")
 
 
 async def main() -> None:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -37,6 +38,8 @@ from tests.support.db import throwaway_cluster
 TABLE = "scope/_RGgroup/0.#epoch.0"
 KEY = b"assigned/reader-0"
 WAIT_S = 30.0
+# Writes sent until one's COMMIT is caught waiting for the standby.
+ATTEMPTS = 20
 
 
 @dataclass
@@ -89,18 +92,45 @@ async def _read(store: Store) -> tuple[bytes, int]:
     return value.data, key.key_version
 
 
-async def _terminate_a_commit_waiting_for_its_standby(admin: asyncpg.Connection) -> int:
+async def _terminated_while_waiting(admin: asyncpg.Connection, write: asyncio.Task[wc.Command]) -> bool:
     """Terminates the backends whose COMMIT is durable here and waits for a standby (the store's
-    write, and any of its other writes caught there too); how many."""
+    write, and any of its other writes caught there too): True; False if `write` was answered
+    first (its backend had not yet taken the new setting: a reload reaches each backend a moment
+    after pg_reload_conf returns)."""
     deadline = time.monotonic() + WAIT_S
-    while True:
+    while not write.done():
         pids = await admin.fetch("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
         if pids:
             for row in pids:
                 await admin.execute("SELECT pg_terminate_backend($1)", row["pid"])
-            return len(pids)
+            return True
         assert time.monotonic() < deadline, "no COMMIT ever waited for the standby"
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def _lose_the_answer(
+    store: Store,
+    command: Callable[[], Coroutine[Any, Any, wc.Command]],
+    undo: Callable[[], Awaitable[None]] | None = None,
+) -> wc.Command:
+    """`command()` sent until one's COMMIT waits for the standby and is cut off there: its answer.
+    An attempt answered before the setting took is undone (`undo`) before the next."""
+    await _with_commits_waiting_for_a_standby(store)
+    try:
+        for _ in range(ATTEMPTS):
+            write = asyncio.create_task(command())
+            if await _terminated_while_waiting(store.admin, write):
+                await _with_commits_answered(store)
+                return await asyncio.wait_for(write, WAIT_S)
+            await write  # committed before the setting reached its backend: once more
+            if undo is not None:  # with commits answered, or it would wait for the standby too
+                await _with_commits_answered(store)
+                await undo()
+                await _with_commits_waiting_for_a_standby(store)
+        raise AssertionError(f"no COMMIT of {ATTEMPTS} waited for the standby")
+    finally:
+        await _with_commits_answered(store)
 
 
 async def _with_commits_waiting_for_a_standby(store: Store) -> None:
@@ -119,14 +149,19 @@ async def test_a_conditional_update_that_committed_without_its_answer_is_answere
         assert isinstance(first, wc.TableEntriesUpdated), first
         (version,) = first.versions
 
-        await _with_commits_waiting_for_a_standby(store)
-        update = asyncio.create_task(_put(store, b"segment 1", version))
-        assert await _terminate_a_commit_waiting_for_its_standby(store.admin) >= 1
-        await _with_commits_answered(store)
+        versions = [version]
+
+        async def update() -> wc.Command:
+            # Conditional on the version it last saw (an attempt answered before the standby
+            # setting took moves it on).
+            answer = await _put(store, b"segment 1", versions[-1])
+            if isinstance(answer, wc.TableEntriesUpdated):
+                versions.append(answer.versions[0])
+            return answer
 
         # Before the fix the store closed the connection ("unavailable, retry"), and the retry
         # of this very update was TableKeyBadVersion.
-        answer = await asyncio.wait_for(update, WAIT_S)
+        answer = await _lose_the_answer(store, update)
         assert isinstance(answer, wc.TableEntriesUpdated), answer
         assert answer.versions[0] > version
         assert await _read(store) == (b"segment 1", answer.versions[0])
@@ -137,13 +172,18 @@ async def test_a_conditional_removal_that_committed_without_its_answer_is_answer
         first = await _put(store, b"segment 0", wc.TABLE_KEY_NOT_EXISTS)
         assert isinstance(first, wc.TableEntriesUpdated), first
 
-        await _with_commits_waiting_for_a_standby(store)
-        key = wc.TableKey(KEY, first.versions[0])
-        removal = asyncio.create_task(store.request(wc.RemoveTableKeys(next_request_id(), TABLE, "", (key,))))
-        assert await _terminate_a_commit_waiting_for_its_standby(store.admin) >= 1
-        await _with_commits_answered(store)
+        versions = [first.versions[0]]
 
-        answer = await asyncio.wait_for(removal, WAIT_S)
+        async def removal() -> wc.Command:
+            key = wc.TableKey(KEY, versions[-1])
+            return await store.request(wc.RemoveTableKeys(next_request_id(), TABLE, "", (key,)))
+
+        async def put_back() -> None:
+            again = await _put(store, b"segment 0", wc.TABLE_KEY_NOT_EXISTS)
+            assert isinstance(again, wc.TableEntriesUpdated), again
+            versions.append(again.versions[0])
+
+        answer = await _lose_the_answer(store, removal, put_back)
         assert isinstance(answer, wc.TableKeysRemoved), answer
         assert (await _read(store))[1] == wc.TABLE_KEY_NOT_EXISTS
 
