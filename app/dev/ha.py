@@ -83,9 +83,6 @@ class HaState:
             "?target_session_attrs=read-write"
         )
 
-    def admin_url(self, node: NodePorts) -> str:
-        return f"postgresql://postgres:{self.superuser_password}@{HOST}:{node.postgres}/postgres"
-
     def save(self) -> None:
         data = asdict(self)
         path = self.path / "state.json"
@@ -344,15 +341,6 @@ def _ready(state: HaState) -> bool:
     return "leader" in roles and "sync_standby" in roles
 
 
-def wait_ready(state: HaState, timeout_s: float = _START_TIMEOUT_S) -> None:
-    _wait(
-        lambda: _ready(state),
-        "a leader and a synchronous standby",
-        state.path / "node0" / "patroni.log",
-        timeout_s,
-    )
-
-
 def _wait(
     check: Callable[[], bool],
     what: str,
@@ -488,16 +476,6 @@ def _postmaster_pid(state: HaState, node: NodePorts) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((state.path / node.name / "data" / "postmaster.pid").read_text().splitlines()[0])
     return None
-
-
-def restart_node(state: HaState, node: NodePorts) -> None:
-    """Starts a node's Patroni again (it rejoins as a standby, rewound if it must)."""
-    user = _owner()
-    config = state.path / node.name / "patroni.yml"
-    state.pids[node.name] = _spawn(
-        ["patroni", str(config)], state.path / node.name / "patroni.log", user, _child_env(user)
-    )
-    state.save()
 
 
 def down(root: Path, *, purge: bool = False) -> None:

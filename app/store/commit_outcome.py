@@ -15,6 +15,7 @@ deadline, is the outage it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -53,11 +54,10 @@ async def settled_outcome(db: Database, xid: int, wait_s: float) -> Outcome | No
     last: Outcome | None = None
     while True:
         left = deadline - time.monotonic()
-        try:
+        # The server away or slow to answer: asked again below, until the deadline.
+        with contextlib.suppress(StoreUnavailable, TimeoutError):
             async with asyncio.timeout(max(left, _ASK_EVERY_S)):
                 last = await outcome(db, xid)
-        except (StoreUnavailable, TimeoutError):
-            pass
         if last in ("committed", "aborted") or time.monotonic() >= deadline:
             return last
         await asyncio.sleep(_ASK_EVERY_S)
