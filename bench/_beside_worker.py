@@ -131,42 +131,7 @@ def txn(args: dict[str, Any]) -> None:
     )
 
 
-async def tail_slice_async(args: dict[str, Any]) -> None:
-    """Pravega's Python client test `test_ReadfromTail`, `count` times on fresh streams: two
-    events flushed, a reader group at the tail, two more events written without a flush, and
-    the reader's first slice; reports how many first slices held both."""
-    manager = stream_manager(args)
-    both = 0
-    sizes: list[int] = []
-    for index in range(args["count"]):
-        stream = f"{args['stream']}-{index}"
-        manager.create_stream(args["scope"], stream, 1)
-        writer = manager.create_writer(args["scope"], stream)
-        writer.write_event("test event")
-        writer.write_event("test event")
-        writer.flush()
-        config = pravega_client.StreamReaderGroupConfig(True, args["scope"], stream)
-        group_name = f"{args['group']}-{index}"
-        group = manager.create_reader_group_with_config(group_name, args["scope"], config)
-        reader = group.create_reader("reader-1")
-        writer.write_event("test event at Tail")
-        writer.write_event("test event at Tail")
-        slice_ = await reader.get_segment_slice_async()
-        events = [event.data() for event in slice_]
-        if any(data != b"test event at Tail" for data in events):
-            raise AssertionError(f"unexpected events in the first slice: {events}")
-        sizes.append(len(events))
-        both += len(events) == 2
-        group.reader_offline("reader-1")
-        manager.delete_reader_group(group_name, args["scope"])
-    finish({"both": both, "count": args["count"], "sizes": sizes})
-
-
-def tail_slice(args: dict[str, Any]) -> None:
-    asyncio.run(tail_slice_async(args))
-
-
-ROLES = {"write": write, "catch-up": catch_up, "ack": ack, "txn": txn, "tail-slice": tail_slice}
+ROLES = {"write": write, "catch-up": catch_up, "ack": ack, "txn": txn}
 
 if __name__ == "__main__":
     import json

@@ -395,7 +395,7 @@ async def tail_slice(target: Target, sizes: Sizes, tag: str) -> Result:
     """Pravega's Python client test `test_ReadfromTail` 20 times: its first slice is expected to
     hold both events written at the tail (the writer sends the second only once the first is
     acknowledged, so it holds both only if the reader's first read comes after both)."""
-    result = await ours("tail-slice", target, stream=f"tail-slice-{tag}", group=f"tail-slice-{tag}",
+    result = await suite("tail-slice", target, stream=f"tail-slice-{tag}", group=f"tail-slice-{tag}",
                         count=TAIL_SLICE_RUNS)  # fmt: skip
     print(f"    first slices' sizes on {target.name}: {result['sizes']}")
     for index in range(TAIL_SLICE_RUNS):

@@ -45,6 +45,7 @@ SEGMENT_STORE_SETTINGS = (
     "advertise_host",
     "segment_store_hosts",
     "segment_store_tail_wait_s",
+    "segment_store_tail_linger_s",
     "segment_store_heartbeat_s",
     "segment_store_expiry_s",
     "segment_store_db_wait_s",

@@ -453,6 +453,14 @@ class Settings:
         help="longest a read at a segment's tail waits for data before an empty answer (below the "
         "clients' 30 s request timeout, or they drop the connection)",
     )
+    segment_store_tail_linger_s: float = setting(
+        0.002,
+        check=not_negative,
+        help="how long a read answering with a segment's newest bytes waits, after the append that "
+        "brought them, for the writer's next append to arrive (and then to commit), so that events "
+        "a writer sent one ack apart reach a tail reader in one reply; a lone event reaches its "
+        "reader this much later (0: answer at once)",
+    )
     segment_store_heartbeat_s: float = setting(
         2.0,
         check=positive,

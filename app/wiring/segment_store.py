@@ -178,6 +178,7 @@ async def _start_measured_server(
             settings.segment_store_host,
             settings.segment_store_port,
             tail_wait_s=settings.segment_store_tail_wait_s,
+            tail_linger_s=settings.segment_store_tail_linger_s,
             on_close=close,
             tokens=_token_gate(settings),
             tls=tls,

@@ -30,11 +30,14 @@ def storage(database: PgDatabase) -> PgSegmentStorage:
 
 @pytest.fixture
 async def start_server(storage: PgSegmentStorage) -> AsyncIterator[ServerFactory]:
-    """Starts servers over the test's storage (tail_wait_s as given); closes them at the end."""
+    """Starts servers over the test's storage (tail_wait_s and tail_linger_s as given); closes
+    them at the end."""
     started: list[SegmentStoreServer] = []
 
-    async def start(*, tail_wait_s: float = TAIL_WAIT_S) -> SegmentStoreServer:
-        server = await SegmentStoreServer.start(storage, "127.0.0.1", 0, tail_wait_s=tail_wait_s)
+    async def start(*, tail_wait_s: float = TAIL_WAIT_S, tail_linger_s: float = 0.0) -> SegmentStoreServer:
+        server = await SegmentStoreServer.start(
+            storage, "127.0.0.1", 0, tail_wait_s=tail_wait_s, tail_linger_s=tail_linger_s
+        )
         started.append(server)
         return server
 

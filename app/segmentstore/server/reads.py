@@ -3,7 +3,9 @@
 Invariant: every read is answered exactly once, echoing its offset and request id: at once when
 there are bytes, an end, or a refusal; otherwise after the segment changes (append, merge, seal,
 truncate, delete), or empty with at_tail after `tail_wait_s`, or empty at once when the server
-closes. A parked read never holds its connection's other requests. A read whose offset the read
+closes. A read whose answer would end at the tail of a segment appended to just now lingers
+first, parked like the others (tails.py: the writer's next append may be on its way). A parked or
+lingering read never holds its connection's other requests. A read whose offset the read
 index holds is answered from memory with what PostgreSQL would answer (tails.py, read_index.py);
 every other read goes to the database, and `db_reads` counts those.
 """
@@ -55,6 +57,11 @@ class DataReply:
 
 # What a read is answered with: a command (an empty read, a refusal) or bytes.
 ReadReply: TypeAlias = wc.Command | DataReply
+
+
+def _reaches_tail(cmd: wc.ReadSegment, result: st.ReadResult) -> bool:
+    """The reply holds bytes up to the committed end of an unsealed segment (more may follow)."""
+    return bool(result.pieces) and not result.sealed and cmd.offset + result.size >= result.length
 
 
 def _reply(cmd: wc.ReadSegment, result: st.ReadResult) -> DataReply:
@@ -112,6 +119,10 @@ class Reads:
             raise
         if result.pieces or result.sealed or self._tails.closed or self._tail_wait_s <= 0:
             watch.cancel()
+            if _reaches_tail(cmd, result) and self._tails.may_linger(cmd.segment):
+                # Its writer may be sending more right now: answered by wait_at_tail after the
+                # linger (tails.py), off the connection's command loop.
+                return self._tails.woken(cmd.segment, cmd.offset)
             return _reply(cmd, result)
         return watch
 
@@ -128,6 +139,8 @@ class Reads:
                 watch.cancel()
             if not woken:
                 return wc.SegmentRead(cmd.segment, cmd.offset, True, False, b"", cmd.request_id)
+            if watch.by_append:
+                await self._tails.linger(cmd.segment)
             watch = self._tails.watch(cmd.segment, cmd.offset)
             try:
                 async with slot():

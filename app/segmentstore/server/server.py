@@ -53,6 +53,7 @@ class SegmentStoreServer:
         peers: StorePeers | None = None,
         limits: ConnectionLimits | None = None,
         read_index: ReadIndex | None = None,
+        tail_linger_s: float = 0.0,
     ) -> None:
         self._storage = storage
         self._share = PortShare.of(limits if limits is not None else ConnectionLimits())
@@ -72,7 +73,7 @@ class SegmentStoreServer:
         index = (
             read_index if read_index is not None else ReadIndex(DEFAULT_SEGMENT_BYTES, DEFAULT_TOTAL_BYTES)
         )
-        self._tails = Tails(peers.changed if peers is not None else None, index)
+        self._tails = Tails(peers.changed if peers is not None else None, index, tail_linger_s)
         if peers is not None:
             peers.on_changed(self._tails.heard)
         self._handlers = Handlers(storage, self._tails)
@@ -100,6 +101,7 @@ class SegmentStoreServer:
         limits: ConnectionLimits | None = None,
         sockets: Sequence[socket.socket] = (),
         read_index: ReadIndex | None = None,
+        tail_linger_s: float = 0.0,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -113,8 +115,11 @@ class SegmentStoreServer:
         sockets to listen on instead of binding host:port (the caller's own, e.g. a listener that
         keeps descriptors in reserve at accept()); they are the server's from then on.
         `read_index`: the recent bytes kept in memory (read_index.py; its default budgets without
-        it)."""
-        self = cls(storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits, read_index)
+        it). `tail_linger_s`: how long a tail read woken by an append waits for the writer's next
+        append (tails.py; 0: not at all)."""
+        self = cls(
+            storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits, read_index, tail_linger_s
+        )
         try:
             if sockets:
                 for sock in sockets:
