@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from app.segmentstore.wire import commands as wc
 from tests.segmentstore.server_harness import Client, ServerFactory, event, rid, wid
 
@@ -33,10 +35,17 @@ async def _two_appends_one_ack_apart(c: Client, writer: int, first: bytes, secon
     assert isinstance(await c.append(writer, second, 3), wc.DataAppended)
 
 
+@pytest.mark.parametrize(
+    ("linger_s", "read"),
+    [(LINGER_S, "both"), (0.0, "the first alone")],
+    ids=["with the linger", "without: the contrast"],
+)
 async def test_a_parked_read_gets_both_appends_a_writer_sent_one_ack_apart(
-    start_server: ServerFactory,
+    start_server: ServerFactory, linger_s: float, read: str
 ) -> None:
-    server = await start_server(tail_linger_s=LINGER_S)
+    """Without the linger the reply leaves as the first commit wakes the read, long before the
+    writer, which waits for its ack, could have sent the second."""
+    server = await start_server(tail_linger_s=linger_s)
     writer_conn, reader = await Client.connect(server.address), await Client.connect(server.address)
     try:
         writer, tail = await _segment_with_writer(writer_conn)
@@ -47,29 +56,8 @@ async def test_a_parked_read_gets_both_appends_a_writer_sent_one_ack_apart(
         await _two_appends_one_ack_apart(writer_conn, writer, first, second)
         reply = await reader.recv()
         assert isinstance(reply, wc.SegmentRead), reply
-        assert (reply.offset, reply.data, reply.at_tail) == (tail, first + second, True)
-    finally:
-        await writer_conn.close()
-        await reader.close()
-
-
-async def test_without_a_linger_the_parked_read_gets_the_first_append_alone(
-    start_server: ServerFactory,
-) -> None:
-    """The contrast: what the linger changes (the reply leaves as the first commit wakes the read,
-    long before the writer, which waits for its ack, could have sent the second)."""
-    server = await start_server(tail_linger_s=0.0)
-    writer_conn, reader = await Client.connect(server.address), await Client.connect(server.address)
-    try:
-        writer, tail = await _segment_with_writer(writer_conn)
-        await reader.send(wc.ReadSegment(SEG, tail, 1 << 20, "", rid()))
-        while server.parked_reads() < 1:
-            await reader.nothing_within(0.01)
-        first, second = event(b"one"), event(b"two")
-        await _two_appends_one_ack_apart(writer_conn, writer, first, second)
-        reply = await reader.recv()
-        assert isinstance(reply, wc.SegmentRead), reply
-        assert reply.data == first
+        expected = first + second if read == "both" else first
+        assert (reply.offset, reply.data, reply.at_tail) == (tail, expected, True)
     finally:
         await writer_conn.close()
         await reader.close()

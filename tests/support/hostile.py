@@ -89,7 +89,12 @@ async def leader_and_ready(http: aiohttp.ClientSession, served: ServedProcess) -
     if not (local["leader"] and ready is True and isinstance(owned, dict)):
         return None
     # Every bucket, not some of each service: after a lost session they come back a few at a time.
-    rows = await ok_json(http, f"{served.rest_base}/v1/cluster/buckets")
+    async with http.get(f"{served.rest_base}/v1/cluster/buckets") as response:
+        if response.status == 503:
+            # The metadata store is away for a moment (a pool recovering its sessions): not yet.
+            return None
+        assert response.status == 200, await response.text()
+        rows = await response.json()
     assert isinstance(rows, dict)
     every: dict[str, set[int]] = {}
     for row in rows["buckets"]:
