@@ -1,0 +1,309 @@
+"""Issue 35: backups and point-in-time recovery, the procedure of docs/ha.md run for real.
+
+A PostgreSQL 15 of the test's own with WAL archiving on (`archive_command` copying each segment
+into a directory), `serve` on it, and the real Python client writing. A base backup is taken with
+`pg_basebackup` while a paced writer writes; the writer goes on, and a recovery target time is
+read from the database right after a progress report; more is written after it, and a
+transaction open at the target is committed after it. The backup is then restored into a new
+cluster up to the target (`restore_command`, `recovery_target_time`, promote), and a new `serve`
+starts on it: every event acknowledged before the target is read back exactly once and in key
+order (both streams sealed and read to their ends, so the store holds every segment the metadata
+names, to its length), and the transaction open at the target does not stay open: its lease ran
+out before the restore, and the controller aborts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.embedded_pg import find_bindir
+from app.store.migrate import upgrade_to_head
+from tests.support.dataplane import (
+    ClientProcess,
+    Controller,
+    check_exactly_once_in_key_order,
+    read_events,
+    start_with_segment_store,
+    wait_txn_state,
+)
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
+
+SCOPE, STREAM, TXN_STREAM, KEYS, PREFIX = "pitr", "events", "txns", 4, "p"
+RATE, COUNT = 200, 3000
+# Acknowledged before the base backup starts, then before the target.
+BEFORE_BACKUP, BEFORE_TARGET = 400, 1400
+# The Python client's transaction lease is 90 s (the Rust client's default): the transaction open
+# at the target expires at most that long after its last ping before it.
+TXN_ABORTED_WITHIN_S = 150.0
+
+
+@dataclass
+class Cluster:
+    """A plain PostgreSQL cluster run by pg_ctl as an unprivileged user (PostgreSQL refuses root)."""
+
+    data: Path
+    port: int
+    socket_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def pg_ctl(self, *args: str) -> None:
+        _run([str(find_bindir() / "pg_ctl"), *args, "-D", str(self.data), "-w", "-t", "120"])
+
+    def start(self) -> None:
+        self.pg_ctl("start", "-l", str(self.data.parent / f"{self.data.name}.log"))
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self.pg_ctl("stop", "-m", "fast")
+
+
+def _user() -> pwd.struct_passwd | None:
+    return pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+
+
+def _run(argv: list[str]) -> None:
+    user = _user()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    result = subprocess.run(
+        argv, env=env, cwd="/", capture_output=True, text=True, timeout=180,
+        user=user.pw_uid if user else None, group=user.pw_gid if user else None,
+        extra_groups=[] if user else None,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{argv[0]} failed: {result.stdout}\n{result.stderr}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _own(path: Path) -> None:
+    user = _user()
+    if user is not None:
+        for entry in [path, *path.rglob("*")]:
+            os.chown(entry, user.pw_uid, user.pw_gid)
+
+
+def _configure(cluster: Cluster, lines: list[str]) -> None:
+    with (cluster.data / "postgresql.auto.conf").open("a", encoding="utf-8") as conf:
+        conf.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    # Under /tmp: the database user must reach it.
+    path = Path(tempfile.mkdtemp(prefix="pgcontroller-pitr-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    (path / "archive").mkdir()
+    _own(path)
+    try:
+        yield path
+    finally:
+        for data in ("primary", "restored"):
+            Cluster(path / data, 0, path).stop()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _primary(root: Path) -> Cluster:
+    cluster = Cluster(root / "primary", _free_port(), root)
+    _run(
+        [
+            str(find_bindir() / "initdb"),
+            "-D",
+            str(cluster.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+        ]
+    )
+    archive = root / "archive"
+    _configure(
+        cluster,
+        [
+            f"port = {cluster.port}",
+            "listen_addresses = '127.0.0.1'",
+            f"unix_socket_directories = '{root}'",
+            "wal_level = replica",
+            "archive_mode = on",
+            # Never overwrite a segment already archived (the documented, safe command).
+            f"archive_command = 'test ! -f {archive}/%f && cp %p {archive}/%f'",
+        ],
+    )
+    cluster.start()
+    return cluster
+
+
+def _restore(root: Path, backup: Path, target: str) -> Cluster:
+    """The base backup, recovered from the archive up to `target`, promoted, on a new port."""
+    cluster = Cluster(root / "restored", _free_port(), root)
+    shutil.copytree(backup, cluster.data)
+    os.chmod(cluster.data, 0o700)
+    _own(cluster.data)
+    _configure(
+        cluster,
+        [
+            f"port = {cluster.port}",
+            "archive_mode = off",
+            f"restore_command = 'cp {root / 'archive'}/%f %p'",
+            f"recovery_target_time = '{target}'",
+            "recovery_target_action = 'promote'",
+        ],
+    )
+    (cluster.data / "recovery.signal").touch()
+    _own(cluster.data)
+    cluster.start()
+    return cluster
+
+
+async def _until_promoted(url: str) -> None:
+    for _ in range(600):
+        conn = await asyncpg.connect(url)
+        try:
+            if not await conn.fetchval("SELECT pg_is_in_recovery()"):
+                return
+        finally:
+            await conn.close()
+        await asyncio.sleep(0.1)
+    raise AssertionError("the restored cluster never left recovery")
+
+
+async def _read_to_end(
+    controller: Controller, uri: str, work: Path, info: pb.StreamInfo
+) -> list[tuple[int, str]]:
+    await controller.seal(info)
+    out = work / f"read-{info.stream}.json"
+    reader = await ClientProcess.start(
+        "read", work, uri=uri, scope=SCOPE, stream=info.stream, group=f"check-{info.stream}",
+        out=str(out), deadline_s=120, until_end=True,
+    )  # fmt: skip
+    result = await reader.result(timeout_s=150)
+    assert result["ended"], f"{info.stream} was not read to its end: {result}"
+    return read_events(out)
+
+
+async def test_a_backup_restored_to_a_point_in_time_holds_everything_acknowledged_before_it(
+    root: Path, tmp_path: Path
+) -> None:
+    primary = _primary(root)
+    await asyncio.to_thread(upgrade_to_head, primary.url)
+    before = tmp_path / "before"
+    before.mkdir()
+    served = await start_with_segment_store(before, "--db-url", primary.url)
+    clients: list[ClientProcess] = []
+    try:
+        controller = Controller(served)
+        await controller.create_stream(SCOPE, STREAM, 2)
+        await controller.create_stream(SCOPE, TXN_STREAM, 1)
+        uri = f"tcp://127.0.0.1:{served.grpc_port}"
+        writer = await ClientProcess.start(
+            "write", tmp_path, uri=uri, scope=SCOPE, stream=STREAM, count=COUNT, keys=KEYS, prefix=PREFIX,
+            rate=RATE, progress_every=100,
+        )  # fmt: skip
+        clients.append(writer)
+        await writer.until(lambda r: r["acked"] >= BEFORE_BACKUP, timeout_s=60)
+        # The base backup, taken while the writer writes (the WAL comes from the archive).
+        backup = root / "base"
+        await asyncio.to_thread(
+            _run,
+            [str(find_bindir() / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
+             "-U", "postgres", "-D", str(backup), "-X", "none", "-c", "fast"],
+        )  # fmt: skip
+        held = await ClientProcess.start(
+            "txn-held", tmp_path, uri=uri, scope=SCOPE, stream=TXN_STREAM, size=20, before=10,
+            go=str(tmp_path / "go"), deadline_s=120,
+        )  # fmt: skip
+        clients.append(held)
+        txn_id = int((await held.until(lambda r: "txn" in r, timeout_s=60))["txn"])
+        report = await writer.until(lambda r: r["acked"] >= BEFORE_TARGET, timeout_s=60)
+        admin = await asyncpg.connect(primary.url)
+        try:
+            # Everything acknowledged in `report` committed before this instant.
+            target = str(await admin.fetchval("SELECT clock_timestamp()"))
+            acked_before_target = report["acked"]
+            # Written after the target: the transaction's commit, and the rest of the events.
+            (tmp_path / "go").touch()
+            assert "committed" in await held.result(timeout_s=60)
+            assert (await writer.result(timeout_s=120))["written"] == COUNT
+            # The last WAL segment goes to the archive too.
+            await admin.execute("SELECT pg_switch_wal()")
+            await _until_archived(admin)
+        finally:
+            await admin.close()
+        controller.close()
+    finally:
+        for client in clients:
+            await client.kill()
+        await served.stop()
+    primary.stop()
+
+    restored = _restore(root, backup, target)
+    await _until_promoted(restored.url)
+    after = tmp_path / "after"
+    after.mkdir()
+    served = await start_with_segment_store(after, "--db-url", restored.url)
+    try:
+        controller = Controller(served)
+        uri = f"tcp://127.0.0.1:{served.grpc_port}"
+        info = pb.StreamInfo(scope=SCOPE, stream=STREAM)
+        txn_info = pb.StreamInfo(scope=SCOPE, stream=TXN_STREAM)
+        # Open at the target: once its lease runs out, the restored controller aborts it.
+        await wait_txn_state(controller, txn_info, txn_id, pb.TxnState.ABORTED, TXN_ABORTED_WITHIN_S)
+        events = await _read_to_end(controller, uri, after, info)
+        # Everything acknowledged before the target, exactly once and in key order; of what
+        # came after it, at most what committed before it (a prefix per key, no gaps, no repeats).
+        names = {name for _, name in events}
+        restored_count = len(events)
+        assert acked_before_target <= restored_count <= COUNT, (acked_before_target, restored_count)
+        check_exactly_once_in_key_order(events, PREFIX, restored_count, KEYS)
+        assert all(f"{PREFIX}{i % KEYS:03d}:{i // KEYS:08d}" in names for i in range(acked_before_target))
+        # The plain events written before the transaction are there; none of the transaction's.
+        txn_events = [name for _, name in await _read_to_end(controller, uri, after, txn_info)]
+        assert sorted(txn_events) == [f"n:{i:04d}" for i in range(10)], txn_events
+        print(f"pitr: {acked_before_target} events acknowledged before the target, {restored_count} restored")
+        controller.close()
+    finally:
+        await served.stop()
+        restored.stop()
+
+
+async def _until_archived(admin: asyncpg.Connection) -> None:
+    """Until the segment pg_switch_wal() closed is in the archive."""
+    current = await admin.fetchval("SELECT pg_walfile_name(pg_current_wal_lsn())")
+    for _ in range(300):
+        archived = await admin.fetchval("SELECT last_archived_wal FROM pg_stat_archiver")
+        if archived is not None and archived < current and archived >= _previous(current):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"WAL before {current} was not archived")
+
+
+def _previous(walfile: str) -> str:
+    """The WAL segment file before `walfile` (16 MB segments: the low 8 hex digits count them)."""
+    timeline, log, seg = walfile[:8], int(walfile[8:16], 16), int(walfile[16:], 16)
+    if seg == 0:
+        log, seg = log - 1, 0xFF
+    else:
+        seg -= 1
+    return f"{timeline}{log:08X}{seg:08X}"
