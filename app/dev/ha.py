@@ -341,6 +341,16 @@ def _ready(state: HaState) -> bool:
     return "leader" in roles and "sync_standby" in roles
 
 
+def wait_ready(state: HaState, timeout_s: float = _START_TIMEOUT_S) -> None:
+    """Until the cluster has a leader and a synchronous standby again (after a node rejoined)."""
+    _wait(
+        lambda: _ready(state),
+        "a leader and a synchronous standby",
+        state.path / "node0" / "patroni.log",
+        timeout_s,
+    )
+
+
 def _wait(
     check: Callable[[], bool],
     what: str,
@@ -432,6 +442,18 @@ def _has_database(state: HaState, node: NodePorts) -> bool:
         return False
 
 
+def wait_new_leader(state: HaState, old: NodePorts, timeout_s: float = _START_TIMEOUT_S) -> float:
+    """Until a node other than `old` leads; when that was seen (time.monotonic())."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = leader(state)
+        if now is not None and now.name != old.name:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise HaError(f"no node took over from {old.name} within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
 def kill_leader(state: HaState) -> NodePorts:
     """SIGKILL of the leader's Patroni and its postmaster (a machine lost, as far as they go)."""
     node = leader(state)
@@ -476,6 +498,16 @@ def _postmaster_pid(state: HaState, node: NodePorts) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((state.path / node.name / "data" / "postmaster.pid").read_text().splitlines()[0])
     return None
+
+
+def restart_node(state: HaState, node: NodePorts) -> None:
+    """Starts a node's Patroni again (it rejoins as a standby, rewound if it must)."""
+    user = _owner()
+    config = state.path / node.name / "patroni.yml"
+    state.pids[node.name] = _spawn(
+        ["patroni", str(config)], state.path / node.name / "patroni.log", user, _child_env(user)
+    )
+    state.save()
 
 
 def down(root: Path, *, purge: bool = False) -> None:

@@ -80,15 +80,6 @@ async def _read_names(on: OnHa, tmp_path: Path, stream: str, count: int) -> list
     return sorted(name for _, name in read_events(out))
 
 
-async def _until_promoted(cluster: ha.HaState, old: ha.NodePorts) -> float:
-    """When another node than `old` leads and runs."""
-    while True:
-        now = await asyncio.to_thread(ha.leader, cluster)
-        if now is not None and now.name != old.name:
-            return time.monotonic()
-        await asyncio.sleep(0.1)
-
-
 @dataclass
 class OnHa:
     served: ServedProcess
@@ -173,7 +164,7 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
         before = await writer.until(lambda report: report["acked"] >= 200, timeout_s=90)
         old = await asyncio.to_thread(ha.kill_leader, cluster)
         killed_at = time.monotonic()
-        promoted = asyncio.create_task(_until_promoted(cluster, old))
+        promoted = asyncio.create_task(asyncio.to_thread(ha.wait_new_leader, cluster, old))
         # Acknowledged past what was in flight at the kill: the writes succeed again.
         await writer.until(lambda report: report["acked"] >= before["acked"] + 2 * RATE, timeout_s=90)
         writes_back_s = time.monotonic() - killed_at

@@ -60,6 +60,7 @@ def write(args: dict[str, Any]) -> None:
     count, keys, size = args["count"], args["keys"], args.get("size", 0)
     every, prefix = args.get("progress_every", 1000), args.get("prefix", "e")
     rate = args.get("rate")  # events/s, so that a test's action lands while writes flow
+    stop = args.get("stop")  # a file: once it exists, the writer stops at its next report
     started = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes of this host
     for index in range(count):
         if rate and index % 100 == 0:
@@ -68,7 +69,11 @@ def write(args: dict[str, Any]) -> None:
         writer.write_event_bytes(data, key)
         if (index + 1) % every == 0:
             writer.flush()
-            emit("PROGRESS", {"acked": index + 1, "seconds": time.monotonic() - started})
+            now = time.monotonic()  # "at": comparable with the test's own clock (same host)
+            emit("PROGRESS", {"acked": index + 1, "seconds": now - started, "at": now})
+            if stop and os.path.exists(stop):
+                count = index + 1
+                break
     writer.flush()
     ended = time.monotonic()
     finish({"written": count, "seconds": ended - started, "t0": started, "t1": ended})
@@ -445,6 +450,38 @@ def tail_slice(args: dict[str, Any]) -> None:
     asyncio.run(tail_slice_async(args))
 
 
+def txn_chaos(args: dict[str, Any]) -> None:
+    """For `seconds` (or until the file `stop` exists): transactions of `size` events (named
+    `t{index}:{n}`), one after another, each committed; a transaction whose begin, write or
+    commit fails is recorded with the error and the next one begins after a pause (under a
+    database failover, say). Writes the indexes committed (commit() returned) and failed to the
+    file `out`, so that a reader can tell each one's outcome."""
+    manager = pravega_client.StreamManager(args["uri"])
+    writer = manager.create_transaction_writer(args["scope"], args["stream"], args.get("writer_id", 11))
+    started = time.monotonic()
+    committed: list[int] = []
+    failed: dict[int, str] = {}
+    index = 0
+    stop = args.get("stop")
+    while time.monotonic() - started < args["seconds"] and not (stop and os.path.exists(stop)):
+        try:
+            txn = writer.begin_txn()
+            for n in range(args["size"]):
+                txn.write_event(f"t{index:05d}:{n:03d}|", "tk")
+            txn.commit()
+            committed.append(index)
+        except Exception as exc:  # every failure is an outcome to report
+            failed[index] = str(exc)[:300]
+            time.sleep(0.5)
+        index += 1
+        if index % args.get("progress_every", 10) == 0:
+            emit("PROGRESS", {"begun": index, "committed": len(committed), "failed": len(failed)})
+    # The indexes go to the file `out`: a report line must stay small (the reader's line limit).
+    with open(args["out"], "w", encoding="utf-8") as out:
+        json.dump({"committed": committed, "failed": failed}, out)
+    finish({"committed": len(committed), "failed": len(failed), "begun": index})
+
+
 ROLES = {
     "write": write,
     "read": read,
@@ -456,6 +493,7 @@ ROLES = {
     "group-read": group_read,
     "large": large,
     "tail-slice": tail_slice,
+    "txn-chaos": txn_chaos,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,268 @@
+"""Issue 35, the long run: repeated SIGKILL failovers of the primary under load.
+
+    .venv/bin/python bench/ha_chaos.py [--failovers 10] [--rate 100] [--txn-size 10]
+
+An HA PostgreSQL (`pgcontroller dev ha`: etcd, three PostgreSQL 15 nodes under Patroni,
+synchronous mode) and two `serve` processes on its multi-host URL (two controllers, two segment
+stores: the cluster's leadership and buckets have somebody to go to twice). The real Python
+client writes paced events on a 2-segment stream and commits transactions of `--txn-size` events
+back to back, through the first serve, while the primary's Patroni and postmaster are SIGKILLed
+`--failovers` times; after each kill the node is started again (Patroni rewinds it into a
+standby) and the next kill waits for a synchronous standby.
+
+Reported, per failover and overall: seconds from the kill until Patroni names a new leader and
+until the writer's acknowledgements resume (p50 and max); at the end, both streams sealed and
+read back whole: acknowledged events lost and duplicated, per-key order, transactions whose
+commit() returned but whose events are missing (an outcome changed), transactions read in part
+(atomicity), and the samples (every 100 ms, from both serves' `/v1/cluster/self`) where both
+claimed the leadership or a bucket at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.api.grpc.proto import controller_pb2 as pb
+from app.dev import ha
+from app.store.migrate import upgrade_to_head
+from app.testing.served import ServedProcess
+from tests.support.dataplane import ClientProcess, Controller, read_events, start_with_segment_store
+
+SCOPE, EVENTS, TXNS, KEYS, PREFIX = "chaos", "events", "txns", 4, "h"
+# Kills come once the writer has this many acknowledgements past the previous recovery.
+SETTLE_ACKS = 200
+WRITES_BACK_TIMEOUT_S = 120.0
+
+
+class Overlaps:
+    """Samples both serves' own view of what they hold; counts the instants they overlapped."""
+
+    def __init__(self, serves: list[ServedProcess]) -> None:
+        self._serves = serves
+        self.samples = 0
+        self.leaders_twice = 0
+        self.buckets_twice = 0
+        self.unanswered = 0
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while not self._stop.is_set():
+                views = await asyncio.gather(*(self._view(http, s) for s in self._serves))
+                self.samples += 1
+                if any(view is None for view in views):
+                    self.unanswered += 1
+                else:
+                    self._count([view for view in views if view is not None])
+                await asyncio.sleep(0.1)
+
+    def _count(self, views: list[dict[str, Any]]) -> None:
+        if sum(bool(view["leader"]) for view in views) > 1:
+            self.leaders_twice += 1
+        held: Counter[tuple[str, int]] = Counter()
+        for view in views:
+            for service, buckets in view["owned"].items():
+                held.update((service, bucket) for bucket in buckets)
+        if any(count > 1 for count in held.values()):
+            self.buckets_twice += 1
+
+    @staticmethod
+    async def _view(http: aiohttp.ClientSession, served: ServedProcess) -> dict[str, Any] | None:
+        try:
+            async with http.get(f"{served.rest_base}/v1/cluster/self") as response:
+                if response.status != 200:
+                    return None
+                view: dict[str, Any] = await response.json()
+                return view
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def _failover(state: ha.HaState, writer: ClientProcess, index: int) -> tuple[float, float]:
+    """One kill of the primary; (seconds until a new leader, seconds until acks resume). The
+    writer's reports carry when it emitted them ("at", this host's monotonic clock), so those
+    queued while the node rejoined are told from those after the kill."""
+    now = time.monotonic()
+    fresh = await writer.until(lambda r: r["at"] >= now, timeout_s=WRITES_BACK_TIMEOUT_S)
+    await writer.until(lambda r: r["acked"] >= fresh["acked"] + SETTLE_ACKS, timeout_s=WRITES_BACK_TIMEOUT_S)
+    old = await asyncio.to_thread(ha.kill_leader, state)
+    killed_at = time.monotonic()
+    promoted = asyncio.create_task(asyncio.to_thread(ha.wait_new_leader, state, old, WRITES_BACK_TIMEOUT_S))
+    acked_at_kill = 0
+
+    def resumed(report: dict[str, Any]) -> bool:
+        # Past what the client had in flight at the kill: 50 more than was acknowledged then.
+        nonlocal acked_at_kill
+        if report["at"] <= killed_at:
+            acked_at_kill = report["acked"]
+            return False
+        return bool(report["acked"] >= acked_at_kill + 50)
+
+    report = await writer.until(resumed, timeout_s=WRITES_BACK_TIMEOUT_S)
+    back_s = report["at"] - killed_at
+    promoted_s = await asyncio.wait_for(promoted, WRITES_BACK_TIMEOUT_S) - killed_at
+    print(f"  failover {index}: killed {old.name}; new leader after {promoted_s:.2f} s, "
+          f"writes back after {back_s:.2f} s", flush=True)  # fmt: skip
+    await asyncio.to_thread(ha.restart_node, state, old)
+    await asyncio.to_thread(ha.wait_ready, state, 180.0)
+    return promoted_s, back_s
+
+
+async def _read_all(controller: Controller, uri: str, work: Path, stream: pb.StreamInfo) -> list[str]:
+    """Seals `stream` and reads it to its end: the event names, in the order read."""
+    await controller.seal(stream)
+    stream_name = stream.stream
+    out = work / f"read-{stream_name}.json"
+    reader = await ClientProcess.start(
+        "read", work, uri=uri, scope=SCOPE, stream=stream_name, group=f"check-{stream_name}", out=str(out),
+        deadline_s=600, until_end=True, progress_every=5_000,
+    )  # fmt: skip
+    result = await reader.result(timeout_s=660)
+    assert result["ended"], f"the read of {stream_name} did not reach the end: {result}"
+    return [name for _, name in read_events(out)]
+
+
+def _event_figures(names: list[str], count: int) -> dict[str, int]:
+    seen = Counter(names)
+    expected = {f"{PREFIX}{i % KEYS:03d}:{i // KEYS:08d}" for i in range(count)}
+    out_of_order = 0
+    last: dict[str, int] = {}
+    for name in names:
+        key, _, sequence = name.partition(":")
+        if int(sequence) < last.get(key, -1):
+            out_of_order += 1
+        last[key] = int(sequence)
+    return {
+        "lost": len(expected - set(seen)),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1),
+        "unexpected": len(set(seen) - expected),
+        "out_of_order": out_of_order,
+    }
+
+
+def _txn_figures(names: list[str], result: dict[str, Any], size: int) -> dict[str, int]:
+    per_txn: Counter[int] = Counter()
+    for name in names:
+        match = re.fullmatch(r"t(\d+):(\d+)", name)
+        if match:
+            per_txn[int(match.group(1))] += 1
+    committed = set(result["committed"])
+    failed = {int(index) for index in result["failed"]}
+    return {
+        "committed": len(committed),
+        "failed": len(failed),
+        "failed_but_committed": sum(1 for index in failed if per_txn[index] == size),
+        "committed_but_missing": sum(1 for index in committed if per_txn[index] != size),
+        "partial": sum(1 for count in per_txn.values() if count not in (0, size)),
+        "duplicated_events": sum(max(0, count - size) for count in per_txn.values()),
+    }
+
+
+async def run(args: argparse.Namespace) -> int:
+    await asyncio.to_thread(ha.ensure_installed)
+    root = Path(tempfile.mkdtemp(prefix="pgcontroller-ha-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="ha-chaos-"))
+    started = time.monotonic()
+    state = await asyncio.to_thread(ha.up, root)
+    serves: list[ServedProcess] = []
+    clients: list[ClientProcess] = []
+    try:
+        url = state.service_url()
+        await asyncio.to_thread(upgrade_to_head, url)
+        for name in ("a", "b"):
+            (work / name).mkdir()
+            serves.append(await start_with_segment_store(work / name, "--db-url", url))
+        uri = f"tcp://127.0.0.1:{serves[0].grpc_port}"
+        controller = Controller(serves[0])
+        events_info = await controller.create_stream(SCOPE, EVENTS, 2)
+        txns_info = await controller.create_stream(SCOPE, TXNS, 1)
+        print(f"ha_chaos: cluster and two serves up in {time.monotonic() - started:.0f} s", flush=True)
+        overlaps = Overlaps(serves)
+        sampling = asyncio.create_task(overlaps.run())
+        # Enough events to outlast the failovers (each about 20-30 s with the node's rejoin).
+        count = args.rate * (30 * args.failovers + 60)
+        stop = work / "stop"
+        writer = await ClientProcess.start(
+            "write", work, uri=uri, scope=SCOPE, stream=EVENTS, count=count, keys=KEYS, prefix=PREFIX,
+            rate=args.rate, progress_every=10, stop=str(stop),
+        )  # fmt: skip
+        txns = await ClientProcess.start(
+            "txn-chaos", work, uri=uri, scope=SCOPE, stream=TXNS, size=args.txn_size,
+            seconds=30 * args.failovers + 30, stop=str(stop), out=str(work / "txns.json"),
+        )  # fmt: skip
+        clients += [writer, txns]
+        times = [await _failover(state, writer, index + 1) for index in range(args.failovers)]
+        # A little more after the last failover, then both clients stop and report.
+        settled_at = time.monotonic() + 5
+        await writer.until(lambda r: r["at"] >= settled_at, timeout_s=WRITES_BACK_TIMEOUT_S)
+        stop.touch()
+        await txns.result(timeout_s=30 * args.failovers + 300)
+        txn_result = json.loads((work / "txns.json").read_text())
+        written = await writer.result(timeout_s=30 * args.failovers + 600)
+        overlaps.stop()
+        await sampling
+        events = _event_figures(await _read_all(controller, uri, work, events_info), written["written"])
+        txn = _txn_figures(await _read_all(controller, uri, work, txns_info), txn_result, args.txn_size)
+        controller.close()
+        promoted, back = [t[0] for t in times], [t[1] for t in times]
+        print()
+        print(f"| figure | p50 | max | over {args.failovers} SIGKILL failovers |")
+        print("|---|---|---|---|")
+        for label, values in (("new leader after the kill", promoted), ("writes acknowledged again", back)):
+            print(f"| {label}, s | {statistics.median(values):.2f} | {max(values):.2f} | |")
+        print()
+        print(f"events: {written['written']} acknowledged; lost {events['lost']}, duplicated "
+              f"{events['duplicated']}, unexpected {events['unexpected']}, out of key order "
+              f"{events['out_of_order']}")  # fmt: skip
+        print(f"transactions of {args.txn_size}: {txn['committed']} committed, {txn['failed']} failed "
+              f"({txn['failed_but_committed']} of them committed all the same); committed but "
+              f"missing {txn['committed_but_missing']}, read in part {txn['partial']}, events "
+              f"duplicated {txn['duplicated_events']}")  # fmt: skip
+        for index, error in list(txn_result["failed"].items())[:5]:
+            print(f"  a failed transaction ({index}): {error}")
+        print(f"ownership: {overlaps.samples} samples of both serves; leader claimed twice in "
+              f"{overlaps.leaders_twice}, a bucket claimed twice in {overlaps.buckets_twice}, a serve "
+              f"not answering in {overlaps.unanswered}")  # fmt: skip
+        bad = (
+            events["lost"] + events["duplicated"] + events["out_of_order"] + txn["committed_but_missing"]
+            + txn["partial"] + txn["duplicated_events"] + overlaps.leaders_twice + overlaps.buckets_twice
+        )  # fmt: skip
+        print(f"total {time.monotonic() - started:.0f} s")
+        return 1 if bad or max(back) >= 15.0 else 0
+    finally:
+        for client in clients:
+            await client.kill()
+        for served in serves:
+            await served.stop()
+        await asyncio.to_thread(ha.down, root, purge=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--failovers", type=int, default=10)
+    parser.add_argument("--rate", type=int, default=100, help="events/s of the paced writer")
+    parser.add_argument("--txn-size", type=int, default=10, help="events per transaction")
+    sys.exit(asyncio.run(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
