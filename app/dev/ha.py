@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import pwd
+import random
 import secrets
 import shutil
 import signal
@@ -99,10 +100,31 @@ class HaState:
         return cls(**data)
 
 
+# Ports handed out by this process, never twice.
+_HANDED_OUT: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range: a port bind(0) picks is in that range, and
+    an outgoing connection (Patroni's to etcd, say) could take it before the node listens on it
+    (seen: a node's PostgreSQL failed with "Address already in use" and the cluster never came up)."""
+    ephemeral_low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(10_000, ephemeral_low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind((HOST, port))
+            _HANDED_OUT.add(port)
+            return port
+    raise HaError(f"no free port between 10000 and {ephemeral_low}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _owner() -> pwd.struct_passwd:
