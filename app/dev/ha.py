@@ -104,7 +104,7 @@ class HaState:
 _HANDED_OUT: set[int] = set()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A free port below the kernel's ephemeral range: a port bind(0) picks is in that range, and
     an outgoing connection (Patroni's to etcd, say) could take it before the node listens on it
     (seen: a node's PostgreSQL failed with "Address already in use" and the cluster never came up)."""
@@ -245,9 +245,9 @@ def up(root: Path) -> HaState:
     except HaError:
         state = HaState(
             root=str(root),
-            etcd_client=_free_port(),
-            etcd_peer=_free_port(),
-            nodes=[NodePorts(f"node{i}", _free_port(), _free_port()) for i in range(NODES)],
+            etcd_client=free_port(),
+            etcd_peer=free_port(),
+            nodes=[NodePorts(f"node{i}", free_port(), free_port()) for i in range(NODES)],
             superuser_password=secrets.token_hex(16),
             replication_password=secrets.token_hex(16),
             service_password=secrets.token_hex(16),

@@ -18,7 +18,6 @@ import asyncio
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.dev.ha import free_port
 from app.embedded_pg import find_bindir
 from app.store.migrate import upgrade_to_head
 from tests.support.dataplane import (
@@ -89,13 +89,6 @@ def _run(argv: list[str]) -> None:
     assert result.returncode == 0, f"{argv[0]} failed: {result.stdout}\n{result.stderr}"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _own(path: Path) -> None:
     user = _user()
     if user is not None:
@@ -124,7 +117,7 @@ def root() -> Iterator[Path]:
 
 
 def _primary(root: Path) -> Cluster:
-    cluster = Cluster(root / "primary", _free_port(), root)
+    cluster = Cluster(root / "primary", free_port(), root)
     _run(
         [
             str(find_bindir() / "initdb"),
@@ -157,7 +150,7 @@ def _primary(root: Path) -> Cluster:
 
 def _restore(root: Path, backup: Path, target: str) -> Cluster:
     """The base backup, recovered from the archive up to `target`, promoted, on a new port."""
-    cluster = Cluster(root / "restored", _free_port(), root)
+    cluster = Cluster(root / "restored", free_port(), root)
     shutil.copytree(backup, cluster.data)
     os.chmod(cluster.data, 0o700)
     _own(cluster.data)
