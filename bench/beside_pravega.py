@@ -36,8 +36,9 @@ txn       transactions of 10 x 1 KiB events (begin, write, commit) back to back,
           client processes: transactions committed per second (commit returned; as the client
           sees it on both servers).
 memory    not a part: each server's memory when idle after start and at its peak over the run
-          (sampled every 250 ms). Pravega: the JVM's RSS (3 GiB heap allowed). serve: the RSS of
-          its process tree plus the PSS of its PostgreSQL's processes.
+          (sampled every 250 ms, but not during the latency parts `tail`, `ack` and
+          `tail-slice`: once after each of their rounds). Pravega: the JVM's RSS (3 GiB heap
+          allowed). serve: the RSS of its process tree plus the PSS of its PostgreSQL's processes.
 
 Every part but `java` is through the Python client, and each throughput part prints the client's
 CPU as a share of one core, so a figure whose client sat near 100% is the client's ceiling as much
@@ -55,6 +56,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -407,6 +409,8 @@ async def tail_slice(target: Target, sizes: Sizes, tag: str) -> Result:
 class Part:
     run: Callable[[Target, Sizes, str], Awaitable[Result]]
     prepare: Callable[[Target, Sizes], Awaitable[None]] | None = None
+    # Measures latency: the memory sampler pauses meanwhile (Target.unsampled says why).
+    latency: bool = False
 
 
 PARTS: dict[str, Part] = {
@@ -416,9 +420,9 @@ PARTS: dict[str, Part] = {
     "java": Part(java_writers),
     "sixteen": Part(sixteen_keys),
     "catch-up": Part(catch_up_read, write_catch_up_stream),
-    "tail": Part(tail_latency),
-    "ack": Part(ack_latency),
-    "tail-slice": Part(tail_slice),
+    "tail": Part(tail_latency, latency=True),
+    "ack": Part(ack_latency, latency=True),
+    "tail-slice": Part(tail_slice, latency=True),
     "txn": Part(transactions),
 }
 
@@ -498,7 +502,8 @@ async def run_part(
         order = targets if index % 2 == 0 else targets[::-1]
         for target in order:
             began = time.monotonic()
-            result = await part.run(target, sizes, f"{name}-r{index}")
+            async with target.unsampled() if part.latency else nullcontext():
+                result = await part.run(target, sizes, f"{name}-r{index}")
             for key, value in result.items():
                 found[target.name].setdefault(key, []).append(value)
             summary = ", ".join(f"{key} {value:.4g}" for key, value in result.items())
