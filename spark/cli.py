@@ -19,6 +19,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "schema reporting_marts (env PGCONTROLLER_DB_URL)",
     )
     parser.add_argument(
+        "--read-url",
+        default=os.environ.get("PGCONTROLLER_READ_URL"),
+        help="postgresql:// URL the reporting views are read through, a hot standby for example "
+        "(libpq's target_session_attrs=prefer-standby picks one of several hosts); the marts are "
+        "still written through --db-url (env PGCONTROLLER_READ_URL; default: --db-url)",
+    )
+    parser.add_argument(
         "--out", type=Path, required=True, help="directory for the lake, charts and summary.html"
     )
     parser.add_argument(
@@ -68,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         raise ValueError("--db-url (or PGCONTROLLER_DB_URL) is required")
     return PipelineConfig(
         db_url=args.db_url,
+        read_url=args.read_url or None,
         out=args.out,
         master=args.master,
         jdbc_jar=args.jdbc_jar,

@@ -57,15 +57,26 @@ class PipelineConfig:
     lake_uri: str | None = None
     # Roles given SELECT on the marts besides ANALYST_GROUP, which always is when it exists.
     grant_to: tuple[str, ...] = ()
+    # Where the `reporting` views are read (a hot standby, so the pipeline's long scans load no
+    # primary); None: db_url. The marts and the run records are always written through db_url,
+    # since a standby refuses writes.
+    read_url: str | None = None
 
     def __post_init__(self) -> None:
         if not self.db_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("--db-url must be a postgresql:// URL")
+        if self.read_url is not None and not self.read_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("--read-url must be a postgresql:// URL")
         local_cores(self.master)  # validates local[...] shapes early
         if self.fetch_size <= 0 or (self.partitions is not None and self.partitions <= 0):
             raise ValueError("partitions and fetch size must be positive")
         if self.late_margin_ms < 0 or self.chart_streams < 0:
             raise ValueError("late margin and chart streams cannot be negative")
+
+    @property
+    def source_url(self) -> str:
+        """The URL the views are read through."""
+        return self.read_url or self.db_url
 
     @property
     def lake(self) -> str:

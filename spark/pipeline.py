@@ -159,7 +159,8 @@ def _run(
     started: float,
     started_at: datetime,
 ) -> RunResult:
-    target = jdbc_target(config.db_url)
+    source = jdbc_target(config.source_url)
+    marts_target = jdbc_target(config.db_url)
     lake_uri = config.lake
     last = control.last_run(lake_uri)
     chain = control.latest_run_id()
@@ -173,12 +174,14 @@ def _run(
     )
     since = 0 if full else read_since(last.high_water_ms if last else None, config.late_margin_ms)
     progress.step(
-        f"{'full' if full else 'incremental'} run into {lake_uri} (master {config.master}); "
+        f"{'full' if full else 'incremental'} run into {lake_uri} (master {config.master}"
+        + ("; views read through --read-url" if config.read_url else "")
+        + "); "
         f"previous run of this lake: {last.run_id if last else 'none'}"
         + (f"; replacing outdated {', '.join(outdated)}" if outdated else "")
     )
     previous_hw = last.high_water_ms if last else None
-    probe = _probe(spark, target, previous_hw)
+    probe = _probe(spark, source, previous_hw)
 
     rows_read = facts_written = 0
     rows_by_source = dict.fromkeys(facts.ROW_SOURCES.values(), 0)
@@ -187,7 +190,7 @@ def _run(
     if full or probe.new_events:
         first_day = date.min if full else utc_date(since)
         frames = {
-            s.name: _read_source(spark, target, config, s, since, probe.ids, progress)
+            s.name: _read_source(spark, source, config, s, since, probe.ids, progress)
             for s in sources.EVENT_SOURCES
         }
         txns = frames["transactions"].persist(StorageLevel.MEMORY_AND_DISK)
@@ -199,7 +202,7 @@ def _run(
         rows_by_source = {name: int(stats[i] or 0) for i, name in enumerate(facts.ROW_SOURCES.values())}
         rows_read = sum(rows_by_source.values())
         high_water = max(high_water, int(stats[len(row_columns)] or 0))
-        per_stream = facts.stream_daily(events, _read_streams(spark, target)).persist(
+        per_stream = facts.stream_daily(events, _read_streams(spark, source)).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         facts_written = per_stream.count()
@@ -212,8 +215,8 @@ def _run(
         lake.write(spark, per_stream, lake_uri, lake.STREAM_DAILY, first_day, full)
         lake.write(spark, per_day, lake_uri, lake.DAILY, first_day, full)
         progress.step(f"wrote the lake's days from {'the first' if full else first_day}")
-        marts.write_stage(per_stream, target, staging.stream_daily)
-        marts.write_stage(per_day, target, staging.daily)
+        marts.write_stage(per_stream, marts_target, staging.stream_daily)
+        marts.write_stage(per_day, marts_target, staging.daily)
         for frame in (events, per_stream, per_day, txns):
             frame.unpersist()
     else:

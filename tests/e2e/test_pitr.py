@@ -15,21 +15,13 @@ out before the restore, and the controller aborts it.
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from app.api.grpc.proto import controller_pb2 as pb
-from app.dev.ha import free_port
-from app.embedded_pg import find_bindir
 from app.store.migrate import upgrade_to_head
 from tests.support.dataplane import (
     ClientProcess,
@@ -39,6 +31,7 @@ from tests.support.dataplane import (
     start_with_segment_store,
     wait_txn_state,
 )
+from tests.support.plain_pg import Cluster, cluster_root, copied_cluster, new_cluster, own
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 
@@ -51,113 +44,35 @@ BEFORE_BACKUP, BEFORE_TARGET = 400, 1400
 TXN_ABORTED_WITHIN_S = 150.0
 
 
-@dataclass
-class Cluster:
-    """A plain PostgreSQL cluster run by pg_ctl as an unprivileged user (PostgreSQL refuses root)."""
-
-    data: Path
-    port: int
-    socket_dir: Path
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def pg_ctl(self, *args: str) -> None:
-        _run([str(find_bindir() / "pg_ctl"), *args, "-D", str(self.data), "-w", "-t", "120"])
-
-    def start(self) -> None:
-        self.pg_ctl("start", "-l", str(self.data.parent / f"{self.data.name}.log"))
-
-    def stop(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            self.pg_ctl("stop", "-m", "fast")
-
-
-def _user() -> pwd.struct_passwd | None:
-    return pwd.getpwnam("nobody") if os.geteuid() == 0 else None
-
-
-def _run(argv: list[str]) -> None:
-    user = _user()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
-    result = subprocess.run(
-        argv, env=env, cwd="/", capture_output=True, text=True, timeout=180,
-        user=user.pw_uid if user else None, group=user.pw_gid if user else None,
-        extra_groups=[] if user else None,
-    )  # fmt: skip
-    assert result.returncode == 0, f"{argv[0]} failed: {result.stdout}\n{result.stderr}"
-
-
-def _own(path: Path) -> None:
-    user = _user()
-    if user is not None:
-        for entry in [path, *path.rglob("*")]:
-            os.chown(entry, user.pw_uid, user.pw_gid)
-
-
-def _configure(cluster: Cluster, lines: list[str]) -> None:
-    with (cluster.data / "postgresql.auto.conf").open("a", encoding="utf-8") as conf:
-        conf.write("\n".join(lines) + "\n")
-
-
 @pytest.fixture
 def root() -> Iterator[Path]:
-    # Under /tmp: the database user must reach it.
-    path = Path(tempfile.mkdtemp(prefix="pgcontroller-pitr-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    (path / "archive").mkdir()
-    _own(path)
-    try:
+    with cluster_root("pgcontroller-pitr-") as path:
+        (path / "archive").mkdir()
+        own(path / "archive")
         yield path
-    finally:
-        for data in ("primary", "restored"):
-            Cluster(path / data, 0, path).stop()
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _primary(root: Path) -> Cluster:
-    cluster = Cluster(root / "primary", free_port(), root)
-    _run(
-        [
-            str(find_bindir() / "initdb"),
-            "-D",
-            str(cluster.data),
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-        ]
-    )
     archive = root / "archive"
-    _configure(
-        cluster,
+    return new_cluster(
+        root,
+        "primary",
         [
-            f"port = {cluster.port}",
-            "listen_addresses = '127.0.0.1'",
-            f"unix_socket_directories = '{root}'",
             "wal_level = replica",
             "archive_mode = on",
             # Never overwrite a segment already archived (the documented, safe command).
             f"archive_command = 'test ! -f {archive}/%f && cp %p {archive}/%f'",
         ],
     )
-    cluster.start()
-    return cluster
 
 
 def _restore(root: Path, backup: Path, target: str) -> Cluster:
     """The base backup, recovered from the archive up to `target`, promoted, on a new port."""
-    cluster = Cluster(root / "restored", free_port(), root)
-    shutil.copytree(backup, cluster.data)
-    os.chmod(cluster.data, 0o700)
-    _own(cluster.data)
-    _configure(
-        cluster,
+    cluster = copied_cluster(
+        root,
+        "restored",
+        backup,
         [
-            f"port = {cluster.port}",
             "archive_mode = off",
             f"restore_command = 'cp {root / 'archive'}/%f %p'",
             f"recovery_target_time = '{target}'",
@@ -165,7 +80,7 @@ def _restore(root: Path, backup: Path, target: str) -> Cluster:
         ],
     )
     (cluster.data / "recovery.signal").touch()
-    _own(cluster.data)
+    own(cluster.data)
     cluster.start()
     return cluster
 
@@ -218,11 +133,7 @@ async def test_a_backup_restored_to_a_point_in_time_holds_everything_acknowledge
         await writer.until(lambda r: r["acked"] >= BEFORE_BACKUP, timeout_s=60)
         # The base backup, taken while the writer writes (the WAL comes from the archive).
         backup = root / "base"
-        await asyncio.to_thread(
-            _run,
-            [str(find_bindir() / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port),
-             "-U", "postgres", "-D", str(backup), "-X", "none", "-c", "fast"],
-        )  # fmt: skip
+        await asyncio.to_thread(primary.basebackup, backup, "-X", "none")
         held = await ClientProcess.start(
             "txn-held", tmp_path, uri=uri, scope=SCOPE, stream=TXN_STREAM, size=20, before=10,
             go=str(tmp_path / "go"), deadline_s=120,

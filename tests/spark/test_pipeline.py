@@ -25,11 +25,13 @@ from app.domain.ids import qualified_segment_name
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.txns import TxnStatus
 from app.services.stream_updates import UpdateOutcome
+from app.store.migrate import upgrade_to_head
 from app.testing.controller import Services, running_controller
 from spark.facts import DAILY, STREAM_DAILY
 from spark.pipeline import DAY_MS, day_start_ms, read_since, utc_date
 from tests.spark import expected
 from tests.spark.conftest import pipeline_config, run_pipeline
+from tests.support.plain_pg import cluster_root, copied_cluster, new_cluster
 
 NOW_DAY = day_start_ms(int(time.time() * 1000))
 # The seeded history ends days before today, so activity made now lands on later days.
@@ -97,11 +99,15 @@ def by_stream_day(rows: list[dict[str, Any]]) -> dict[expected.Key, dict[str, An
     return {(r["date"], r["stream_id"]): r for r in rows}
 
 
-async def check_all_facts(spark: SparkSession, conn: asyncpg.Connection, lake: str) -> None:
-    """Lake and marts hold exactly the facts SQL computes over the views."""
+async def check_all_facts(
+    spark: SparkSession, conn: asyncpg.Connection, lake: str, marts: asyncpg.Connection | None = None
+) -> None:
+    """Lake and marts (read through `marts`, `conn` by default) hold exactly the facts SQL
+    computes over the views of `conn`."""
+    marts = marts or conn
     want = {k: normalized(v) for k, v in (await expected.stream_day_facts(conn)).items()}
     lake_facts = by_stream_day(lake_rows(spark, lake, "stream_daily"))
-    mart_facts = by_stream_day(await mart_rows(conn, "stream_daily_facts"))
+    mart_facts = by_stream_day(await mart_rows(marts, "stream_daily_facts"))
     assert set(lake_facts) == set(want)
     assert mart_facts == lake_facts
     for key, row in want.items():
@@ -122,7 +128,7 @@ async def check_all_facts(spark: SparkSession, conn: asyncpg.Connection, lake: s
     # Totals per day: sums of the stream facts, latency over every commit of the day.
     latency = await expected.daily_latency(conn)
     lake_daily = {r["date"]: r for r in lake_rows(spark, lake, "daily")}
-    assert {r["date"]: r for r in await mart_rows(conn, "daily_facts")} == lake_daily
+    assert {r["date"]: r for r in await mart_rows(marts, "daily_facts")} == lake_daily
     assert set(lake_daily) == {day for day, _ in lake_facts}
     counted = [name for name, kind, _ in DAILY if kind.typeName() == "long" and not name.startswith("commit")]
     for day, row in lake_daily.items():
@@ -134,7 +140,7 @@ async def check_all_facts(spark: SparkSession, conn: asyncpg.Connection, lake: s
             if name != "date":
                 assert_same(row, {name: value}, day)
 
-    totals = {r["stream_id"]: r for r in await mart_rows(conn, "stream_totals")}
+    totals = {r["stream_id"]: r for r in await mart_rows(marts, "stream_totals")}
     assert set(totals) == {s for _, s in lake_facts}
     for stream_id, total in totals.items():
         mine = [r for (_, s), r in lake_facts.items() if s == stream_id]
@@ -394,3 +400,52 @@ async def test_marts_and_a_lake_of_an_older_pipeline_are_replaced_by_a_full_run(
     assert third.full_run and third.rows_read == first.rows_read
     fourth = await run_pipeline(spark_session, config)
     assert not fourth.full_run and fourth.rows_read == 0
+
+
+async def test_the_views_are_read_from_a_hot_standby_and_the_marts_written_to_the_primary(
+    spark_session: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 35's analysts on a replica: a primary and a streaming hot standby of the test's own;
+    the standby's replay is paused while the primary gets more history, so facts equal to the
+    standby's views (not the primary's) show where the run read, and marts on the primary show
+    where it wrote; replay resumed, an incremental run catches up."""
+    with cluster_root("pgcontroller-standby-") as root:
+        primary = await asyncio.to_thread(new_cluster, root, "primary")
+        await asyncio.to_thread(upgrade_to_head, primary.url)
+        await seed(primary.url, FIRST)
+        await asyncio.to_thread(primary.basebackup, root / "base", "-R", "-X", "stream")
+        standby = copied_cluster(root, "standby", root / "base", ["hot_standby = on"])
+        await asyncio.to_thread(standby.start)
+        on_primary, on_standby = await asyncpg.connect(primary.url), await asyncpg.connect(standby.url)
+        try:
+            assert await on_standby.fetchval("SELECT pg_is_in_recovery()")
+            await _until_replayed(on_primary, on_standby)
+            await on_standby.execute("SELECT pg_wal_replay_pause()")
+            await seed(primary.url, LATER)
+            newest_on_standby = await expected.newest_event_ms(on_standby)
+            assert await expected.newest_event_ms(on_primary) > newest_on_standby
+
+            config = pipeline_config(primary.url, tmp_path, read_url=standby.url)
+            first = await run_pipeline(spark_session, config)
+            assert first.full_run and first.high_water_ms == newest_on_standby
+            await check_all_facts(spark_session, on_standby, first.lake, marts=on_primary)
+            assert await on_primary.fetchval("SELECT count(*) FROM reporting_marts.pipeline_runs") == 1
+
+            await on_standby.execute("SELECT pg_wal_replay_resume()")
+            await _until_replayed(on_primary, on_standby)
+            second = await run_pipeline(spark_session, config)
+            assert not second.full_run and second.rows_read > 0
+            assert second.high_water_ms == await expected.newest_event_ms(on_primary)
+            await check_all_facts(spark_session, on_primary, second.lake)
+        finally:
+            await on_primary.close()
+            await on_standby.close()
+
+
+async def _until_replayed(primary: asyncpg.Connection, standby: asyncpg.Connection) -> None:
+    """Until the standby has replayed everything the primary had written when this was called."""
+    written = await primary.fetchval("SELECT pg_current_wal_lsn()::text")
+    deadline = time.monotonic() + 60
+    while await standby.fetchval("SELECT pg_last_wal_replay_lsn() < $1::text::pg_lsn", written):
+        assert time.monotonic() < deadline, "the standby did not catch up within 60 s"
+        await asyncio.sleep(0.05)

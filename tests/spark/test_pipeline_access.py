@@ -174,6 +174,7 @@ def test_bad_arguments_are_refused_before_anything_starts(
         (["--db-url", "mysql://x/y", "--out", str(output)], "postgresql://"),
         (["--db-url", url, "--out", str(output), "--master", "local[x]"], "local[x]"),
         (["--db-url", url, "--out", str(output), "--partitions", "0"], "partitions"),
+        (["--db-url", url, "--read-url", "mysql://x/y", "--out", str(output)], "--read-url"),
     ):
         assert cli(*args) == 2
         assert needle in capsys.readouterr().err
@@ -187,6 +188,10 @@ def test_a_missing_driver_or_database_is_one_line(
     assert "/nonexistent/pg.jar" in err and "libpostgresql-jdbc-java" in err and len(err.splitlines()) == 1
     gone = pgurl.parse(db_url).with_database("no_such_database").to_url()
     assert cli("--db-url", gone, "--out", str(output)) == 1
+    err = capsys.readouterr().err
+    assert "no_such_database" in err and len(err.splitlines()) == 1
+    # The views' database missing (a standby's URL mistyped): the same, after the marts' one answered.
+    assert cli("--db-url", seeded, "--read-url", gone, "--out", str(output)) == 1
     err = capsys.readouterr().err
     assert "no_such_database" in err and len(err.splitlines()) == 1
 
