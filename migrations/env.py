@@ -6,12 +6,12 @@ builds the whole configuration), so no secret ever sits in a file.
 
 import asyncio
 
-import asyncpg
 from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.store import hosts
 from app.store.dsn import connect_args
 from migrations.reporting import build_reporting, drop_reporting
 from migrations.schema import metadata
@@ -40,7 +40,7 @@ async def _run_async(url: str) -> None:
     arguments = connect_args(url, application_name="pgcontroller-migrations")
 
     async def creator() -> object:
-        return await asyncpg.connect(**arguments)
+        return await hosts.connect(**arguments)
 
     engine = create_async_engine("postgresql+asyncpg://", poolclass=pool.NullPool, async_creator=creator)
     async with engine.connect() as connection:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Protocol
 
 import asyncpg
 
+from app.store import hosts
 from app.store.dsn import connect_args
 from app.store.errors import domain_error
 
@@ -270,7 +271,7 @@ async def open_pool(url: str, **options: Any) -> PgDatabase:
     """An asyncpg pool (`options` as asyncpg.create_pool takes them) behind the Database calls."""
     arguments = _arguments(url, options)
     try:
-        return PgDatabase(await asyncpg.create_pool(**arguments))
+        return PgDatabase(await asyncpg.create_pool(connect=hosts.connect, **arguments))
     except Exception as exc:
         _raise_translated(exc)
 
@@ -280,6 +281,6 @@ async def connect(url: str, **options: Any) -> PgSession:
     connecting, `command_timeout` every query on it)."""
     arguments = _arguments(url, options)
     try:
-        return PgSession(await asyncpg.connect(**arguments))
+        return PgSession(await hosts.connect(**arguments))
     except Exception as exc:
         _raise_translated(exc)

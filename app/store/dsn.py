@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from app.domain.errors import InvalidInput
+from app.store import hosts
 from pgurl import PgUrlError, connect_kwargs, masked
 
 __all__ = ["connect_args", "masked", "open_connection"]
@@ -27,5 +28,4 @@ def connect_args(url: str, *, application_name: str | None = None) -> dict[str, 
 
 async def open_connection(url: str, **options: Any) -> asyncpg.Connection:
     """A raw asyncpg connection (for the few callers that need asyncpg's own errors)."""
-    conn: asyncpg.Connection = await asyncpg.connect(**connect_args(url), **options)
-    return conn
+    return await hosts.connect(**connect_args(url), **options)
