@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.dev.history_gen import ScaleMix, SeedSpec, TxnMix
 from app.domain.errors import DomainError, InvalidInput
 from app.domain.txns import TxnLimits
 from app.embedded_pg import EmbeddedPostgres
 from app.settings import add_setting
+
+if TYPE_CHECKING:
+    from app.dev import ha as ha_module
 
 _PROGRESS_EVERY_S = 2.0
 
@@ -160,10 +165,13 @@ def add_dev_parser(
         "synchronous mode (installing Debian's patroni and etcd-server first when missing and run as "
         "root), makes the service's role and database, and prints the multi-host --db-url for serve; "
         "a cluster already in DIR starts again as it was. status: its members. down: stops it "
-        "(--purge: and removes DIR). For tests and trying failover; docs/ha.md has the recipe for "
-        "real machines.",
+        "(--purge: and removes DIR). partition: cuts a node (--node, default the leader) off from "
+        "etcd and the other nodes with nftables rules on loopback (as root); it stays reachable "
+        "through the printed side URL. heal: removes the rules. For tests and trying failover; "
+        "docs/ha.md has the recipe for real machines.",
     )
-    ha.add_argument("action", choices=("up", "down", "status"))
+    ha.add_argument("action", choices=("up", "down", "status", "partition", "heal"))
+    ha.add_argument("--node", default=None, help="partition: the node to cut off (default: the leader)")
     ha.add_argument("--dir", default=".pgcontroller/ha", help="its files (default .pgcontroller/ha)")
     ha.add_argument("--purge", action="store_true", help="down: remove the cluster's files too")
 
@@ -209,7 +217,7 @@ def run_dev(args: argparse.Namespace) -> int:
 
 
 def _run_ha(args: argparse.Namespace) -> int:
-    from app.dev import ha
+    from app.dev import ha, partition
 
     root = Path(args.dir)
     try:
@@ -218,12 +226,31 @@ def _run_ha(args: argparse.Namespace) -> int:
             print(json.dumps({"db_url": state.service_url(), "members": ha.members(state)}))
         elif args.action == "status":
             print(json.dumps({"members": ha.members(ha.HaState.load(root.resolve()))}))
+        elif args.action == "partition":
+            state = ha.HaState.load(root.resolve())
+            node = _ha_node(state, args.node)
+            partition.partition(state, node)
+            print(json.dumps({"partitioned": node.name, "side_url": state.side_url(node)}))
+        elif args.action == "heal":
+            partition.heal(ha.HaState.load(root.resolve()))
         else:
+            with contextlib.suppress(ha.HaError):  # no cluster there: nothing to heal
+                partition.heal(ha.HaState.load(root.resolve()))
             ha.down(root, purge=args.purge)
     except ha.HaError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _ha_node(state: ha_module.HaState, name: str | None) -> ha_module.NodePorts:
+    from app.dev import ha
+
+    node = ha.leader(state) if name is None else next((n for n in state.nodes if n.name == name), None)
+    if node is None:
+        known = ", ".join(n.name for n in state.nodes)
+        raise ha.HaError(f"no node {name!r} (the nodes: {known})" if name else "the cluster has no leader")
+    return node
 
 
 def _run_certs(args: argparse.Namespace) -> int:

@@ -60,6 +60,13 @@ class NodePorts:
     postgres: int
     rest: int
 
+    @property
+    def side(self) -> str:
+        """A loopback address of this node's own: its PostgreSQL listens on it besides HOST, and
+        its Patroni reaches etcd through it, so `partition` can cut the node's traffic with
+        everyone else (on HOST) and leave whatever is given this address on the node's side."""
+        return f"127.0.1.{int(self.name.removeprefix('node')) + 1}"
+
 
 @dataclass
 class HaState:
@@ -81,6 +88,14 @@ class HaState:
         hosts = ",".join(f"{HOST}:{n.postgres}" for n in self.nodes)
         return (
             f"postgresql://{SERVICE_USER}:{self.service_password}@{hosts}/{DATABASE}"
+            "?target_session_attrs=read-write"
+        )
+
+    def side_url(self, node: NodePorts) -> str:
+        """The service's URL to `node` alone, through its side address: a client given it stays
+        on the node's side of a `partition`."""
+        return (
+            f"postgresql://{SERVICE_USER}:{self.service_password}@{node.side}:{node.postgres}/{DATABASE}"
             "?target_session_attrs=read-write"
         )
 
@@ -156,7 +171,9 @@ def _patroni_config(state: HaState, node: NodePorts) -> dict[str, Any]:
         "name": node.name,
         "log": {"level": "INFO"},  # to stderr, which is the node's patroni.log
         "restapi": {"listen": f"{HOST}:{node.rest}", "connect_address": f"{HOST}:{node.rest}"},
-        "etcd3": {"hosts": [f"{HOST}:{state.etcd_client}"]},
+        # Through the node's side address, and only there (use_proxies: no discovery of etcd's
+        # advertised URL, which would go around a partition).
+        "etcd3": {"hosts": [f"{node.side}:{state.etcd_client}"], "use_proxies": True},
         "bootstrap": {
             "dcs": {
                 "ttl": TTL_S,
@@ -179,13 +196,16 @@ def _patroni_config(state: HaState, node: NodePorts) -> dict[str, Any]:
             },
             "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, "data-checksums"],
             "pg_hba": [
-                f"host replication replicator {HOST}/32 scram-sha-256",
-                f"host all all {HOST}/32 scram-sha-256",
+                # Loopback only; the side addresses (127.0.1.x) included.
+                "host replication replicator 127.0.0.0/8 scram-sha-256",
+                "host all all 127.0.0.0/8 scram-sha-256",
             ],
         },
         "postgresql": {
-            "listen": f"{HOST}:{node.postgres}",
+            "listen": f"{HOST},{node.side}:{node.postgres}",
             "connect_address": f"{HOST}:{node.postgres}",
+            # Patroni's own connection to its PostgreSQL is local, never cut by a partition.
+            "use_unix_socket": True,
             "data_dir": str(node_dir / "data"),
             "bin_dir": str(find_bindir()),
             "pgpass": str(node_dir / "pgpass"),
@@ -299,11 +319,12 @@ def _check_traversable(root: Path, user: pwd.struct_passwd) -> None:
 
 def _etcd_argv(state: HaState) -> list[str]:
     client, peer = f"http://{HOST}:{state.etcd_client}", f"http://{HOST}:{state.etcd_peer}"
+    sides = [f"http://{node.side}:{state.etcd_client}" for node in state.nodes]
     return [
         "etcd",
         "--name=ha",
         f"--data-dir={state.path / 'etcd'}",
-        f"--listen-client-urls={client}",
+        f"--listen-client-urls={','.join([client, *sides])}",
         f"--advertise-client-urls={client}",
         f"--listen-peer-urls={peer}",
         f"--initial-advertise-peer-urls={peer}",

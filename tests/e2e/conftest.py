@@ -1,10 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from app.dev import ha, partition
 from app.testing.served import ServedProcess, start_served
 
 
@@ -16,3 +19,17 @@ async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
     finally:
         code = await instance.stop()
         assert code == 0, instance.log()
+
+
+@pytest.fixture
+def ha_cluster() -> Iterator[ha.HaState]:
+    """`pgcontroller dev ha`'s cluster (etcd, three nodes under Patroni), purged after the test."""
+    # Under /tmp: PostgreSQL and etcd run as an unprivileged user, who cannot reach pytest's
+    # root-only directories.
+    root = Path(tempfile.mkdtemp(prefix="pgcontroller-ha-", dir="/tmp"))
+    try:
+        yield ha.up(root)
+    finally:
+        with contextlib.suppress(ha.HaError):  # a test's partition left in place, or no cluster
+            partition.heal(ha.HaState.load(root))
+        ha.down(root, purge=True)

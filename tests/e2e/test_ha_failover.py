@@ -13,11 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +35,7 @@ from tests.support.dataplane import (
     read_events,
     start_with_segment_store,
 )
+from tests.support.dev_ha import dev_ha
 from tests.support.hostile import until_leader_and_ready
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
@@ -50,17 +48,6 @@ TXN_STREAM, TXN_SIZE, TXN_PLAIN = "txns", 50, 20
 WRITES_BACK_WITHIN_S = 15.0
 SWITCHOVER_STALL_S = 2.0
 ANALYST_PASSWORD = "correct horse battery staple"
-
-
-@pytest.fixture
-def cluster() -> Iterator[ha.HaState]:
-    # Under /tmp: PostgreSQL and etcd run as an unprivileged user, who cannot reach pytest's
-    # root-only directories.
-    root = Path(tempfile.mkdtemp(prefix="pgcontroller-ha-", dir="/tmp"))
-    try:
-        yield ha.up(root)
-    finally:
-        ha.down(root, purge=True)
 
 
 async def _read_names(on: OnHa, tmp_path: Path, stream: str, count: int) -> list[str]:
@@ -146,9 +133,9 @@ async def _read_back_exactly_once(on: OnHa, tmp_path: Path, count: int) -> None:
 
 
 async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
-    tmp_path: Path, cluster: ha.HaState
+    tmp_path: Path, ha_cluster: ha.HaState
 ) -> None:
-    async with _serve_on(cluster, tmp_path) as on:
+    async with _serve_on(ha_cluster, tmp_path) as on:
         writer = await on.write(tmp_path, COUNT, RATE)
         # A transaction open across the failover, committed after it.
         held = await on.start(
@@ -162,9 +149,9 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
         )
         await held.until(lambda report: "txn" in report, timeout_s=60)
         before = await writer.until(lambda report: report["acked"] >= 200, timeout_s=90)
-        old = await asyncio.to_thread(ha.kill_leader, cluster)
+        old = await asyncio.to_thread(ha.kill_leader, ha_cluster)
         killed_at = time.monotonic()
-        promoted = asyncio.create_task(asyncio.to_thread(ha.wait_new_leader, cluster, old))
+        promoted = asyncio.create_task(asyncio.to_thread(ha.wait_new_leader, ha_cluster, old))
         # Acknowledged past what was in flight at the kill: the writes succeed again.
         await writer.until(lambda report: report["acked"] >= before["acked"] + 2 * RATE, timeout_s=90)
         writes_back_s = time.monotonic() - killed_at
@@ -184,13 +171,13 @@ async def test_serve_rides_a_sigkilled_primary_over_to_the_synchronous_standby(
 
 
 async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_analysts_then_read_a_standby(
-    tmp_path: Path, cluster: ha.HaState
+    tmp_path: Path, ha_cluster: ha.HaState
 ) -> None:
     # The writer paces itself per 100 events: at 200/s it acknowledges a burst every 0.5 s, so a
     # longer wait between two of its reports is the switchover's.
     rate = 200
     count = 25 * rate
-    async with _serve_on(cluster, tmp_path) as on:
+    async with _serve_on(ha_cluster, tmp_path) as on:
         writer = await on.write(tmp_path, count, rate)
         await writer.until(lambda report: report["acked"] >= 5 * rate, timeout_s=90)
         acked_at: list[float] = [time.monotonic()]
@@ -199,10 +186,10 @@ async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_analysts_the
             acked_at.append(time.monotonic())
             return bool(report["acked"] >= count - 2 * rate)
 
-        switching = asyncio.create_task(asyncio.to_thread(ha.switchover, cluster))
+        switching = asyncio.create_task(asyncio.to_thread(ha.switchover, ha_cluster))
         await writer.until(noted, timeout_s=120)
         old, new = await switching
-        assert await asyncio.to_thread(ha.leader, cluster) == new, ha.members(cluster)
+        assert await asyncio.to_thread(ha.leader, ha_cluster) == new, ha.members(ha_cluster)
         # The writer raises on any error it is shown; it finished every event.
         assert (await writer.result(timeout_s=120))["written"] == count
         stall_s = max(later - earlier for earlier, later in itertools.pairwise(acked_at))
@@ -210,7 +197,7 @@ async def test_a_planned_switchover_stalls_the_writer_under_2_s_and_analysts_the
         assert stall_s < SWITCHOVER_STALL_S, f"the writer stalled {stall_s:.2f} s"
         await _read_back_exactly_once(on, tmp_path, count)
         # Analysts read the reporting views from a standby (the old primary is one now).
-        assert await _analyst_reads_a_standby(cluster) == {(SCOPE, STREAM), (SCOPE, TXN_STREAM)}
+        assert await _analyst_reads_a_standby(ha_cluster) == {(SCOPE, STREAM), (SCOPE, TXN_STREAM)}
 
 
 async def _analyst_reads_a_standby(cluster: ha.HaState) -> set[tuple[str, str]]:
@@ -253,18 +240,8 @@ def _role(members: list[dict[str, Any]], node: ha.NodePorts) -> str | None:
     return None
 
 
-def _dev_ha(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "dev", "ha", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_dev_ha_status_of_no_cluster_says_how_to_start_one(tmp_path: Path) -> None:
-    done = _dev_ha("status", "--dir", str(tmp_path / "none"))
+    done = dev_ha("status", "--dir", str(tmp_path / "none"))
     assert done.returncode == 1
     assert "no HA cluster in" in done.stderr and "pgcontroller dev ha up" in done.stderr, done.stderr
 
@@ -273,10 +250,17 @@ def test_dev_ha_up_refuses_a_directory_the_database_user_cannot_reach(tmp_path: 
     # pytest's directories are root's only; PostgreSQL and etcd run as another user.
     if os.geteuid() != 0:
         pytest.fail("run as root, as CI does: the check is root's (anyone else runs the nodes as themselves)")
-    done = _dev_ha("up", "--dir", str(tmp_path / "ha"))
+    done = dev_ha("up", "--dir", str(tmp_path / "ha"))
     assert done.returncode == 1
     assert "out of reach of the user" in done.stderr and "not searchable" in done.stderr, done.stderr
 
 
 def test_dev_ha_down_of_no_cluster_is_a_no_op(tmp_path: Path) -> None:
-    assert _dev_ha("down", "--dir", str(tmp_path / "none")).returncode == 0
+    assert dev_ha("down", "--dir", str(tmp_path / "none")).returncode == 0
+
+
+def test_dev_ha_partition_and_heal_of_no_cluster_say_how_to_start_one(tmp_path: Path) -> None:
+    for action in ("partition", "heal"):
+        done = dev_ha(action, "--dir", str(tmp_path / "none"))
+        assert done.returncode == 1
+        assert "no HA cluster in" in done.stderr, done.stderr
