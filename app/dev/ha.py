@@ -2,11 +2,12 @@
 three PostgreSQL 15 nodes under Patroni on loopback ports, in synchronous mode (a commit is
 acknowledged once a synchronous standby has it), with short timeouts so a failover takes seconds.
 
-`pgcontroller dev ha up` starts it (installing Debian's `patroni` and `etcd-server` first when they
-are missing and we are root), `status` shows its members, `down` stops it (`--purge` removes its
-files). Its state (ports, passwords, process ids) is a JSON file in its directory, so another
-process (a test, `down`) can find and drive it. PostgreSQL refuses to run as root, so Patroni and
-etcd run as the `postgres` user (Debian's packages create it), or `nobody` without it.
+`pgcontroller dev ha up` starts it (installing Debian's `etcd-server`, and Patroni from PyPI in a
+virtual environment of its own, first when they are missing and we are root), `status` shows its
+members, `down` stops it (`--purge` removes its files). Its state (ports, passwords, process ids)
+is a JSON file in its directory, so another process (a test, `down`) can find and drive it.
+PostgreSQL refuses to run as root, so Patroni and etcd run as the `postgres` user (Debian's
+PostgreSQL packages create it), or `nobody` without it.
 
 Everything here is for one machine: the production recipe (docs/ha.md) runs the same pieces on
 three.
@@ -45,7 +46,14 @@ SERVICE_USER = "pgcontroller"
 TTL_S = 6
 LOOP_WAIT_S = 1
 RETRY_TIMEOUT_S = 2
-_PACKAGES = ("patroni", "etcd-server", "etcd-client")
+_PACKAGES = ("etcd-server", "etcd-client")
+# Patroni from PyPI, not Debian's 3.0.2: that one, resumed after a pause longer than ttl (a hung
+# agent, SIGSTOP), overwrites the leader key in etcd (fixed in Patroni 3.0.3, patroni/patroni#2689)
+# and takes the leadership back from the standby promoted meanwhile, which it then rewinds,
+# discarding what that one had acknowledged (seen in tests/e2e/test_ha_frozen_patroni.py).
+PATRONI_VERSION = "3.0.4"
+PATRONI_HOME = Path("/opt/pgcontroller") / f"patroni-{PATRONI_VERSION}"
+SYSTEM_PYTHON = "/usr/bin/python3"
 _START_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 30.0
 
@@ -149,19 +157,56 @@ def _owner() -> pwd.struct_passwd:
     raise HaError("neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL as")
 
 
+def patroni_command() -> str:
+    return str(PATRONI_HOME / "bin" / "patroni")
+
+
 def ensure_installed() -> None:
-    """Debian's Patroni and etcd, installed when missing (as root); otherwise the command to run."""
-    if all(shutil.which(tool) for tool in ("patroni", "patronictl", "etcd")):
-        return
+    """Debian's etcd and Patroni PATRONI_VERSION in a virtual environment of its own (readable by
+    the user that runs it), installed when missing (as root); otherwise the commands to run."""
+    if shutil.which("etcd") is None:
+        _install(["apt-get", "install", "-y", "--no-install-recommends", *_PACKAGES], "etcd")
+    if not _installed_marker().exists():
+        _install_patroni()
+
+
+def _install(argv: list[str], what: str) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise HaError(
-            f"Patroni and etcd are missing: install them with `apt-get install {' '.join(_PACKAGES)}`"
-        )
+        raise HaError(f"{what} is missing: install it with `apt-get install {' '.join(_PACKAGES)}`")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *_PACKAGES]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise HaError(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
+    for step in (["apt-get", "update"], argv):
+        _run_step(step, env)
+
+
+def _install_patroni() -> None:
+    if os.geteuid() != 0:
+        raise HaError(
+            f"Patroni {PATRONI_VERSION} is missing: as root, `{SYSTEM_PYTHON} -m venv {PATRONI_HOME} && "
+            f"{PATRONI_HOME}/bin/pip install 'patroni[etcd3]=={PATRONI_VERSION}' psycopg2-binary`"
+        )
+    # Made where it lives (a venv's scripts name their interpreter by path); the marker is written
+    # last, so an install cut short is redone from scratch, never half used.
+    shutil.rmtree(PATRONI_HOME, ignore_errors=True)
+    PATRONI_HOME.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    # The system's interpreter: the venv's scripts name it, and the user that runs Patroni must
+    # reach it (an interpreter under /root, pyenv's say, is out of its reach).
+    _run_step([SYSTEM_PYTHON, "-m", "venv", str(PATRONI_HOME)], env)
+    pip = str(PATRONI_HOME / "bin" / "pip")
+    _run_step([pip, "install", "-q", f"patroni[etcd3]=={PATRONI_VERSION}", "psycopg2-binary"], env)
+    for directory in (PATRONI_HOME.parent, PATRONI_HOME):
+        directory.chmod(0o755)
+    _installed_marker().touch()
+
+
+def _installed_marker() -> Path:
+    return PATRONI_HOME / "installed"
+
+
+def _run_step(argv: list[str], env: Mapping[str, str]) -> None:
+    done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise HaError(f"{' '.join(argv)} failed: {(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 def _patroni_config(state: HaState, node: NodePorts) -> dict[str, Any]:
@@ -291,7 +336,8 @@ def up(root: Path) -> HaState:
         if os.geteuid() == 0:
             os.chown(config, user.pw_uid, user.pw_gid)
         config.chmod(0o600)
-        state.pids[node.name] = _spawn(["patroni", str(config)], root / node.name / "patroni.log", user, env)
+        log = root / node.name / "patroni.log"
+        state.pids[node.name] = _spawn([patroni_command(), str(config)], log, user, env)
         state.save()
     _wait(
         lambda: _ready(state),
@@ -548,7 +594,7 @@ def restart_node(state: HaState, node: NodePorts) -> None:
     user = _owner()
     config = state.path / node.name / "patroni.yml"
     state.pids[node.name] = _spawn(
-        ["patroni", str(config)], state.path / node.name / "patroni.log", user, _child_env(user)
+        [patroni_command(), str(config)], state.path / node.name / "patroni.log", user, _child_env(user)
     )
     state.save()
 

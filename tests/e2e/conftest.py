@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,8 +23,9 @@ async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
 
 
 @pytest.fixture
-def ha_cluster() -> Iterator[ha.HaState]:
-    """`pgcontroller dev ha`'s cluster (etcd, three nodes under Patroni), purged after the test."""
+def ha_cluster(tmp_path: Path) -> Iterator[ha.HaState]:
+    """`pgcontroller dev ha`'s cluster (etcd, three nodes under Patroni), purged after the test;
+    its Patroni and etcd logs are kept in the test's directory (`ha-logs`)."""
     # Under /tmp: PostgreSQL and etcd run as an unprivileged user, who cannot reach pytest's
     # root-only directories.
     root = Path(tempfile.mkdtemp(prefix="pgcontroller-ha-", dir="/tmp"))
@@ -32,4 +34,10 @@ def ha_cluster() -> Iterator[ha.HaState]:
     finally:
         with contextlib.suppress(ha.HaError):  # a test's partition left in place, or no cluster
             partition.heal(ha.HaState.load(root))
-        ha.down(root, purge=True)
+        ha.down(root, purge=False)
+        logs = tmp_path / "ha-logs"
+        logs.mkdir(exist_ok=True)
+        for log in [root / "etcd.log", *root.glob("node*/patroni.log")]:
+            if log.exists():
+                shutil.copy(log, logs / f"{log.parent.name if log.name == 'patroni.log' else 'etcd'}.log")
+        shutil.rmtree(root, ignore_errors=True)

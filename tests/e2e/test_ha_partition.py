@@ -39,6 +39,7 @@ from tests.support.dataplane import (
 from tests.support.dev_ha import dev_ha
 from tests.support.hostile import ok_json, until_leader_and_ready
 from tests.support.ownership import Overlaps
+from tests.support.resumed import writes_resumed_after
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 
@@ -119,7 +120,7 @@ async def test_a_partitioned_primary_and_its_controller_commit_nothing_and_the_m
                     prefix=PREFIX, rate=RATE, progress_every=10,
                 )  # fmt: skip
                 clients.append(writer)
-                before = await writer.until(lambda r: r["acked"] >= 200, timeout_s=90)
+                await writer.until(lambda r: r["acked"] >= 200, timeout_s=90)
                 overlaps = Overlaps([cut_off, majority])
                 sampling = asyncio.create_task(overlaps.run())
 
@@ -130,8 +131,7 @@ async def test_a_partitioned_primary_and_its_controller_commit_nothing_and_the_m
                 stepped_down = asyncio.create_task(_until_not_leading(http, cut_off, 60))
                 fenced = asyncio.create_task(_create_scope(cut_off, "fenced"))
                 new_leader_at = await asyncio.to_thread(ha.wait_new_leader, cluster, old)
-                await writer.until(lambda r: r["acked"] >= before["acked"] + 2 * RATE, timeout_s=90)
-                writes_back_s = time.monotonic() - cut_at
+                writes_back_s = await writes_resumed_after(writer, cut_at, 2 * RATE, timeout_s=90)
                 await until_leader_and_ready(http, majority, 60)
                 stepped_down_s = await stepped_down - cut_at
                 fenced_outcome = await fenced
