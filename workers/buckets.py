@@ -71,8 +71,8 @@ class BucketClaims:
         released: list[int] = []
         try:
             for bucket in sorted(set(self._fences) - set(mine)):
-                await self._release(bucket)
-                released.append(bucket)
+                if await self._release(bucket):
+                    released.append(bucket)
         finally:
             # One line per round, as claims are: those released before a failure too.
             if released:
@@ -110,11 +110,16 @@ class BucketClaims:
         self._fences[row.bucket] = fence
         return True
 
-    async def _release(self, bucket: int) -> None:
-        fence = self._fences.pop(bucket)
+    async def _release(self, bucket: int) -> bool:
+        """False when the bucket went meanwhile: the lock session closed during an earlier
+        release of this round (lose_all), and there is nothing left to give up."""
+        fence = self._fences.pop(bucket, None)
+        if fence is None:
+            return False
         self._on_lost(frozenset({bucket}))
         await self._locks.unlock(self._namespace, bucket)
         await self._store.release_bucket(fence, self._member_id)
+        return True
 
     def lose_all(self, reason: object, *, orderly: bool = False) -> None:
         """`orderly`: released on shutdown (INFO), not taken away (WARNING)."""
