@@ -1,6 +1,11 @@
-"""Issue 35, the long run: repeated SIGKILL failovers of the primary under load.
+"""Issue 35, the long run: repeated failovers of the primary under load.
 
-    .venv/bin/python bench/ha_chaos.py [--failovers 10] [--rate 100] [--txn-size 10]
+    .venv/bin/python bench/ha_chaos.py [--failovers 10] [--scenarios kill] [--rate 100] [--txn-size 10]
+
+Scenarios, taken in turn (`--scenarios kill,switchover,partition,freeze` or `all`): `kill`, the
+primary's Patroni and postmaster SIGKILLed (the node started again after); `switchover`, Patroni's
+planned one; `partition`, the primary cut off from etcd, the standbys and both serves for 20 s
+(`dev ha partition`); `freeze`, the primary's Patroni stopped (SIGSTOP) for 20 s.
 
 An HA PostgreSQL (`pgcontroller dev ha`: etcd, three PostgreSQL 15 nodes under Patroni,
 synchronous mode) and two `serve` processes on its multi-host URL (two controllers, two segment
@@ -10,8 +15,9 @@ back to back, through the first serve, while the primary's Patroni and postmaste
 `--failovers` times; after each kill the node is started again (Patroni rewinds it into a
 standby) and the next kill waits for a synchronous standby.
 
-Reported, per failover and overall: seconds from the kill until Patroni names a new leader and
-until the writer's acknowledgements resume (p50 and max); at the end, both streams sealed and
+Reported, per failover and per scenario: seconds until Patroni names a new leader and the longest
+the writer's acknowledgements stood still from the disruption until the cluster was whole again
+(p50 and max); at the end, both streams sealed and
 read back whole: acknowledged events lost and duplicated, per-key order, transactions whose
 commit() returned but whose events are missing (an outcome changed), transactions read in part
 (atomicity), and the samples (every 100 ms, from both serves' `/v1/cluster/self`) where both
@@ -22,9 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -36,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.api.grpc.proto import controller_pb2 as pb
-from app.dev import ha
+from app.dev import ha, partition
 from app.store.migrate import upgrade_to_head
 from app.testing.served import ServedProcess
 from tests.support.dataplane import ClientProcess, Controller, read_events, start_with_segment_store
@@ -48,37 +57,59 @@ SETTLE_ACKS = 200
 WRITES_BACK_TIMEOUT_S = 120.0
 
 
-async def _failover(state: ha.HaState, writer: ClientProcess, index: int) -> tuple[float, float]:
-    """One kill of the primary; (seconds until a new leader, seconds until acks resume). The
+SCENARIOS = ("kill", "switchover", "partition", "freeze")
+# How long a partition or a frozen Patroni lasts before it is healed or resumed.
+HOLD_S = 20.0
+
+
+async def _failover(
+    state: ha.HaState, writer: ClientProcess, index: int, scenario: str
+) -> tuple[float, float]:
+    """One disruption of the primary; (seconds until a new leader, the longest the writer's
+    acknowledgements stood still from the disruption until the cluster was whole again). The
     writer's reports carry when it emitted them ("at", this host's monotonic clock), so those
-    queued while the node rejoined are told from those after the kill."""
+    queued before the disruption are told from those after it."""
     now = time.monotonic()
     fresh = await writer.until(lambda r: r["at"] >= now, timeout_s=WRITES_BACK_TIMEOUT_S)
-    settled = await writer.until(
-        lambda r: r["acked"] >= fresh["acked"] + SETTLE_ACKS, timeout_s=WRITES_BACK_TIMEOUT_S
-    )
-    old = await asyncio.to_thread(ha.kill_leader, state)
-    killed_at = time.monotonic()
-    promoted = asyncio.create_task(asyncio.to_thread(ha.wait_new_leader, state, old, WRITES_BACK_TIMEOUT_S))
-    # Raised by the reports emitted before the kill that are still to be read.
-    acked_at_kill = settled["acked"]
-
-    def resumed(report: dict[str, Any]) -> bool:
-        # Past what the client had in flight at the kill: 50 more than was acknowledged then.
-        nonlocal acked_at_kill
-        if report["at"] <= killed_at:
-            acked_at_kill = report["acked"]
-            return False
-        return bool(report["acked"] >= acked_at_kill + 50)
-
-    report = await writer.until(resumed, timeout_s=WRITES_BACK_TIMEOUT_S)
-    back_s = report["at"] - killed_at
-    promoted_s = await asyncio.wait_for(promoted, WRITES_BACK_TIMEOUT_S) - killed_at
-    print(f"  failover {index}: killed {old.name}; new leader after {promoted_s:.2f} s, "
-          f"writes back after {back_s:.2f} s", flush=True)  # fmt: skip
-    await asyncio.to_thread(ha.restart_node, state, old)
+    await writer.until(lambda r: r["acked"] >= fresh["acked"] + SETTLE_ACKS, timeout_s=WRITES_BACK_TIMEOUT_S)
+    old = await asyncio.to_thread(ha.leader, state)
+    assert old is not None
+    began = time.monotonic()
+    if scenario == "switchover":
+        await asyncio.to_thread(ha.switchover, state)
+        promoted_s = time.monotonic() - began
+    else:
+        if scenario == "kill":
+            await asyncio.to_thread(ha.kill_leader, state)
+        elif scenario == "partition":
+            await asyncio.to_thread(partition.partition, state, old)
+        else:
+            os.kill(state.pids[old.name], signal.SIGSTOP)
+        promoted_s = await asyncio.to_thread(ha.wait_new_leader, state, old, WRITES_BACK_TIMEOUT_S) - began
+        if scenario == "kill":
+            await asyncio.to_thread(ha.restart_node, state, old)
+        else:
+            await asyncio.sleep(max(0.0, began + HOLD_S - time.monotonic()))
+            if scenario == "partition":
+                await asyncio.to_thread(partition.heal, state)
+            else:
+                os.kill(state.pids[old.name], signal.SIGCONT)
     await asyncio.to_thread(ha.wait_ready, state, 180.0)
-    return promoted_s, back_s
+    # Whole again. The reports emitted meanwhile wait in the pipe, read now in order; those of the
+    # next two seconds end the window.
+    whole_at = time.monotonic()
+    reported = [began]
+
+    def noted(report: dict[str, Any]) -> bool:
+        if report["at"] > began:
+            reported.append(report["at"])
+        return bool(report["at"] >= whole_at + 2)
+
+    await writer.until(noted, timeout_s=WRITES_BACK_TIMEOUT_S)
+    stood_s = max(later - earlier for earlier, later in itertools.pairwise(reported))
+    print(f"  {index}: {scenario} of {old.name}; new leader after {promoted_s:.2f} s, acknowledgements "
+          f"stood still {stood_s:.2f} s at most", flush=True)  # fmt: skip
+    return promoted_s, stood_s
 
 
 async def _read_all(controller: Controller, uri: str, work: Path, stream: pb.StreamInfo) -> list[str]:
@@ -153,8 +184,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"ha_chaos: cluster and two serves up in {time.monotonic() - started:.0f} s", flush=True)
         overlaps = Overlaps(serves)
         sampling = asyncio.create_task(overlaps.run())
-        # Enough events to outlast the failovers (each about 20-30 s with the node's rejoin).
-        count = args.rate * (30 * args.failovers + 60)
+        # Enough events to outlast the failovers (each 20-60 s with the node's rejoin); stopped at the end.
+        count = args.rate * (60 * args.failovers + 60)
         stop = work / "stop"
         writer = await ClientProcess.start(
             "write", work, uri=uri, scope=SCOPE, stream=EVENTS, count=count, keys=KEYS, prefix=PREFIX,
@@ -162,10 +193,15 @@ async def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         txns = await ClientProcess.start(
             "txn-chaos", work, uri=uri, scope=SCOPE, stream=TXNS, size=args.txn_size,
-            seconds=30 * args.failovers + 30, stop=str(stop), out=str(work / "txns.json"),
+            seconds=60 * args.failovers + 30, stop=str(stop), out=str(work / "txns.json"),
         )  # fmt: skip
         clients += [writer, txns]
-        times = [await _failover(state, writer, index + 1) for index in range(args.failovers)]
+        chosen = SCENARIOS if args.scenarios == "all" else tuple(args.scenarios.split(","))
+        unknown = set(chosen) - set(SCENARIOS)
+        if unknown:
+            raise SystemExit(f"unknown scenarios {sorted(unknown)}: choose from {', '.join(SCENARIOS)}")
+        plan = [chosen[index % len(chosen)] for index in range(args.failovers)]
+        times = [await _failover(state, writer, index + 1, scenario) for index, scenario in enumerate(plan)]
         # A little more after the last failover, then both clients stop and report.
         settled_at = time.monotonic() + 5
         await writer.until(lambda r: r["at"] >= settled_at, timeout_s=WRITES_BACK_TIMEOUT_S)
@@ -178,12 +214,14 @@ async def run(args: argparse.Namespace) -> int:
         events = _event_figures(await _read_all(controller, uri, work, events_info), written["written"])
         txn = _txn_figures(await _read_all(controller, uri, work, txns_info), txn_result, args.txn_size)
         controller.close()
-        promoted, back = [t[0] for t in times], [t[1] for t in times]
         print()
-        print(f"| figure | p50 | max | over {args.failovers} SIGKILL failovers |")
+        print("| scenario | failovers | new leader, s (p50 / max) | acks stood still, s (p50 / max) |")
         print("|---|---|---|---|")
-        for label, values in (("new leader after the kill", promoted), ("writes acknowledged again", back)):
-            print(f"| {label}, s | {statistics.median(values):.2f} | {max(values):.2f} | |")
+        for scenario in dict.fromkeys(plan):
+            mine = [t for t, s in zip(times, plan, strict=True) if s == scenario]
+            promoted, stood = [t[0] for t in mine], [t[1] for t in mine]
+            print(f"| {scenario} | {len(mine)} | {statistics.median(promoted):.2f} / {max(promoted):.2f} | "
+                  f"{statistics.median(stood):.2f} / {max(stood):.2f} |")  # fmt: skip
         print()
         print(f"events: {written['written']} acknowledged; lost {events['lost']}, duplicated "
               f"{events['duplicated']}, unexpected {events['unexpected']}, out of key order "
@@ -202,7 +240,9 @@ async def run(args: argparse.Namespace) -> int:
             + txn["partial"] + txn["duplicated_events"] + overlaps.leaders_twice + overlaps.buckets_twice
         )  # fmt: skip
         print(f"total {time.monotonic() - started:.0f} s")
-        passed = not bad and max(back) < 15.0
+        # The issue's bound is for a kill; a frozen Patroni holds writes up by design (docs/ha.md).
+        kills = [t[1] for t, s in zip(times, plan, strict=True) if s == "kill"]
+        passed = not bad and (not kills or max(kills) < 15.0)
         return 0 if passed else 1
     finally:
         for client in clients:
@@ -222,6 +262,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--failovers", type=int, default=10)
+    parser.add_argument(
+        "--scenarios", default="kill", help=f"comma-separated, taken in turn, or all: {', '.join(SCENARIOS)}"
+    )
     parser.add_argument("--rate", type=int, default=100, help="events/s of the paced writer")
     parser.add_argument("--txn-size", type=int, default=10, help="events per transaction")
     sys.exit(asyncio.run(run(parser.parse_args())))
