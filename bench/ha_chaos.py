@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ from app.testing.served import ServedProcess
 from tests.support.dataplane import ClientProcess, Controller, read_events, start_with_segment_store
 from tests.support.ownership import Overlaps
 
-SCOPE, EVENTS, TXNS, KEYS, PREFIX = "chaos", "events", "txns", 4, "h"
+SCOPE, EVENTS, TXNS, BACKLOG, KEYS, PREFIX = "chaos", "events", "txns", "backlog", 4, "h"
+# Events/s the reader of already written data reads (through the second serve).
+READ_RATE = 200
 # Kills come once the writer has this many acknowledgements past the previous recovery.
 SETTLE_ACKS = 200
 WRITES_BACK_TIMEOUT_S = 120.0
@@ -62,9 +65,22 @@ SCENARIOS = ("kill", "switchover", "partition", "freeze")
 HOLD_S = 20.0
 
 
+def _stood_still(began: float, until: float) -> tuple[list[float], Callable[[dict[str, Any]], bool]]:
+    """The emission times of a client's reports after `began`, and the predicate that collects
+    them until one is emitted at `until` or later."""
+    reported = [began]
+
+    def noted(report: dict[str, Any]) -> bool:
+        if report["at"] > began:
+            reported.append(report["at"])
+        return bool(report["at"] >= until)
+
+    return reported, noted
+
+
 async def _failover(
-    state: ha.HaState, writer: ClientProcess, index: int, scenario: str
-) -> tuple[float, float]:
+    state: ha.HaState, writer: ClientProcess, reader: ClientProcess, index: int, scenario: str
+) -> tuple[float, float, float]:
     """One disruption of the primary; (seconds until a new leader, the longest the writer's
     acknowledgements stood still from the disruption until the cluster was whole again). The
     writer's reports carry when it emitted them ("at", this host's monotonic clock), so those
@@ -98,18 +114,14 @@ async def _failover(
     # Whole again. The reports emitted meanwhile wait in the pipe, read now in order; those of the
     # next two seconds end the window.
     whole_at = time.monotonic()
-    reported = [began]
-
-    def noted(report: dict[str, Any]) -> bool:
-        if report["at"] > began:
-            reported.append(report["at"])
-        return bool(report["at"] >= whole_at + 2)
-
-    await writer.until(noted, timeout_s=WRITES_BACK_TIMEOUT_S)
-    stood_s = max(later - earlier for earlier, later in itertools.pairwise(reported))
-    print(f"  {index}: {scenario} of {old.name}; new leader after {promoted_s:.2f} s, acknowledgements "
-          f"stood still {stood_s:.2f} s at most", flush=True)  # fmt: skip
-    return promoted_s, stood_s
+    stood = []
+    for client in (writer, reader):
+        reported, noted = _stood_still(began, whole_at + 2)
+        await client.until(noted, timeout_s=WRITES_BACK_TIMEOUT_S)
+        stood.append(max(later - earlier for earlier, later in itertools.pairwise(reported)))
+    print(f"  {index}: {scenario} of {old.name}; new leader after {promoted_s:.2f} s, acks stood "
+          f"still {stood[0]:.2f} s at most, reads of written data {stood[1]:.2f} s", flush=True)  # fmt: skip
+    return promoted_s, stood[0], stood[1]
 
 
 async def _read_all(controller: Controller, uri: str, work: Path, stream: pb.StreamInfo) -> list[str]:
@@ -195,13 +207,27 @@ async def run(args: argparse.Namespace) -> int:
             "txn-chaos", work, uri=uri, scope=SCOPE, stream=TXNS, size=args.txn_size,
             seconds=60 * args.failovers + 30, stop=str(stop), out=str(work / "txns.json"),
         )  # fmt: skip
-        clients += [writer, txns]
+        # Already written data, read during the failovers by a reader of its own at READ_RATE/s.
+        backlog = (60 * args.failovers + 60) * READ_RATE
+        await controller.create_stream(SCOPE, BACKLOG, 2)
+        filled = await ClientProcess.start(
+            "write", work, uri=uri, scope=SCOPE, stream=BACKLOG, count=backlog, keys=KEYS, prefix="b",
+            size=1024, progress_every=10_000,
+        )  # fmt: skip
+        await filled.result(timeout_s=600)
+        reader = await ClientProcess.start(
+            "paced-read", work, uri=f"tcp://127.0.0.1:{serves[1].grpc_port}", scope=SCOPE, stream=BACKLOG,
+            group="backlog", rate=READ_RATE, count=backlog, progress_every=READ_RATE // 10, stop=str(stop),
+        )  # fmt: skip
+        clients += [writer, txns, reader]
         chosen = SCENARIOS if args.scenarios == "all" else tuple(args.scenarios.split(","))
         unknown = set(chosen) - set(SCENARIOS)
         if unknown:
             raise SystemExit(f"unknown scenarios {sorted(unknown)}: choose from {', '.join(SCENARIOS)}")
         plan = [chosen[index % len(chosen)] for index in range(args.failovers)]
-        times = [await _failover(state, writer, index + 1, scenario) for index, scenario in enumerate(plan)]
+        times = [
+            await _failover(state, writer, reader, index + 1, scenario) for index, scenario in enumerate(plan)
+        ]
         # A little more after the last failover, then both clients stop and report.
         settled_at = time.monotonic() + 5
         await writer.until(lambda r: r["at"] >= settled_at, timeout_s=WRITES_BACK_TIMEOUT_S)
@@ -215,13 +241,14 @@ async def run(args: argparse.Namespace) -> int:
         txn = _txn_figures(await _read_all(controller, uri, work, txns_info), txn_result, args.txn_size)
         controller.close()
         print()
-        print("| scenario | failovers | new leader, s (p50 / max) | acks stood still, s (p50 / max) |")
-        print("|---|---|---|---|")
+        print("| scenario | failovers | new leader, s | acks stood still, s | reads stood still, s |")
+        print("|---|---|---|---|---|")
         for scenario in dict.fromkeys(plan):
             mine = [t for t, s in zip(times, plan, strict=True) if s == scenario]
-            promoted, stood = [t[0] for t in mine], [t[1] for t in mine]
-            print(f"| {scenario} | {len(mine)} | {statistics.median(promoted):.2f} / {max(promoted):.2f} | "
-                  f"{statistics.median(stood):.2f} / {max(stood):.2f} |")  # fmt: skip
+            columns = [[t[i] for t in mine] for i in range(3)]
+            figures = " | ".join(f"{statistics.median(c):.2f} / {max(c):.2f}" for c in columns)
+            print(f"| {scenario} | {len(mine)} | {figures} |")
+        print("(p50 / max)")
         print()
         print(f"events: {written['written']} acknowledged; lost {events['lost']}, duplicated "
               f"{events['duplicated']}, unexpected {events['unexpected']}, out of key order "

@@ -27,8 +27,7 @@ from app.store.migrate import upgrade_to_head
 from tests.support.dataplane import (
     ClientProcess,
     Controller,
-    check_exactly_once_in_key_order,
-    read_events,
+    read_back_exactly_once,
     start_with_segment_store,
 )
 from tests.support.hostile import until_leader_and_ready
@@ -85,14 +84,7 @@ async def test_a_frozen_patroni_on_the_primary_loses_no_acknowledged_event(
             f"frozen patroni ({old.name}, first of the URL's hosts: {old == cluster.nodes[0]}): new leader "
             f"{new_at - frozen_at:.2f} s after the freeze, writes stood still {stall_s:.2f} s at most"
         )
-        out = tmp_path / "read.json"
-        reader = await ClientProcess.start(
-            "read", tmp_path, uri=uri, scope=SCOPE, stream=STREAM, group="after", out=str(out),
-            deadline_s=120, until_end=False, stop_after=COUNT,
-        )  # fmt: skip
-        clients.append(reader)
-        assert (await reader.result(timeout_s=150))["read"] == COUNT
-        check_exactly_once_in_key_order(read_events(out), PREFIX, COUNT, KEYS)
+        await read_back_exactly_once(uri, tmp_path, SCOPE, STREAM, COUNT, PREFIX, KEYS)
         # Thawed, the old leader's Patroni finds its key taken, demotes and rewinds its PostgreSQL.
         await asyncio.to_thread(ha.wait_ready, cluster, 180)
         roles = {m["name"]: m["role"] for m in await asyncio.to_thread(ha.members, cluster)}

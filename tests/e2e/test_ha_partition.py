@@ -32,8 +32,7 @@ from app.testing.served import ServedProcess
 from tests.support.dataplane import (
     ClientProcess,
     Controller,
-    check_exactly_once_in_key_order,
-    read_events,
+    read_back_exactly_once,
     start_with_segment_store,
 )
 from tests.support.dev_ha import dev_ha
@@ -157,14 +156,7 @@ async def test_a_partitioned_primary_and_its_controller_commit_nothing_and_the_m
                     assert not exists.exists, "the cut-off controller's scope was committed"
                 finally:
                     controller.close()
-                out = tmp_path / "read.json"
-                reader = await ClientProcess.start(
-                    "read", tmp_path, uri=uri, scope=SCOPE, stream=STREAM, group="after-partition",
-                    out=str(out), deadline_s=90, until_end=False, stop_after=COUNT,
-                )  # fmt: skip
-                clients.append(reader)
-                assert (await reader.result(timeout_s=120))["read"] == COUNT
-                check_exactly_once_in_key_order(read_events(out), PREFIX, COUNT, KEYS)
+                await read_back_exactly_once(uri, tmp_path, SCOPE, STREAM, COUNT, PREFIX, KEYS)
                 # Healed: Patroni rewinds the old primary into a standby of the new one.
                 await asyncio.to_thread(ha.wait_ready, cluster, 120)
                 roles = {m["name"]: m["role"] for m in await asyncio.to_thread(ha.members, cluster)}

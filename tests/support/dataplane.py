@@ -231,3 +231,20 @@ async def wait_txn_state(
     while (state := (await controller.stub.checkTransactionState(request)).state) != want:
         assert time.monotonic() < deadline, f"transaction {txn_id} stayed in state {state}, wanted {want}"
         await asyncio.sleep(0.05)
+
+
+async def read_back_exactly_once(
+    uri: str, work: Path, scope: str, stream: str, count: int, prefix: str, keys: int
+) -> None:
+    """A new reader group reads `count` events of `stream`: exactly those written by a writer of
+    `prefix` over `keys` keys, each once, in key order."""
+    out = work / f"read-back-{stream}.json"
+    reader = await ClientProcess.start(
+        "read", work, uri=uri, scope=scope, stream=stream, group=f"read-back-{stream}", out=str(out),
+        deadline_s=120, until_end=False, stop_after=count,
+    )  # fmt: skip
+    try:
+        assert (await reader.result(timeout_s=150))["read"] == count
+    finally:
+        await reader.kill()
+    check_exactly_once_in_key_order(read_events(out), prefix, count, keys)

@@ -276,6 +276,39 @@ def paced_write(args: dict[str, Any]) -> None:
     finish({"written": count, "seconds": time.monotonic() - started})
 
 
+async def paced_read_async(args: dict[str, Any]) -> None:
+    """One reader of a new group reads `stream` from its head at most `rate` events/s, reporting
+    every `progress_every` events when ("at", CLOCK_MONOTONIC) it had read how many, until it has
+    read `count` or the `stop` file exists: a reader of already written data, for a test to see
+    how long its reads stood still."""
+    manager = stream_manager(args)
+    config = pravega_client.StreamReaderGroupConfig(False, args["scope"], args["stream"])
+    group = manager.create_reader_group_with_config(args["group"], args["scope"], config)
+    reader = group.create_reader("reader-0")
+    rate, count, every = args["rate"], args["count"], args.get("progress_every", 10)
+    started, read = time.monotonic(), 0
+    while read < count and not _stopped(args.get("stop")):
+        slice_ = await reader.get_segment_slice_async()
+        for _ in slice_:
+            read += 1
+            if read % every == 0:
+                emit("PROGRESS", {"read": read, "at": time.monotonic()})
+            ahead = started + read / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        reader.release_segment(slice_)
+    finish({"read": read, "seconds": time.monotonic() - started})
+
+
+def _stopped(stop: str | None) -> bool:
+    """Whether the `stop` file (if any) exists: a stat, once a slice."""
+    return bool(stop) and os.path.exists(str(stop))
+
+
+def paced_read(args: dict[str, Any]) -> None:
+    asyncio.run(paced_read_async(args))
+
+
 def txn_load(args: dict[str, Any]) -> None:
     """Back to back for `seconds`: begin, `size` events, commit. Reports how many were committed
     (commit() returns once the controller accepted it; the merge follows in the store)."""
@@ -489,6 +522,7 @@ ROLES = {
     "txn-held": txn_held,
     "bytes": byte_stream,
     "paced-write": paced_write,
+    "paced-read": paced_read,
     "txn-load": txn_load,
     "group-read": group_read,
     "large": large,
