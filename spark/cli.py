@@ -101,6 +101,7 @@ def run_command(args: argparse.Namespace) -> int:
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
+    from spark.jdbc import JdbcError, spark_error_line
     from spark.pipeline import run
     from spark.session import JdbcDriverMissing
     from spark.state import MartsForbidden, PipelineBusy
@@ -111,11 +112,11 @@ def run_command(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except (OSError, asyncpg.PostgresError) as exc:
         return _fail(f"database or file error: {exc}")
-    except Py4JJavaError as exc:
-        # The Java exception's first line names the cause (e.g. a PSQLException); the rest is stack.
-        return _fail(f"Spark failed: {str(exc.java_exception).splitlines()[0]}")
-    except PySparkException as exc:
-        return _fail(f"Spark failed: {str(exc).splitlines()[0]}")
+    except JdbcError as exc:
+        # The driver's exception (e.g. a PSQLException) that Spark's own error left unnamed.
+        return _fail(f"Spark failed: {exc}")
+    except (Py4JJavaError, PySparkException) as exc:
+        return _fail(f"Spark failed: {spark_error_line(exc)}")
     print(result.summary)
     return 0
 

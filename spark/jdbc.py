@@ -6,9 +6,15 @@ PostgreSQL computes the view and Spark reads it on every core at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from py4j.java_gateway import is_instance_of  # type: ignore[import-untyped]
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark import SparkContext
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from pgurl import PgUrlError, jdbc_parts
@@ -27,6 +33,18 @@ class JdbcTarget:
         if self.password is not None:
             props["password"] = self.password
         return props
+
+    def redact(self, text: str) -> str:
+        """`text` without this target's secrets: a message may be printed or logged."""
+        for secret in (self.password, *(value for _, value in self.secrets)):
+            if secret:
+                text = text.replace(secret, "*****")
+        return text
+
+
+class JdbcError(RuntimeError):
+    """A JDBC connection or statement failed; the message is the driver's own exception (its
+    class and first line, e.g. PostgreSQL's `FATAL: database "x" does not exist`)."""
 
 
 def jdbc_target(db_url: str) -> JdbcTarget:
@@ -49,10 +67,61 @@ class IdRange:
     high: int | None
 
 
+def spark_error_line(exc: Py4JJavaError | PySparkException) -> str:
+    """The first line of a Spark error: the Java exception's (class and message) for a py4j
+    error, whose own first line only names the Java method called; the rest is stack."""
+    text = str(exc.java_exception) if isinstance(exc, Py4JJavaError) else str(exc)
+    return (text.splitlines() or [""])[0]
+
+
+# Causes followed down a Java exception chain before giving up (a chain is a few links long).
+_MAX_CAUSES = 16
+
+
+def driver_exception(exc: BaseException) -> str | None:
+    """The first line of the JDBC driver's exception in the Java cause chain under `exc` (a
+    py4j error or PySpark's conversion of one), or None: the first `java.sql.SQLException` that
+    is not Spark's own (Spark's SparkSQLException is one too, and wraps rather than causes)."""
+    gateway = SparkContext._gateway
+    # PySpark keeps the Java exception it converted only in a private attribute.
+    throwable = exc.java_exception if isinstance(exc, Py4JJavaError) else getattr(exc, "_origin", None)
+    for _ in range(_MAX_CAUSES):
+        if gateway is None or throwable is None:
+            return None
+        if is_instance_of(gateway, throwable, "java.sql.SQLException") and not is_instance_of(
+            gateway, throwable, "org.apache.spark.SparkThrowable"
+        ):
+            return (str(throwable.toString()).splitlines() or [""])[0]
+        throwable = throwable.getCause()
+    return None
+
+
+@contextmanager
+def driver_errors(*targets: JdbcTarget) -> Iterator[None]:
+    """Turns a Spark error whose first line hides the JDBC driver's exception under it into a
+    JdbcError saying that exception (without the targets' secrets); other errors pass as they are.
+
+    Spark 4 reports a JDBC failure on Spark's driver (a connection refused, a database missing,
+    a certificate rejected as a read looks up its schema) as its own error,
+    `[FAILED_JDBC.CONNECTION] ... Couldn't connect to the database`, naming no cause. A task's
+    failure still names it on its first line (`Job aborted ...: org.postgresql.util.PSQLException:
+    ...`), as Spark 3 did: that one is left alone."""
+    try:
+        yield
+    except (Py4JJavaError, PySparkException) as exc:
+        cause = driver_exception(exc)
+        if cause is None or cause in spark_error_line(exc):
+            raise
+        for target in targets:
+            cause = target.redact(cause)
+        raise JdbcError(cause) from exc
+
+
 def query_rows(spark: SparkSession, target: JdbcTarget, sql: str) -> list[tuple[Any, ...]]:
     """A small query (a few rows) run through the same driver as the bulk reads."""
-    frame = spark.read.jdbc(url=target.url, table=f"({sql}) AS q", properties=target.properties())
-    return [tuple(row) for row in frame.collect()]
+    with driver_errors(target):
+        frame = spark.read.jdbc(url=target.url, table=f"({sql}) AS q", properties=target.properties())
+        return [tuple(row) for row in frame.collect()]
 
 
 def partition_count(ids: IdRange, wanted: int) -> int:

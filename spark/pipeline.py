@@ -25,7 +25,15 @@ from pyspark.sql import functions as F
 
 from spark import facts, lake, marts, report, sources
 from spark.config import PipelineConfig
-from spark.jdbc import IdRange, JdbcTarget, jdbc_target, partition_count, query_rows, read_window
+from spark.jdbc import (
+    IdRange,
+    JdbcTarget,
+    driver_errors,
+    jdbc_target,
+    partition_count,
+    query_rows,
+    read_window,
+)
 from spark.progress import Progress
 from spark.session import build_session
 from spark.state import Control
@@ -137,7 +145,13 @@ def run(config: PipelineConfig, spark: SparkSession | None = None) -> RunResult:
             session = spark or build_session(config)
             progress.watch(session.sparkContext)
             try:
-                result = _run(config, session, control, staging, progress, started, started_at)
+                source, marts_target = jdbc_target(config.source_url), jdbc_target(config.db_url)
+                # Spark 4's own error for a JDBC failure on the driver (a view's schema looked
+                # up, the probe) names no cause: the one line the CLI prints must say PostgreSQL's.
+                with driver_errors(source, marts_target):
+                    result = _run(
+                        config, session, source, marts_target, control, staging, progress, started, started_at
+                    )
             finally:
                 if own_session:
                     session.stop()
@@ -153,14 +167,14 @@ def run(config: PipelineConfig, spark: SparkSession | None = None) -> RunResult:
 def _run(
     config: PipelineConfig,
     spark: SparkSession,
+    source: JdbcTarget,
+    marts_target: JdbcTarget,
     control: Control,
     staging: marts.Staging,
     progress: Progress,
     started: float,
     started_at: datetime,
 ) -> RunResult:
-    source = jdbc_target(config.source_url)
-    marts_target = jdbc_target(config.db_url)
     lake_uri = config.lake
     last = control.last_run(lake_uri)
     chain = control.latest_run_id()

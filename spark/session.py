@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -43,12 +44,21 @@ def build_session(config: PipelineConfig, app_name: str = "pgcontroller-pipeline
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # ANSI mode (Spark 4's default; off in Spark 3) gives every fact the figure it gave
+        # before: the views' columns are integers and text, read by sums, counts, maxima and
+        # widening casts. It differs only past a bigint, where a sum would wrap into a wrong
+        # figure and now fails the run instead. Set here so a cluster's defaults cannot turn it off.
+        .config("spark.sql.ansi.enabled", "true")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions(config.master)))
         .config("spark.sql.adaptive.enabled", "true")
         # Rewrite only the date partitions a run recomputed; the rest of the lake is history.
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.parquet.compression.codec", "snappy")
     )
+    # Python data sources (the `pravega` source) and UDFs run in Python workers Spark starts
+    # itself: with this interpreter (the virtual environment's, which has pyarrow and this
+    # package), not whichever `python3` is first on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if local_cores(config.master) is not None:
         # Local mode talks to itself only: never bind or advertise a public interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
