@@ -1,0 +1,286 @@
+"""The `pravega` Spark data source (spark/datasource/) end to end, PySpark local[2]: batch reads
+across a scale, bounded by cuts and after a truncation, and streaming reads restarted from their
+checkpoint across a scale, each against `serve` and against Pravega 0.13 standalone (the
+oracle); the exactly-once sink and the errors against `serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from spark.datasource import register
+from tests.conformance.pravega_standalone import Standalone, start_standalone
+from tests.support.dataplane import REPO_ROOT, start_with_segment_store
+from tests.support.spark_streams import (
+    Admin,
+    Cluster,
+    check_exactly_once,
+    check_segment_order,
+    event_name,
+    expected_names,
+    write_events,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+FOUR = [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]
+
+
+@pytest.fixture(scope="module")
+def spark(spark_session: SparkSession) -> SparkSession:
+    register(spark_session)
+    return spark_session
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    oracle = start_standalone(tmp_path_factory.mktemp("pravega"))
+    try:
+        yield oracle
+    finally:
+        oracle.stop()
+
+
+@pytest.fixture
+async def served_cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    served = await start_with_segment_store(tmp_path, "--db-url", db_url)
+    try:
+        yield Cluster("serve", served.grpc_port)
+    finally:
+        code = await served.stop()
+        assert code == 0, served.log()[-4000:]
+
+
+@pytest.fixture(params=["serve", "pravega"])
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    # Not a coroutine: the fixtures it asks for may start an event loop of their own.
+    if request.param == "pravega":
+        return Cluster("pravega", request.getfixturevalue("standalone").controller_port)
+    served: Cluster = request.getfixturevalue("served_cluster")
+    return served
+
+
+@pytest.fixture
+async def admin(cluster: Cluster) -> AsyncIterator[Admin]:
+    control = Admin(cluster)
+    try:
+        yield control
+    finally:
+        control.close()
+
+
+def read(spark: SparkSession, cluster: Cluster, scope: str, stream: str, **options: str) -> DataFrame:
+    return spark.read.format("pravega").options(**cluster.options(scope, stream, **options)).load()
+
+
+def rows_of(frame: DataFrame) -> list[tuple[int, int, str]]:
+    return [
+        (r.segment_id, r.offset, event_name(r.event))
+        for r in frame.select("segment_id", "offset", "event").collect()
+    ]
+
+
+async def test_batch_read_across_a_scale_bounded_by_cuts_and_after_truncation(
+    spark: SparkSession, cluster: Cluster, admin: Admin, tmp_path: Path
+) -> None:
+    scope, stream = "sparkbatch", "scaled"
+    info = await admin.create_stream(scope, stream, 4)
+    await write_events(cluster, tmp_path, scope, stream, count=2000, keys=16, prefix="a")
+    middle = await admin.tail(scope, stream)
+    # Two of the four segments sealed into three: the middle successor has both as predecessors.
+    await admin.scale(info, [0, 1], [(0.0, 0.1), (0.1, 0.3), (0.3, 0.5)])
+    await write_events(cluster, tmp_path, scope, stream, count=2000, keys=16, prefix="b")
+    first, second = expected_names("a", 2000, 16), expected_names("b", 2000, 16)
+
+    whole = read(spark, cluster, scope, stream)
+    assert whole.schema.simpleString() == (
+        "struct<event:binary,scope:string,stream:string,segment_id:bigint,offset:bigint>"
+    )
+    rows = rows_of(whole)
+    check_exactly_once((name for _, _, name in rows), first | second)
+    check_segment_order(rows)
+    epoch_of = {name: segment_id >> 32 for segment_id, _, name in rows}
+    # Segments 2 and 3 were not sealed: they hold events of both writers, the first ones first.
+    assert {epoch_of[n] for n in first} == {0}
+    assert {epoch_of[n] for n in second} == {0, 1}
+    assert {r.scope for r in whole.select("scope").distinct().collect()} == {scope}
+
+    split = read(spark, cluster, scope, stream, split_size_bytes="20000")
+    assert split.rdd.getNumPartitions() > 7  # seven non-empty segment ranges, split further
+    assert sorted(rows_of(split)) == sorted(rows)
+
+    before = rows_of(read(spark, cluster, scope, stream, end_stream_cut=middle.as_text()))
+    check_exactly_once((name for _, _, name in before), first)
+    after = rows_of(read(spark, cluster, scope, stream, start_stream_cut=middle.to_json()))
+    check_exactly_once((name for _, _, name in after), second)
+    check_segment_order(after)
+
+    await admin.truncate(middle)
+    truncated = rows_of(read(spark, cluster, scope, stream))
+    check_exactly_once((name for _, _, name in truncated), second)
+    texts = read(spark, cluster, scope, stream, encoding="utf8").select("event").collect()
+    assert {t.event.split("|")[0] for t in texts} == second
+
+
+def checkpointed(checkpoint: Path, kind: str) -> int:
+    folder = checkpoint / kind
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
+
+
+async def wait_for(predicate: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_streaming_read_stopped_mid_batch_resumes_from_its_checkpoint_across_a_scale(
+    spark: SparkSession, cluster: Cluster, admin: Admin, tmp_path: Path
+) -> None:
+    scope, stream = "sparkstream", "flowing"
+    info = await admin.create_stream(scope, stream, 2)
+    await write_events(cluster, tmp_path, scope, stream, count=3000, keys=8, prefix="a")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def named_slowly(event: bytes) -> str:
+        time.sleep(0.002)  # a batch takes about a second, so the stop below lands inside one
+        return event_name(event)
+
+    name = F.udf(named_slowly, StringType(), useArrow=False)
+
+    def start(**trigger: object) -> object:
+        options = cluster.options(scope, stream, start_stream_cut="earliest", max_bytes_per_trigger="40000")
+        source = spark.readStream.format("pravega").options(**options).load()
+        return (
+            source.select(name("event").alias("name"), "segment_id", "offset")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start()
+        )
+
+    query = start(processingTime="0 seconds")
+    await wait_for(lambda: checkpointed(checkpoint, "commits") >= 2, 120, "two committed batches")
+    # The stream scales and grows while the query runs.
+    await admin.scale(info, [0], [(0.0, 0.25), (0.25, 0.5)])
+    await write_events(cluster, tmp_path, scope, stream, count=2000, keys=8, prefix="b")
+    await wait_for(lambda: query.status["isTriggerActive"], 60, "a batch in progress")  # type: ignore[attr-defined]
+    query.stop()  # type: ignore[attr-defined]
+    planned, committed = checkpointed(checkpoint, "offsets"), checkpointed(checkpoint, "commits")
+    assert planned == committed + 1, f"stopped between batches ({planned} planned, {committed} committed)"
+    assert committed >= 2
+
+    resumed = start(availableNow=True)
+    resumed.awaitTermination(300)  # type: ignore[attr-defined]
+    assert resumed.exception() is None  # type: ignore[attr-defined]
+    rows = [(r.segment_id, r.offset, r.name) for r in spark.read.parquet(str(out)).collect()]
+    check_exactly_once((n for _, _, n in rows), expected_names("a", 3000, 8) | expected_names("b", 2000, 8))
+    check_segment_order(rows)
+    assert any(segment_id >> 32 == 1 for segment_id, _, _ in rows)  # the successors were read
+
+
+async def open_txns(db_url: str, scope: str, stream: str) -> int:
+    import asyncpg
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM transactions t JOIN streams s ON s.id = t.stream_id "
+                "WHERE s.scope = $1 AND s.name = $2 AND t.status = 'OPEN'",
+                scope,
+                stream,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_killed_write_job_leaves_nothing_readable_and_its_retry_writes_each_row_once(
+    spark: SparkSession, served_cluster: Cluster, db_url: str, tmp_path: Path
+) -> None:
+    scope, stream, count, partitions = "sparksink", "target", 2000, 4
+    admin = Admin(served_cluster)
+    try:
+        await admin.create_stream(scope, stream, 3)
+    finally:
+        admin.close()
+    log = tmp_path / "job.log"
+    with open(log, "wb") as output:  # noqa: ASYNC230 - handed to the child
+        job = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.spark.sink_job", served_cluster.controller, scope, stream,
+            str(count), str(partitions),
+            cwd=REPO_ROOT, stdout=output, stderr=output, start_new_session=True,
+        )  # fmt: skip
+    try:
+        # Every task opened its transaction; all but the hanging one wrote theirs and returned.
+        deadline = time.monotonic() + 180
+        while await open_txns(db_url, scope, stream) < partitions:
+            assert job.returncode is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            await asyncio.sleep(0.3)
+        await asyncio.sleep(2)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        await job.wait()
+    target = read(spark, served_cluster, scope, stream)
+    assert target.count() == 0
+    # Nobody pings them any more: the controller aborts them once their 10 s leases run out.
+    deadline = time.monotonic() + 90
+    while await open_txns(db_url, scope, stream):
+        assert time.monotonic() < deadline, "the killed job's transactions stayed open"
+        await asyncio.sleep(0.5)
+    assert read(spark, served_cluster, scope, stream).count() == 0
+
+    from tests.spark.sink_job import rows
+
+    frame = spark.createDataFrame(rows(count), "routing_key string, event string").repartition(partitions)
+    frame.write.format("pravega").options(**served_cluster.options(scope, stream)).mode("append").save()
+    written = read(spark, served_cluster, scope, stream, encoding="utf8").select("event").collect()
+    check_exactly_once((r.event for r in written), {event for _, event in rows(count)})
+
+
+def failure(action: object) -> str:
+    with pytest.raises(Exception) as caught:
+        action()  # type: ignore[operator]
+    return str(caught.value)
+
+
+async def test_bad_options_fail_when_the_query_is_defined_with_the_reason(
+    spark: SparkSession, served_cluster: Cluster, db_url: str, tmp_path: Path
+) -> None:
+    admin = Admin(served_cluster)
+    try:
+        await admin.create_stream("sparkbad", "there", 1)
+    finally:
+        admin.close()
+    good = served_cluster.options("sparkbad", "there")
+
+    def load(**options: str) -> object:
+        return lambda: spark.read.format("pravega").options(**options).load()
+
+    assert "needs the option 'stream'" in failure(load(controller=good["controller"], scope="sparkbad"))
+    assert "sparkbad/nowhere does not exist" in failure(load(**{**good, "stream": "nowhere"}))
+    assert "not valid JSON" in failure(load(**good, start_stream_cut="{oops"))
+    assert "neither JSON nor Pravega's StreamCut.asText()" in failure(load(**good, end_stream_cut="??"))
+    assert "names segment 7" not in failure(load(**good, start_stream_cut='{"7": 0}'))
+    assert "is not a cut of sparkbad/there" in failure(load(**good, start_stream_cut='{"7": 0}'))
+    assert "option 'encoding' is one of" in failure(load(**good, encoding="xml"))
+    assert "give the schema" in failure(load(**good, encoding="json"))
+    unreachable = {**good, "controller": "127.0.0.1:9"}
+    assert "cannot be reached" in failure(load(**unreachable))
+    frame = spark.createDataFrame([("x",)], "payload string")
+    assert "needs a binary or string column 'event'" in failure(
+        lambda: frame.write.format("pravega").options(**good).mode("append").save()
+    )
