@@ -9,25 +9,38 @@ stream: its segments cover the key space once.
 
 from __future__ import annotations
 
-from app.streamclient import Span, StreamCut, StreamSegments, read_part, spans_between
+from app.streamclient import Span, StreamCut, StreamSegments, StreamTruncated, read_part, spans_between
+from spark.datasource.options import SourceOptions
+from spark.datasource.parts import check_skippable
 
 
 async def limited_cut(
-    segments: StreamSegments, start: StreamCut, tail: StreamCut, max_bytes: int
+    options: SourceOptions, segments: StreamSegments, start: StreamCut, tail: StreamCut, max_bytes: int
 ) -> StreamCut:
-    spans = {s.segment_id: s for s in await spans_between(segments, start, tail)}
+    skip = options.on_truncation == "skip"
+    spans = {s.segment_id: s for s in await spans_between(segments, start, tail, skip_truncated=skip)}
     reading = [s for s in start.positions if s in spans]
     share = max(1, max_bytes // max(1, len(reading)))
     positions = dict(start.positions)
     for segment_id in reading:
         span = spans[segment_id]
-        positions[segment_id] = span.end if span.size <= share else await _boundary(segments, span, share)
+        try:
+            positions[segment_id] = await _advanced(segments, span, share)
+        except StreamTruncated as exc:
+            await check_skippable(options, segments, exc)
+            # What is left of the segment begins at the truncation point (an event's start).
+            span = spans[segment_id] = Span(segment_id, min(max(exc.start, span.start), span.end), span.end)
+            positions[segment_id] = await _advanced(segments, span, share)
     done = {
         s for s, at in positions.items() if s not in tail.positions and (s not in spans or at == spans[s].end)
     }
     if done:
         await _replace_by_successors(segments, positions, done)
     return StreamCut(start.scope, start.stream, positions)
+
+
+async def _advanced(segments: StreamSegments, span: Span, share: int) -> int:
+    return span.end if span.size <= share else await _boundary(segments, span, share)
 
 
 async def _boundary(segments: StreamSegments, span: Span, share: int) -> int:

@@ -55,7 +55,7 @@ def read_rows(options: SourceOptions, schema: StructType, part: Part) -> Iterato
 
 
 async def _batches(options: SourceOptions, schema: StructType, part: Part) -> AsyncIterator[pa.RecordBatch]:
-    async with open_stream(options) as segments:
+    async with open_stream(options, running=True) as segments:
         builder = BatchBuilder(
             schema, options.encoding, options.scope, options.stream, segments.name(part.segment_id)
         )
@@ -70,14 +70,7 @@ async def _events(
         async for events in read_part(segments, part.segment_id, part.start, part.end, part.lo, part.hi):
             yield events
     except (StreamTruncated, StreamNotFound) as exc:
-        named = f"{options.scope}/{options.stream}"
-        if not await segments.controller.stream_exists(options.scope, options.stream):
-            raise StreamNotFound(f"{named} was deleted while this query read it ({exc})") from exc
-        if options.on_truncation != "skip":
-            raise StreamError(
-                f"{named} was truncated past the data this query reads ({exc}); read from a later "
-                "cut, or set on_truncation=skip to skip what was deleted"
-            ) from exc
+        await check_skippable(options, segments, exc)
         if isinstance(exc, StreamNotFound) or not 0 <= exc.start < part.hi:
             return  # truncated past the whole part: nothing of it is left
         # Truncated into this part: what is left begins at the truncation point, a stream cut's
@@ -85,3 +78,16 @@ async def _events(
         resumed = Part(part.segment_id, exc.start, part.end, exc.start, part.hi)
         async for events in _events(options, segments, resumed):
             yield events
+
+
+async def check_skippable(options: SourceOptions, segments: StreamSegments, exc: StreamError) -> None:
+    """Returns if the data `exc` found missing was truncated away and the options skip such
+    data; raises the reason otherwise (the stream deleted, or truncated and not to be skipped)."""
+    named = f"{options.scope}/{options.stream}"
+    if not await segments.controller.stream_exists(options.scope, options.stream):
+        raise StreamNotFound(f"stream {named} was deleted while the query ran ({exc})") from exc
+    if options.on_truncation != "skip":
+        raise StreamError(
+            f"{named} was truncated past the data this query reads ({exc}); read from a later "
+            "cut, or set on_truncation=skip to skip what was deleted"
+        ) from exc

@@ -71,7 +71,7 @@ class PravegaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async with open_stream(self.options, running=True) as segments:
             tail = self._target if self._target is not None else await tail_cut(segments)
             if isinstance(limit, ReadMaxBytes):
-                return await limited_cut(segments, start, tail, limit.max_bytes)
+                return await limited_cut(self.options, segments, start, tail, limit.max_bytes)
             return tail
 
     async def _parts(self, start: StreamCut, end: StreamCut) -> list[Part]:

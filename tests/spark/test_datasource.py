@@ -6,6 +6,7 @@ oracle); the exactly-once sink and the errors against `serve`."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import sys
@@ -13,13 +14,18 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from app.api.grpc.proto import controller_pb2 as pb
+from app.security.passwords import hash_password
+from app.store.accounts import PgAccountStore
 from spark.datasource import register
 from tests.conformance.pravega_standalone import Standalone, start_standalone
+from tests.spark.sink_job import rows
 from tests.support.dataplane import REPO_ROOT, start_with_segment_store
 from tests.support.spark_streams import (
     Admin,
@@ -191,8 +197,6 @@ async def test_streaming_read_stopped_mid_batch_resumes_from_its_checkpoint_acro
 
 
 async def open_txns(db_url: str, scope: str, stream: str) -> int:
-    import asyncpg
-
     conn = await asyncpg.connect(db_url)
     try:
         return int(
@@ -243,8 +247,6 @@ async def test_a_killed_write_job_leaves_nothing_readable_and_its_retry_writes_e
         await asyncio.sleep(0.5)
     assert read(spark, served_cluster, scope, stream).count() == 0
 
-    from tests.spark.sink_job import rows
-
     frame = spark.createDataFrame(rows(count), "routing_key string, event string").repartition(partitions)
     frame.write.format("pravega").options(**served_cluster.options(scope, stream)).mode("append").save()
     written = read(spark, served_cluster, scope, stream, encoding="utf8").select("event").collect()
@@ -284,3 +286,117 @@ async def test_bad_options_fail_when_the_query_is_defined_with_the_reason(
     assert "needs a binary or string column 'event'" in failure(
         lambda: frame.write.format("pravega").options(**good).mode("append").save()
     )
+
+
+def start_copying(
+    spark: SparkSession, cluster: Cluster, scope: str, stream: str, out: Path, **options: str
+) -> object:
+    """A streaming query copying the stream's event names to Parquet, a batch at a time."""
+
+    def named_slowly(event: bytes) -> str:
+        time.sleep(0.002)
+        return event_name(event)
+
+    name = F.udf(named_slowly, StringType(), useArrow=False)
+    settings = {"start_stream_cut": "earliest", "max_bytes_per_trigger": "20000", **options}
+    source = spark.readStream.format("pravega").options(**cluster.options(scope, stream, **settings)).load()
+    return (
+        source.select(name("event").alias("name"))
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+async def test_a_stream_deleted_or_truncated_under_a_running_query_fails_it_with_the_reason(
+    spark: SparkSession, served_cluster: Cluster, tmp_path: Path
+) -> None:
+    admin = Admin(served_cluster)
+    try:
+        for stream in ("deleted", "truncated", "skipping"):
+            await admin.create_stream("sparkgone", stream, 1)
+            await write_events(served_cluster, tmp_path, "sparkgone", stream, count=2000, keys=4, prefix="a")
+
+        deleted = start_copying(spark, served_cluster, "sparkgone", "deleted", tmp_path / "deleted")
+        await wait_for(
+            lambda: checkpointed(tmp_path / "deleted" / "checkpoint", "commits") >= 1, 120, "a batch"
+        )
+        await admin.delete("sparkgone", "deleted")
+        await wait_for(lambda: not deleted.isActive, 120, "the query to fail")  # type: ignore[attr-defined]
+        assert "stream sparkgone/deleted was deleted while the query ran" in str(deleted.exception())  # type: ignore[attr-defined]
+
+        for stream, skip in (("truncated", False), ("skipping", True)):
+            out = tmp_path / stream
+            options = {"on_truncation": "skip"} if skip else {}
+            query = start_copying(spark, served_cluster, "sparkgone", stream, out, **options)
+            await wait_for(lambda out=out: checkpointed(out / "checkpoint", "commits") >= 1, 120, "a batch")
+            # Everything written so far goes, while the query is far from done with it.
+            await admin.truncate(await admin.tail("sparkgone", stream))
+            await write_events(served_cluster, tmp_path, "sparkgone", stream, count=500, keys=4, prefix="b")
+            if not skip:
+                await wait_for(lambda q=query: not q.isActive, 120, "the query to fail")  # type: ignore[attr-defined]
+                reason = str(query.exception())  # type: ignore[attr-defined]
+                assert "was truncated past the data this query reads" in reason, reason
+                assert "on_truncation=skip" in reason
+                continue
+            later = expected_names("b", 500, 4)
+            await wait_for(
+                lambda out=out: (
+                    (out / "data").exists()
+                    and later <= {r.name for r in spark.read.parquet(str(out / "data")).collect()}
+                ),
+                120,
+                "the events written after the truncation",
+            )
+            assert query.isActive  # type: ignore[attr-defined]
+            query.stop()  # type: ignore[attr-defined]
+            names = [r.name for r in spark.read.parquet(str(out / "data")).collect()]
+            assert len(names) == len(set(names)) and len(names) < 2500  # nothing twice, some skipped
+    finally:
+        admin.close()
+
+
+async def test_credentials_are_sent_and_refused_ones_fail_the_load(
+    spark: SparkSession, db_url: str, tmp_path: Path
+) -> None:
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=1)
+    try:
+        await PgAccountStore(pool).add("analyst", hash_password("analyst-pw"), "prn::*,READ_UPDATE", 1)
+    finally:
+        await pool.close()
+    served = await start_with_segment_store(tmp_path, "--db-url", db_url, "--auth-enabled")
+    try:
+        cluster = Cluster("serve", served.grpc_port)
+        channel_admin = Admin(cluster)
+        try:
+            auth = {"authorization": "Basic " + base64.b64encode(b"analyst:analyst-pw").decode()}
+            await channel_admin.stub.createScope(pb.ScopeInfo(scope="sparkauth"), metadata=auth)
+            info = pb.StreamInfo(scope="sparkauth", stream="guarded")
+            config = pb.StreamConfig(streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=2))
+            assert (
+                await channel_admin.stub.createStream(config, metadata=auth)
+            ).status == pb.CreateStreamStatus.SUCCESS
+        finally:
+            channel_admin.close()
+        options = cluster.options("sparkauth", "guarded", username="analyst")
+        frame = spark.createDataFrame(
+            [(f"k{i}", f"guarded-{i}") for i in range(100)], "routing_key string, event string"
+        )
+        frame.write.format("pravega").options(**options, password="analyst-pw").mode("append").save()
+        read_back = (
+            spark.read.format("pravega").options(**options, password="analyst-pw", encoding="utf8").load()
+        )
+        assert sorted(r.event for r in read_back.collect()) == sorted(f"guarded-{i}" for i in range(100))
+        refused = failure(
+            lambda: spark.read.format("pravega").options(**options, password="Not-Her-Secret-42").load()
+        )
+        assert "the controller refused" in refused, refused
+        assert "Not-Her-Secret-42" not in refused
+        anonymous = failure(
+            lambda: spark.read.format("pravega").options(**cluster.options("sparkauth", "guarded")).load()
+        )
+        assert "the controller refused" in anonymous, anonymous
+    finally:
+        assert await served.stop() == 0
