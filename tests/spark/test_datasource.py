@@ -343,7 +343,7 @@ async def test_a_stream_deleted_or_truncated_under_a_running_query_fails_it_with
                 continue
             later = expected_names("b", 500, 4)
             await wait_for(
-                lambda out=out: (
+                lambda out=out, later=later: (
                     (out / "data").exists()
                     and later <= {r.name for r in spark.read.parquet(str(out / "data")).collect()}
                 ),
