@@ -400,3 +400,62 @@ async def test_credentials_are_sent_and_refused_ones_fail_the_load(
         assert "the controller refused" in anonymous, anonymous
     finally:
         assert await served.stop() == 0
+
+
+async def test_json_orders_a_sql_query_and_a_streaming_aggregation_into_another_stream(
+    spark: SparkSession, served_cluster: Cluster, tmp_path: Path
+) -> None:
+    """docs/analysts.md's examples, as written there."""
+    admin = Admin(served_cluster)
+    try:
+        await admin.create_stream("shop", "orders", 3)
+        await admin.create_stream("shop", "sku-totals", 2)
+    finally:
+        admin.close()
+    orders = [(f"sku-{i % 7}", i % 5 + 1) for i in range(700)]
+    wanted: dict[str, int] = {}
+    for sku, qty in orders:
+        wanted[sku] = wanted.get(sku, 0) + qty
+    frame = spark.createDataFrame(orders, "sku string, qty long")
+    (
+        frame.select(F.col("sku").alias("routing_key"), F.to_json(F.struct("sku", "qty")).alias("event"))
+        .write.format("pravega")
+        .options(**served_cluster.options("shop", "orders"))
+        .mode("append")
+        .save()
+    )
+
+    shop = served_cluster.options("shop", "orders", encoding="json")
+    spark.read.format("pravega").options(**shop).schema(
+        "sku string, qty long, segment_id long"
+    ).load().createOrReplaceTempView("orders")
+    top = spark.sql(
+        "SELECT sku, sum(qty) AS qty, count(DISTINCT segment_id) AS segments FROM orders GROUP BY sku"
+    ).collect()
+    assert {r.sku: r.qty for r in top} == wanted
+    assert {r.segments for r in top} == {1}  # a routing key's events are in one segment
+
+    streamed = (
+        spark.readStream.format("pravega")
+        .options(**shop, start_stream_cut="earliest")
+        .schema("sku string, qty long")
+        .load()
+    )
+    totals = streamed.groupBy("sku").agg(F.sum("qty").alias("qty"))
+    query = (
+        totals.select(F.col("sku").alias("routing_key"), F.to_json(F.struct("sku", "qty")).alias("event"))
+        .writeStream.format("pravega")
+        .outputMode("complete")
+        .options(**served_cluster.options("shop", "sku-totals"))
+        .option("checkpointLocation", str(tmp_path / "sku-totals"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    written = spark.read.format("pravega").options(
+        **served_cluster.options("shop", "sku-totals", encoding="json")
+    )
+    latest = written.schema("sku string, qty long, segment_id long, offset long").load().collect()
+    last = {r.sku: r.qty for r in sorted(latest, key=lambda r: (r.segment_id, r.offset))}
+    assert last == wanted
