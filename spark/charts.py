@@ -1,6 +1,7 @@
 """PNG charts from the lake's facts: scaling history and storage of the most active streams,
-and transaction outcomes over all streams. Takes plain Python rows (already collected), so
-nothing here touches Spark; the Agg backend needs no display.
+and transaction outcomes over all streams; with a controller to read events from, the event
+throughput of those streams by epoch. Takes plain Python rows (already collected), so nothing
+here touches Spark; the Agg backend needs no display.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import matplotlib
@@ -43,6 +44,34 @@ class TxnDay:
     p99_ms: float | None
 
 
+@dataclass(frozen=True)
+class EpochRate:
+    """One epoch of a stream: from its creation to the next epoch's (the current one: to when its
+    events were read), with the events and bytes its segments received then."""
+
+    epoch: int
+    start_ms: int
+    end_ms: int
+    # Floats: a segment that lived through several epochs has its events shared out among them
+    # (spark.report.epoch_rates); a segment sealed by the next scale gives its own count whole.
+    events: float
+    bytes: float
+
+    @property
+    def seconds(self) -> float:
+        # A rolling transaction's first duplicate epoch can last under a millisecond; a floor
+        # keeps its rate finite.
+        return max(self.end_ms - self.start_ms, 1) / 1000
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds
+
+
 def file_stem(scope: str, stream: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{scope}__{stream}")
 
@@ -59,6 +88,10 @@ def _save(fig: Figure, path: Path) -> Path:
 def _x(day: date) -> float:
     """Matplotlib's date number of a day (its epoch is configurable, so ask it)."""
     return float(mdates.date2num(day))  # type: ignore[no-untyped-call]
+
+
+def _x_ms(ms: int) -> float:
+    return float(mdates.date2num(datetime.fromtimestamp(ms / 1000, UTC)))  # type: ignore[no-untyped-call]
 
 
 def _dates(ax: Axes) -> None:
@@ -128,4 +161,23 @@ def txn_chart(path: Path, days: Sequence[TxnDay]) -> Path:
         lat.plot(xs, [d.p99_ms if d.p99_ms is not None else nan for d in days], "k--", label="commit p99")
         lat.set_ylabel("commit latency, ms")
         lat.legend(loc="upper right", fontsize="small")
+    return _save(fig, path)
+
+
+def throughput_chart(path: Path, title: str, epochs: Sequence[EpochRate]) -> Path:
+    """Events/s above MB/s, each epoch a stair as wide as the epoch lasted: epochs can last
+    milliseconds or months, so the time axis labels itself at whatever scale the stream has."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=_SIZE, sharex=True)
+    edges = [_x_ms(e.start_ms) for e in epochs] + [_x_ms(epochs[-1].end_ms)]
+    top.stairs([e.events_per_s for e in epochs], edges, fill=True, color="tab:blue", alpha=0.7)
+    top.set_ylabel("events/s")
+    top.set_title(f"Event throughput by epoch: {title}")
+    bottom.stairs([e.mb_per_s for e in epochs], edges, fill=True, color="tab:purple", alpha=0.7)
+    bottom.set_ylabel("MB/s")
+    bottom.set_xlabel(f"epochs {epochs[0].epoch}-{epochs[-1].epoch}, from their creation times (UTC)")
+    for ax in (top, bottom):
+        locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+        ax.grid(True, alpha=0.3)
     return _save(fig, path)

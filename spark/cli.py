@@ -59,6 +59,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--chart-streams", type=int, default=5, help="streams that get their own charts")
     parser.add_argument(
+        "--controller",
+        default=os.environ.get("PGCONTROLLER_CONTROLLER_URI"),
+        metavar="HOST:PORT",
+        help="a Pravega controller whose chart streams' events are read (the pravega data source) "
+        "for an event-throughput chart per stream (env PGCONTROLLER_CONTROLLER_URI; default: none, no "
+        "event is read)",
+    )
+    parser.add_argument(
         "--grant-to",
         action="append",
         default=[],
@@ -87,6 +95,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         progress=not args.quiet,
         lake_uri=args.lake,
         grant_to=tuple(args.grant_to),
+        controller=args.controller or None,
     )
 
 

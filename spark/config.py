@@ -33,6 +33,14 @@ def local_cores(master: str) -> int | None:
     return None
 
 
+def controller_address_ok(address: str) -> bool:
+    """The shape of a controller address, checked before Spark starts so a typo is a bad argument
+    (the data source, which knows the schemes, checks the rest when it reads)."""
+    _, sep, rest = address.partition("://")
+    host, colon, port = (rest if sep else address).rpartition(":")
+    return bool(colon and host.strip("[]") and port.isdigit())
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     db_url: str
@@ -61,12 +69,18 @@ class PipelineConfig:
     # primary); None: db_url. The marts and the run records are always written through db_url,
     # since a standby refuses writes.
     read_url: str | None = None
+    # A Pravega controller (this project's `serve` or Pravega's) whose streams' events the run
+    # reads through the `pravega` data source, for the chart streams' event throughput; None:
+    # no event is read and no throughput chart drawn.
+    controller: str | None = None
 
     def __post_init__(self) -> None:
         if not self.db_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("--db-url must be a postgresql:// URL")
         if self.read_url is not None and not self.read_url.startswith(("postgresql://", "postgres://")):
             raise ValueError("--read-url must be a postgresql:// URL")
+        if self.controller is not None and not controller_address_ok(self.controller):
+            raise ValueError("--controller is HOST:PORT (or tcp://HOST:PORT, tls://HOST:PORT)")
         local_cores(self.master)  # validates local[...] shapes early
         if self.fetch_size <= 0 or (self.partitions is not None and self.partitions <= 0):
             raise ValueError("partitions and fetch size must be positive")

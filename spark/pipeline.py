@@ -10,6 +10,10 @@ sealed segments, completed transactions, completed truncations) follows this one
 
 A lake whose last run computed its facts by other definitions (spark.facts.FACTS_VERSION), or
 marts of an older shape, get a full run, which replaces the outdated tables as it commits.
+
+With a controller (--controller), the run also reads the chart streams' events through the
+`pravega` data source, after its commit: what it counts there is drawn, never stored, and a
+stream it cannot read loses its throughput chart, not the run.
 """
 
 from __future__ import annotations
@@ -19,20 +23,24 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark import SparkContext, StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark import facts, lake, marts, report, sources
+from spark import datasource, facts, lake, marts, report, sources
 from spark.config import PipelineConfig
 from spark.jdbc import (
     IdRange,
+    JdbcError,
     JdbcTarget,
     driver_errors,
     jdbc_target,
     partition_count,
     query_rows,
     read_window,
+    spark_error_line,
 )
 from spark.progress import Progress
 from spark.session import build_session
@@ -56,6 +64,8 @@ class RunResult:
     lake: str
     charts: tuple[str, ...]
     summary: str
+    # The chart streams' events by epoch, or why a stream's could not be read (--controller).
+    throughput: tuple[report.Throughput, ...] = ()
 
 
 def day_start_ms(ms: int) -> int:
@@ -253,7 +263,8 @@ def _run(
         f"committed run {run_id} to {marts.STREAM_DAILY_TABLE} and friends (high-water mark {high_water})"
     )
 
-    drawn, page = report.render(control, config, run_id, record, time.monotonic() - started)
+    throughput = _event_throughput(spark, source, config, control, progress) if config.controller else ()
+    drawn, page = report.render(control, config, run_id, record, time.monotonic() - started, throughput)
     seconds = time.monotonic() - started
     progress.step(
         f"done in {seconds:.1f}s: {rows_read:,} rows, {facts_written:,} facts, {len(drawn)} chart(s)"
@@ -271,4 +282,110 @@ def _run(
         lake=lake_uri,
         charts=tuple(str(p) for p in drawn),
         summary=str(page),
+        throughput=throughput,
     )
+
+
+# What a failed read of events or of the segments' lives raises: the run goes on without it.
+_READ_FAILURES = (Py4JJavaError, PySparkException, JdbcError)
+
+
+def _event_throughput(
+    spark: SparkSession, source: JdbcTarget, config: PipelineConfig, control: Control, progress: Progress
+) -> tuple[report.Throughput, ...]:
+    """Each chart stream's events per segment, read from the controller, placed in the epochs
+    reporting.segments dates (report.epoch_rates)."""
+    assert config.controller is not None
+    streams = report.chart_streams(control, config)
+    progress.step(f"reading the events of {len(streams)} chart stream(s) from {config.controller}")
+    datasource.register(spark)
+    try:
+        # Read before the events: every epoch it dates began before the reads' `now`; a segment
+        # created in between (a scale during the run, a lagging --read-url) is not listed, and
+        # its events are counted as not placed rather than guessed into an epoch.
+        lives = _segment_lives(spark, source, [s.stream_id for s in streams])
+    except _READ_FAILURES as exc:
+        why = f"reading {sources.SEGMENT_LIVES.view} failed: {_failure_line(exc)}"
+        return tuple(_skipped(s, why, progress) for s in streams)
+    return tuple(
+        _stream_throughput(spark, config.controller, s, lives.get(s.stream_id, []), progress) for s in streams
+    )
+
+
+def _segment_lives(
+    spark: SparkSession, target: JdbcTarget, stream_ids: list[int]
+) -> dict[int, list[report.SegmentLife]]:
+    if not stream_ids:
+        return {}
+    s = sources.SEGMENT_LIVES
+    ids = ", ".join(str(int(i)) for i in stream_ids)
+    rows = query_rows(
+        spark, target, f"SELECT {', '.join(s.select_list())} FROM {s.view} WHERE stream_id IN ({ids})"
+    )
+    lives: dict[int, list[report.SegmentLife]] = {}
+    for stream_id, *life in rows:
+        lives.setdefault(stream_id, []).append(report.SegmentLife(*life))
+    return lives
+
+
+def _stream_throughput(
+    spark: SparkSession,
+    controller: str,
+    stream: report.ChartStream,
+    lives: list[report.SegmentLife],
+    progress: Progress,
+) -> report.Throughput:
+    if not lives:
+        return _skipped(stream, f"{sources.SEGMENT_LIVES.view} lists no segment of it (deleted?)", progress)
+    # The current epoch ends when the read takes the stream's tail, a moment after this.
+    now_ms = int(time.time() * 1000)
+    try:
+        counts = _segment_events(spark, controller, stream)
+    except _READ_FAILURES as exc:
+        return _skipped(stream, _failure_line(exc), progress)
+    epochs, unplaced = report.epoch_rates(lives, counts, now_ms)
+    progress.step(
+        f"read {sum(c.events for c in counts):,} events ({sum(c.bytes for c in counts) / 1e6:,.1f} MB) "
+        f"of {stream.name} over {len(epochs)} epoch(s)"
+        + (f"; {unplaced:,} in segments newer than the views left out" if unplaced else "")
+    )
+    return report.Throughput(stream, epochs, unplaced)
+
+
+def _segment_events(
+    spark: SparkSession, controller: str, stream: report.ChartStream
+) -> list[report.SegmentEvents]:
+    """Events and bytes per segment: every event the stream still holds, counted where it lies."""
+    frame = (
+        spark.read.format(datasource.NAME)
+        .options(controller=controller, scope=stream.scope, stream=stream.stream)
+        .load()
+    )
+    per_segment = frame.groupBy("segment_id").agg(F.count(F.lit(1)), F.sum(F.length("event")))
+    return [report.SegmentEvents(int(r[0]), int(r[1]), int(r[2] or 0)) for r in per_segment.collect()]
+
+
+def _skipped(stream: report.ChartStream, why: str, progress: Progress) -> report.Throughput:
+    progress.step(f"no throughput chart for {stream.name}: {why}")
+    return report.Throughput(stream, skipped=why)
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _failure_line(exc: Py4JJavaError | PySparkException | JdbcError) -> str:
+    """The one line that says why: the data source's own exception (`StreamNotFound: stream a/b
+    does not exist`, `StreamUnavailable: ... cannot be reached`), which Spark wraps in its error
+    after the Python traceback; else the error's first line."""
+    if isinstance(exc, JdbcError):
+        return str(exc)
+    found, in_traceback = None, False
+    for line in str(exc).splitlines():
+        if _TRACEBACK in line:
+            in_traceback = True
+        elif in_traceback and line and not line[0].isspace():
+            found, in_traceback = line, False
+    if found is None:
+        return spark_error_line(exc)
+    name, sep, message = found.partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}: {message}" if sep else found

@@ -88,3 +88,19 @@ EVENT_SOURCES = (SCALE_EVENTS, SEGMENTS, TRANSACTIONS, TRUNCATION_HISTORY)
 # Whether anything is newer than a high-water mark is asked of these (indexed time columns);
 # a segment is sealed by a new epoch, so `segments` has nothing they would not show.
 PROBED_SOURCES = (SCALE_EVENTS, TRANSACTIONS, TRUNCATION_HISTORY)
+
+# Every segment of a stream with the epochs that created and sealed it, and when (an epoch's
+# creation time): the clock a stream's events lack, for the event-throughput charts. Read whole
+# per chart stream (a `stream_id` look-up), not by time.
+SEGMENT_LIVES = Source(
+    "segment_lives",
+    "reporting.segments",
+    {
+        "stream_id": "stream_id",
+        "segment_id": "segment_id",
+        "creation_epoch": "creation_epoch",
+        "creation_ms": "creation_time",
+        "sealed_epoch": "sealed_epoch",
+        "sealed_ms": "sealed_time",
+    },
+)

@@ -22,6 +22,48 @@ class RunInfo:
     seconds: float
 
 
+@dataclass(frozen=True)
+class EventsRow:
+    """A chart stream's events as the run read them (--controller), or why it could not."""
+
+    stream: str
+    # Placed in the stream's epochs; events of segments the views did not list are not.
+    events: int = 0
+    megabytes: float = 0.0
+    epochs: int = 0
+    peak_events_per_s: float = 0.0
+    unplaced_events: int = 0
+    skipped: str | None = None
+
+
+_EVENTS_HEADERS = [
+    "stream",
+    "events in epochs",
+    "MB in epochs",
+    "epochs",
+    "peak events/s",
+    "events not placed",
+    "note",
+]
+
+
+def _events_section(rows: Sequence[EventsRow]) -> str:
+    if not rows:
+        return ""  # no --controller: the page is as it always was
+    cells = [
+        [r.stream, "", "", "", "", "", f"no chart: {r.skipped}"]
+        if r.skipped is not None
+        else [r.stream, r.events, r.megabytes, r.epochs, r.peak_events_per_s, r.unplaced_events, ""]
+        for r in rows
+    ]
+    return (
+        "<h2>Event throughput</h2>"
+        '<p class="muted">The events the chart streams still hold, read from the controller; an '
+        "epoch runs from its creation to the next one's. Events of segments the views did not "
+        "list yet are not placed in any epoch.</p>" + _table(_EVENTS_HEADERS, cells)
+    )
+
+
 def _fmt(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
@@ -61,6 +103,7 @@ def render(
     top_streams: Sequence[Sequence[object]],
     top_headers: Sequence[str],
     charts: Sequence[Path],
+    events: Sequence[EventsRow] = (),
 ) -> Path:
     rows_per_s = run.rows_read / run.seconds if run.seconds > 0 else 0.0
     info = _table(
@@ -89,6 +132,8 @@ def render(
             ]
         ],
     )
+    streams = _table(top_headers, top_streams) if top_streams else "<p>No activity yet.</p>"
+    streams += _events_section(events)
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>pgcontroller streams summary</title>
 <style>{_STYLE}</style></head><body>
@@ -97,7 +142,7 @@ def render(
 figures are all-time totals of the lake.</p>
 <h2>Last run</h2>{info}
 <h2>Totals</h2>{_table(["figure", "all days"], [[k.replace("_", " "), v] for k, v in totals.items()])}
-<h2>Most active streams</h2>{_table(top_headers, top_streams) if top_streams else "<p>No activity yet.</p>"}
+<h2>Most active streams</h2>{streams}
 <h2>Charts</h2>{"".join(_image(c) for c in charts) or "<p>No charts: no activity yet.</p>"}
 </body></html>
 """
