@@ -15,7 +15,7 @@ from app.streamclient.errors import (
     TransactionFailed,
 )
 from app.streamclient.planning import check_cut, head_cut, spans_between, tail_cut
-from app.streamclient.segments import SegmentInfo, Span, StreamSegments
+from app.streamclient.segments import SegmentInfo, Span, StreamSegments, qualified_name
 from app.streamclient.txn import TxnWriter, abort_all, commit_all, wait_committed
 from app.streamclient.window import read_part
 
@@ -42,6 +42,7 @@ __all__ = [
     "cut_from_offset",
     "head_cut",
     "parse_cut",
+    "qualified_name",
     "read_part",
     "spans_between",
     "tail_cut",

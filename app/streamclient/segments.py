@@ -62,6 +62,11 @@ class Span:
         return self.end - self.start
 
 
+def qualified_name(scope: str, stream: str, segment_id: int) -> str:
+    """A segment's name on the wire: `scope/stream/<number>.#epoch.<epoch>`."""
+    return stream_segment_name(scope, stream, segment_number(segment_id), segment_epoch(segment_id))
+
+
 class StreamSegments:
     """The segments of one stream on whichever stores the controller names; `close()` when done."""
 
@@ -89,8 +94,7 @@ class StreamSegments:
         await self.pool.close()
 
     def name(self, segment_id: int) -> str:
-        number, epoch = segment_number(segment_id), segment_epoch(segment_id)
-        return stream_segment_name(self.scope, self.stream, number, epoch)
+        return qualified_name(self.scope, self.stream, segment_id)
 
     async def info(self, segment_id: int) -> SegmentInfo:
         name = self.name(segment_id)

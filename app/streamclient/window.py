@@ -120,30 +120,19 @@ async def read_part(
         raise ValueError("a part that starts inside a range is checked by the part before it")
     window = SegmentWindow(segments, segment_id, start if lo == start else lo, end)
     position = lo if lo == start else await find_boundary(window, lo)
-    batch: list[tuple[int, bytes]] = []
-    batch_bytes = 0
     while position < hi:
+        # The events already fetched are cut out in one synchronous pass; only a header or a
+        # payload that runs past what is held waits for the next replies.
+        batch, position = _whole_events(window, position, hi)
+        if batch:
+            yield batch
+            window.drop_before(position)
+            continue
         if not await window.fill(position + 8):
             raise _torn(window, position)
-        kind, length = window.header(position)
-        if kind != _TYPE or length < 0:
-            raise StreamError(
-                f"segment {window.name} holds no event at offset {position} (type {kind}, length {length}): "
-                "was it written by a Pravega event writer?"
-            )
-        finish = position + 8 + length
-        if not await window.fill(finish):
+        _, length = _checked_header(window, position)
+        if not await window.fill(position + 8 + length):
             raise _torn(window, position)
-        at = position + 8 - window.base
-        batch.append((position, bytes(window.buffer[at : at + length])))
-        batch_bytes += length
-        position = finish
-        if batch_bytes >= BATCH_BYTES:
-            window.drop_before(position)
-            yield batch
-            batch, batch_bytes = [], 0
-    if batch:
-        yield batch
     if check_successor and hi < end:
         window.drop_before(min(position, hi))
         successor = await find_boundary(_rewound(window, hi), hi)
@@ -152,6 +141,41 @@ async def read_part(
                 f"segment {window.name}: events cannot be split at offset {hi} (the part after it would "
                 f"start at {successor}, the events run to {position}); read with split_size_bytes=0"
             )
+
+
+def _whole_events(window: SegmentWindow, position: int, hi: int) -> tuple[list[tuple[int, bytes]], int]:
+    """The events from `position` that begin before `hi` and lie wholly in what `window` holds,
+    up to about BATCH_BYTES of them, and where the next one begins."""
+    batch: list[tuple[int, bytes]] = []
+    size = 0
+    held = window.filled
+    base = window.base
+    view = memoryview(window.buffer)
+    try:
+        while position < hi and position + 8 <= held and size < BATCH_BYTES:
+            kind, length = _HEADER.unpack_from(view, position - base)
+            if kind != _TYPE or length < 0:
+                _checked_header(window, position)
+            finish = position + 8 + length
+            if finish > held:
+                break
+            at = position + 8 - base
+            batch.append((position, view[at : at + length].tobytes()))
+            size += length
+            position = finish
+    finally:
+        view.release()
+    return batch, position
+
+
+def _checked_header(window: SegmentWindow, position: int) -> tuple[int, int]:
+    kind, length = window.header(position)
+    if kind != _TYPE or length < 0:
+        raise StreamError(
+            f"segment {window.name} holds no event at offset {position} (type {kind}, length {length}): "
+            "was it written by a Pravega event writer?"
+        )
+    return kind, length
 
 
 def _rewound(window: SegmentWindow, at: int) -> SegmentWindow:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -27,18 +28,25 @@ class LoopThread:
         """Runs `coroutine` in the background until it ends or the future is cancelled."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
-    def iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
-        """`iterator`'s items, one loop round trip each; closed however the caller stops."""
+    def iterate(self, iterator: AsyncIterator[T], ahead: int = 2) -> Iterator[T]:
+        """`iterator`'s items, fetched on the loop up to `ahead` items before the caller takes
+        them (the next reads overlap the caller's work on this one); closed however the caller
+        stops."""
+        items: queue.Queue[tuple[bool | None, Any]] = queue.Queue(maxsize=ahead)
+        room = self.run(_event())
+        pump = asyncio.run_coroutine_threadsafe(_pump(iterator, items, room), self._loop)
         try:
             while True:
-                try:
-                    yield self.run(_next(iterator))
-                except StopAsyncIteration:
+                done, value = items.get()
+                self._loop.call_soon_threadsafe(room.set)
+                if done is None:
                     return
+                if done is False:
+                    raise value
+                yield value
         finally:
-            closer = getattr(iterator, "aclose", None)
-            if closer is not None:
-                self.run(closer())
+            pump.cancel()
+            concurrent.futures.wait([pump])
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -46,8 +54,36 @@ class LoopThread:
         self._loop.close()
 
 
-async def _next(iterator: AsyncIterator[T]) -> T:
-    return await iterator.__anext__()
+async def _event() -> asyncio.Event:
+    return asyncio.Event()
+
+
+async def _pump(
+    iterator: AsyncIterator[T], items: queue.Queue[tuple[bool | None, Any]], room: asyncio.Event
+) -> None:
+    """Moves `iterator`'s items into `items` (True, item), then (None, None) at its end or
+    (False, exception) at its failure; waits while `items` is full. The consumer sets `room`
+    after each take, on this loop, so a check of `items.full()` and the wait cannot miss it."""
+
+    async def put(entry: tuple[bool | None, Any]) -> None:
+        while items.full():
+            room.clear()
+            if items.full():
+                await room.wait()
+        items.put_nowait(entry)
+
+    try:
+        try:
+            async for item in iterator:
+                await put((True, item))
+        except Exception as exc:
+            await put((False, exc))
+            return
+        await put((None, None))
+    finally:
+        closer = getattr(iterator, "aclose", None)
+        if closer is not None:
+            await closer()
 
 
 def run_once(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -12,7 +12,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from app.streamclient import Span, StreamError, StreamNotFound, StreamSegments, StreamTruncated, read_part
+from app.streamclient import (
+    Span,
+    StreamError,
+    StreamNotFound,
+    StreamSegments,
+    StreamTruncated,
+    qualified_name,
+    read_part,
+)
 from spark.datasource.connect import open_stream
 from spark.datasource.loop import LoopThread
 from spark.datasource.options import SourceOptions
@@ -46,21 +54,22 @@ def split(spans: Sequence[Span], split_bytes: int) -> list[Part]:
 
 
 def read_rows(options: SourceOptions, schema: StructType, part: Part) -> Iterator[pa.RecordBatch]:
-    """The part's events as record batches (runs in an executor)."""
+    """The part's events as record batches (runs in an executor): read on the loop's thread,
+    made into Arrow on this one, while the loop reads on."""
     loop = LoopThread()
     try:
-        yield from loop.iterate(_batches(options, schema, part))
+        name = qualified_name(options.scope, options.stream, part.segment_id)
+        builder = BatchBuilder(schema, options.encoding, options.scope, options.stream, name)
+        for events in loop.iterate(_part_events(options, part)):
+            yield builder.build(part.segment_id, events)
     finally:
         loop.close()
 
 
-async def _batches(options: SourceOptions, schema: StructType, part: Part) -> AsyncIterator[pa.RecordBatch]:
+async def _part_events(options: SourceOptions, part: Part) -> AsyncIterator[list[tuple[int, bytes]]]:
     async with open_stream(options, running=True) as segments:
-        builder = BatchBuilder(
-            schema, options.encoding, options.scope, options.stream, segments.name(part.segment_id)
-        )
         async for events in _events(options, segments, part):
-            yield builder.build(part.segment_id, events)
+            yield events
 
 
 async def _events(

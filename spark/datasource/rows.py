@@ -39,12 +39,31 @@ class BatchBuilder:
     def __init__(self, schema: StructType, encoding: str, scope: str, stream: str, segment_name: str) -> None:
         self.schema = schema
         self.arrow_schema = to_arrow_schema(schema)
+        self.names = [f.name for f in schema.fields]
         self.encoding = encoding
         self.scope = scope
         self.stream = stream
         self.segment_name = segment_name
 
     def build(self, segment_id: int, events: Sequence[tuple[int, bytes]]) -> pa.RecordBatch:
+        if self.encoding == "json":
+            return self._build_json(segment_id, events)
+        count = len(events)
+        payloads: list[Any] = [data for _, data in events]
+        if self.encoding == "utf8":
+            payloads = [self._text(offset, data) for offset, data in events]
+        columns = {
+            "event": pa.array(payloads, self.arrow_schema.field("event").type)
+            if "event" in self.names
+            else None,
+            "scope": pa.repeat(pa.scalar(self.scope, pa.string()), count),
+            "stream": pa.repeat(pa.scalar(self.stream, pa.string()), count),
+            "segment_id": pa.repeat(pa.scalar(segment_id, pa.int64()), count),
+            "offset": pa.array([offset for offset, _ in events], pa.int64()),
+        }
+        return pa.RecordBatch.from_arrays([columns[name] for name in self.names], schema=self.arrow_schema)
+
+    def _build_json(self, segment_id: int, events: Sequence[tuple[int, bytes]]) -> pa.RecordBatch:
         count = len(events)
         metadata: dict[str, Any] = {
             "scope": [self.scope] * count,
@@ -52,19 +71,11 @@ class BatchBuilder:
             "segment_id": [segment_id] * count,
             "offset": [offset for offset, _ in events],
         }
-        if self.encoding == "json":
-            decoded = [self._json(offset, data) for offset, data in events]
-            columns = {
-                f.name: metadata[f.name] if f.name in metadata else [d.get(f.name) for d in decoded]
-                for f in self.schema.fields
-            }
-        else:
-            payloads: list[Any] = [data for _, data in events]
-            if self.encoding == "utf8":
-                payloads = [self._text(offset, data) for offset, data in events]
-            columns = {
-                f.name: payloads if f.name == "event" else metadata[f.name] for f in self.schema.fields
-            }
+        decoded = [self._json(offset, data) for offset, data in events]
+        columns = {
+            name: metadata[name] if name in metadata else [d.get(name) for d in decoded]
+            for name in self.names
+        }
         return pa.RecordBatch.from_pydict(columns, schema=self.arrow_schema)
 
     def _text(self, offset: int, data: bytes) -> str:
