@@ -5,6 +5,7 @@ resolves, in a JVM of its own that the kernel stops when the test process dies."
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -94,4 +95,20 @@ def start_standalone(
                 f"Pravega standalone was not ready in {READY_TIMEOUT_S:.0f} s:\n{standalone.log()[-8000:]}"
             )
         time.sleep(0.2)
+    # The sandbox says it is running a moment before its controller's gRPC port accepts.
+    while not _accepts(standalone.controller_port):
+        if time.monotonic() > deadline:
+            standalone.stop()
+            raise RuntimeError(
+                f"Pravega standalone's controller port never opened:\n{standalone.log()[-8000:]}"
+            )
+        time.sleep(0.1)
     return standalone
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
