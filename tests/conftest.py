@@ -38,6 +38,8 @@ LONGEST_FIRST = (
     # Two and a half minutes of real servers (S3Proxy's JVM among them): early, with the other long
     # ones, rather than beside the timing-sensitive hostile tests near the end.
     "e2e/test_tiered_streams.py",
+    # Three and a half minutes of Spark against serve and a Pravega standalone of its own.
+    "spark/test_datasource.py",
 )
 _SESSION_START = pytest.StashKey[float]()
 
