@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 from spark.config import PipelineConfig, default_jdbc_jar
 from spark.pipeline import RunResult, run
 from spark.session import build_session
+from tests.support.dataplane import start_with_segment_store
+from tests.support.spark_streams import Cluster
 
 HERE = Path(__file__).parent
 # PySpark's collect() leaves the socket it read the rows from to the garbage collector (its file
@@ -70,3 +72,14 @@ def pipeline_config(db_url: str, out: Path, **overrides: object) -> PipelineConf
 async def run_pipeline(spark: SparkSession, config: PipelineConfig) -> RunResult:
     """The pipeline drives its own event loop for its control connection: run it off this one."""
     return await asyncio.to_thread(run, config, spark)
+
+
+@pytest.fixture
+async def served_cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """`serve` with its embedded segment store on the test's database, for the data source."""
+    served = await start_with_segment_store(tmp_path, "--db-url", db_url)
+    try:
+        yield Cluster("serve", served.grpc_port)
+    finally:
+        code = await served.stop()
+        assert code == 0, served.log()[-4000:]

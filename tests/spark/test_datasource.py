@@ -57,16 +57,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
         oracle.stop()
 
 
-@pytest.fixture
-async def served_cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    served = await start_with_segment_store(tmp_path, "--db-url", db_url)
-    try:
-        yield Cluster("serve", served.grpc_port)
-    finally:
-        code = await served.stop()
-        assert code == 0, served.log()[-4000:]
-
-
 @pytest.fixture(params=["serve", "pravega"])
 def cluster(request: pytest.FixtureRequest) -> Cluster:
     # Not a coroutine: the fixtures it asks for may start an event loop of their own.

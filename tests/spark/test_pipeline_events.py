@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import html
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -22,7 +21,6 @@ from spark.charts import file_stem
 from spark.cli import add_run_arguments, config_from_args
 from spark.report import SegmentEvents, SegmentLife, Throughput, epoch_rates
 from tests.spark.conftest import pipeline_config, run_pipeline
-from tests.support.dataplane import start_with_segment_store
 from tests.support.spark_streams import Admin, Cluster, write_events
 
 pytestmark = pytest.mark.timeout(600)
@@ -32,13 +30,8 @@ EVENT_SIZE = 64  # the writer pads every event to this many bytes
 
 
 @pytest.fixture
-async def cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    served = await start_with_segment_store(tmp_path, "--db-url", db_url)
-    try:
-        yield Cluster("serve", served.grpc_port)
-    finally:
-        code = await served.stop()
-        assert code == 0, served.log()[-4000:]
+def cluster(served_cluster: Cluster) -> Cluster:
+    return served_cluster
 
 
 def by_name(throughput: tuple[Throughput, ...]) -> dict[str, Throughput]:
