@@ -63,7 +63,7 @@ class Span:
 
 
 def qualified_name(scope: str, stream: str, segment_id: int) -> str:
-    """A segment's name on the wire: `scope/stream/<number>.#epoch.<epoch>`."""
+    """A segment's name on the wire (Pravega's qualified name, with its epoch)."""
     return stream_segment_name(scope, stream, segment_number(segment_id), segment_epoch(segment_id))
 
 

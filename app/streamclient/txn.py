@@ -40,6 +40,7 @@ ATTEMPTS: Final = 4
 _EVENT_HEADER: Final = struct.Struct(">ii")
 
 _PING_OK: Final = 0
+_PING_COMMITTED: Final = 5
 # TxnState.State and TxnStatus.Status numbers (controller.proto).
 TXN_OPEN: Final = 1
 TXN_COMMITTING: Final = 2
@@ -198,21 +199,32 @@ class TxnWriter:
 
 
 async def commit_all(
-    controller: StreamController, scope: str, stream: str, txns: Iterable[tuple[int, int]]
+    controller: StreamController, scope: str, stream: str, txns: Iterable[tuple[int, int]], lease_ms: int
 ) -> None:
-    """Asks the controller to commit each transaction; a transaction it already committed (a
-    retried commit) is fine, one that timed out or was aborted is TransactionFailed."""
-    for txn in txns:
-        status = await controller.commit_txn(scope, stream, txn)
-        if status == _STATUS_SUCCESS:
-            continue
-        state = await controller.txn_state(scope, stream, txn)
-        if state in (TXN_COMMITTING, TXN_COMMITTED):
-            continue
-        raise TransactionFailed(
-            f"transaction {txn_hex(txn)} on {scope}/{stream} cannot be committed: it is "
-            f"{_STATE_NAMES.get(state, state)} (its lease ran out before the commit, or it was aborted)"
-        )
+    """Commits every transaction, or none if one of them can no longer be committed: each is
+    first renewed for `lease_ms` (which also says it is still open), and only then are the
+    commits asked for, so a transaction that timed out is found before any commit is made. One
+    the controller already committed (a retried commit) is fine; one that timed out or was
+    aborted is TransactionFailed."""
+    pending = list(txns)
+    for txn in pending:
+        status = await controller.ping_txn(scope, stream, txn, lease_ms)
+        if status not in (_PING_OK, _PING_COMMITTED):
+            await _refuse(controller, scope, stream, txn)
+    for txn in pending:
+        if await controller.commit_txn(scope, stream, txn) != _STATUS_SUCCESS:
+            await _refuse(controller, scope, stream, txn)
+
+
+async def _refuse(controller: StreamController, scope: str, stream: str, txn: tuple[int, int]) -> None:
+    """Returns if the transaction is committing or committed; raises TransactionFailed else."""
+    state = await controller.txn_state(scope, stream, txn)
+    if state in (TXN_COMMITTING, TXN_COMMITTED):
+        return
+    raise TransactionFailed(
+        f"transaction {txn_hex(txn)} on {scope}/{stream} cannot be committed: it is "
+        f"{_STATE_NAMES.get(state, state)} (its lease ran out before the commit, or it was aborted)"
+    )
 
 
 async def abort_all(

@@ -20,6 +20,7 @@ from app.streamclient import (
 from spark.datasource.options import EARLIEST, LATEST, SourceOptions
 
 REQUEST_TIMEOUT_S = 30.0
+_DELETED = "was deleted while the query ran"
 
 
 @contextlib.asynccontextmanager
@@ -33,7 +34,7 @@ async def open_stream(
     controller = StreamController(options.controller, tls=tls, credentials=options.credentials)
     try:
         if not await controller.stream_exists(options.scope, options.stream):
-            gone = "was deleted while the query ran" if running else "does not exist"
+            gone = _DELETED if running else "does not exist"
             raise StreamNotFound(f"stream {options.scope}/{options.stream} {gone}")
         token = await controller.token(options.scope, options.stream, write=write)
         segments = StreamSegments(
@@ -46,6 +47,16 @@ async def open_stream(
         )
         try:
             yield segments
+        except StreamNotFound as exc:
+            # Deleted between the check above and a call of the block (a planning's, a read's):
+            # said the same way whichever call found it.
+            if (
+                not running
+                or _DELETED in str(exc)
+                or await controller.stream_exists(options.scope, options.stream)
+            ):
+                raise
+            raise StreamNotFound(f"stream {options.scope}/{options.stream} {_DELETED} ({exc})") from exc
         finally:
             await segments.close()
     finally:

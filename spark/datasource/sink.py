@@ -134,7 +134,7 @@ async def _keep_open(writer: TxnWriter) -> None:
 async def _commit(options: SourceOptions, txns: list[tuple[int, int]]) -> None:
     controller = _controller(options)
     try:
-        await commit_all(controller, options.scope, options.stream, txns)
+        await commit_all(controller, options.scope, options.stream, txns, options.lease_ms)
         # Committed is readable: a reader of the stream sees the batch once the job returns.
         await wait_committed(controller, options.scope, options.stream, txns, options.commit_timeout_s)
     finally:

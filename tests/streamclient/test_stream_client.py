@@ -4,6 +4,7 @@ places them."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from app.streamclient import (
     StreamController,
     StreamError,
     StreamSegments,
+    TransactionFailed,
     TxnWriter,
     commit_all,
     head_cut,
@@ -24,6 +26,7 @@ from app.streamclient import (
     wait_committed,
 )
 from app.streamclient.routing import SegmentRouter
+from app.streamclient.txn import TXN_ABORTED, TXN_OPEN
 from tests.support.dataplane import start_with_segment_store
 from tests.support.spark_streams import Admin, Cluster, write_events
 
@@ -56,7 +59,7 @@ async def written_in_a_txn(
         for i, event in enumerate(events):
             await writer.write(f"key-{i % 5}", event)
         await writer.flush()
-        await commit_all(controller, scope, stream, [writer.txn_key])
+        await commit_all(controller, scope, stream, [writer.txn_key], 30_000)
         await wait_committed(controller, scope, stream, [writer.txn_key], 30)
     finally:
         await writer.close()
@@ -162,3 +165,36 @@ async def test_routing_keys_land_where_pravegas_client_puts_them(
         assert {key: router.segment_for(key) for key in placed} == placed
     finally:
         await segments.close()
+
+
+async def test_commit_all_commits_none_when_one_transaction_timed_out(
+    cluster: Cluster, controller: StreamController
+) -> None:
+    admin = Admin(cluster)
+    try:
+        await admin.create_stream("clienttxn", "all-or-none", 2)
+    finally:
+        admin.close()
+    kept = await TxnWriter.begin(controller, "clienttxn", "all-or-none", lease_ms=60_000)
+    lapsed = await TxnWriter.begin(controller, "clienttxn", "all-or-none", lease_ms=10_000)
+    try:
+        for writer in (kept, lapsed):
+            await writer.write("k", b"in a transaction")
+            await writer.flush()
+        # Nobody pings `lapsed`: the controller aborts it once its 10 s lease has run out.
+        deadline = asyncio.get_running_loop().time() + 60
+        while await controller.txn_state("clienttxn", "all-or-none", lapsed.txn_key) != TXN_ABORTED:
+            assert asyncio.get_running_loop().time() < deadline, "the lapsed transaction was never aborted"
+            await asyncio.sleep(0.5)
+        with pytest.raises(TransactionFailed, match="cannot be committed: it is ABORT"):
+            await commit_all(controller, "clienttxn", "all-or-none", [kept.txn_key, lapsed.txn_key], 60_000)
+        assert await controller.txn_state("clienttxn", "all-or-none", kept.txn_key) == TXN_OPEN
+        segments = StreamSegments(controller, "clienttxn", "all-or-none")
+        try:
+            assert await spans_between(segments, await head_cut(segments), await tail_cut(segments)) == []
+        finally:
+            await segments.close()
+        await kept.abort()
+    finally:
+        await kept.close()
+        await lapsed.close()
