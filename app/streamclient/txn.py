@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import struct
 import uuid
 from collections.abc import Iterable
@@ -25,7 +26,7 @@ from typing import Final
 
 from app.domain.errors import StoreUnavailable
 from app.domain.segment_names import transaction_segment_name
-from app.segmentstore.client.connections import Connection, next_request_id
+from app.segmentstore.client.connections import Connection, ConnectionPool, next_request_id
 from app.segmentstore.wire import commands as wc
 from app.streamclient.controller import OpenedTxn, StreamController, txn_hex
 from app.streamclient.errors import StreamError, StreamUnavailable, TransactionFailed
@@ -80,10 +81,21 @@ class TxnWriter:
 
     @classmethod
     async def begin(
-        cls, controller: StreamController, scope: str, stream: str, *, lease_ms: int
+        cls,
+        controller: StreamController,
+        scope: str,
+        stream: str,
+        *,
+        lease_ms: int,
+        tls: ssl.SSLContext | None = None,
+        request_timeout_s: float = 30.0,
     ) -> TxnWriter:
+        """A new transaction of `lease_ms`; the segment stores are reached over TLS with `tls`."""
         txn = await controller.create_txn(scope, stream, lease_ms)
-        return cls(StreamSegments(controller, scope, stream, token=txn.token, write=True), txn, lease_ms)
+        pool = ConnectionPool(timeout_s=request_timeout_s, tls=tls)
+        return cls(
+            StreamSegments(controller, scope, stream, token=txn.token, write=True, pool=pool), txn, lease_ms
+        )
 
     @property
     def txn_key(self) -> tuple[int, int]:

@@ -69,7 +69,9 @@ class _TxnSink:
         controller = loop.run(_open_controller(options))
         try:
             writer = loop.run(
-                TxnWriter.begin(controller, options.scope, options.stream, lease_ms=options.lease_ms)
+                TxnWriter.begin(
+                    controller, options.scope, options.stream, lease_ms=options.lease_ms, tls=options.tls()
+                )
             )
             pings = loop.spawn(_keep_open(writer))
             try:

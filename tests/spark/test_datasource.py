@@ -21,12 +21,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from app.api.grpc.proto import controller_pb2 as pb
+from app.kvtclient.controller import controller_tls
+from app.security.certs import make_dev_certs
 from app.security.passwords import hash_password
 from app.store.accounts import PgAccountStore
+from app.streamclient import Credentials, StreamController
 from spark.datasource import register
 from tests.conformance.pravega_standalone import Standalone, start_standalone
 from tests.spark.sink_job import rows
-from tests.support.dataplane import REPO_ROOT, start_with_segment_store
+from tests.support.dataplane import REPO_ROOT
 from tests.support.spark_streams import (
     Admin,
     Cluster,
@@ -36,6 +39,7 @@ from tests.support.spark_streams import (
     expected_names,
     write_events,
 )
+from tests.support.tls_served import served_with_tls
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -348,7 +352,7 @@ async def test_a_stream_deleted_or_truncated_under_a_running_query_fails_it_with
         admin.close()
 
 
-async def test_credentials_are_sent_and_refused_ones_fail_the_load(
+async def test_over_tls_credentials_are_sent_and_refused_ones_fail_the_load(
     spark: SparkSession, db_url: str, tmp_path: Path
 ) -> None:
     pool = await asyncpg.create_pool(db_url, min_size=1, max_size=1)
@@ -356,21 +360,30 @@ async def test_credentials_are_sent_and_refused_ones_fail_the_load(
         await PgAccountStore(pool).add("analyst", hash_password("analyst-pw"), "prn::*,READ_UPDATE", 1)
     finally:
         await pool.close()
-    served = await start_with_segment_store(tmp_path, "--db-url", db_url, "--auth-enabled")
-    try:
-        cluster = Cluster("serve", served.grpc_port)
-        channel_admin = Admin(cluster)
+    certs = make_dev_certs(tmp_path / "certs")
+    async with served_with_tls(tmp_path, certs, "--db-url", db_url, "--auth-enabled") as served:
+        controller = f"tls://localhost:{served.grpc_port}"
+        setup = StreamController(
+            controller,
+            tls=controller_tls(controller, certs.ca_cert),
+            credentials=Credentials("analyst", "analyst-pw"),
+        )
         try:
+            stub = setup._stub
             auth = {"authorization": "Basic " + base64.b64encode(b"analyst:analyst-pw").decode()}
-            await channel_admin.stub.createScope(pb.ScopeInfo(scope="sparkauth"), metadata=auth)
+            await stub.createScope(pb.ScopeInfo(scope="sparkauth"), metadata=auth)
             info = pb.StreamInfo(scope="sparkauth", stream="guarded")
             config = pb.StreamConfig(streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=2))
-            assert (
-                await channel_admin.stub.createStream(config, metadata=auth)
-            ).status == pb.CreateStreamStatus.SUCCESS
+            assert (await stub.createStream(config, metadata=auth)).status == pb.CreateStreamStatus.SUCCESS
         finally:
-            channel_admin.close()
-        options = cluster.options("sparkauth", "guarded", username="analyst")
+            setup.close()
+        options = {
+            "controller": controller,
+            "scope": "sparkauth",
+            "stream": "guarded",
+            "tls_trust_file": str(certs.ca_cert),
+            "username": "analyst",
+        }
         frame = spark.createDataFrame(
             [(f"k{i}", f"guarded-{i}") for i in range(100)], "routing_key string, event string"
         )
@@ -384,12 +397,15 @@ async def test_credentials_are_sent_and_refused_ones_fail_the_load(
         )
         assert "the controller refused" in refused, refused
         assert "Not-Her-Secret-42" not in refused
-        anonymous = failure(
-            lambda: spark.read.format("pravega").options(**cluster.options("sparkauth", "guarded")).load()
+        anonymous = {k: v for k, v in options.items() if k != "username"}
+        assert "the controller refused" in failure(
+            lambda: spark.read.format("pravega").options(**anonymous).load()
         )
-        assert "the controller refused" in anonymous, anonymous
-    finally:
-        assert await served.stop() == 0
+        # Without the CA, the controller's certificate is not trusted: refused before any RPC.
+        untrusted = {k: v for k, v in options.items() if k != "tls_trust_file"}
+        assert "cannot be reached" in failure(
+            lambda: spark.read.format("pravega").options(**untrusted, password="analyst-pw").load()
+        )
 
 
 async def test_json_orders_a_sql_query_and_a_streaming_aggregation_into_another_stream(
