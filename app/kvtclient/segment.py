@@ -4,18 +4,14 @@ ReadTableKeys/ReadTableEntries bounded by fromKey/toKey).
 
 Invariant: every reply that is not the command's success becomes exactly one KvtError, and a
 refused condition is always BadKeyVersion or NoSuchKey (never retried: the caller decides). Only
-what cannot have been decided by the server's reply (a lost connection, a timeout, WrongHost) is
-retried, against the endpoint the controller names afresh, a bounded number of times.
+what cannot have been decided by the server's reply is retried (app/segmentstore/client/retried.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, TypeVar
 
-from app.domain.errors import StoreUnavailable
-from app.domain.hosts import HostAddress
 from app.kvtclient.errors import (
     BadKeyVersion,
     InvalidKey,
@@ -25,15 +21,12 @@ from app.kvtclient.errors import (
     TableUnavailable,
 )
 from app.kvtclient.model import MAX_BATCH_KEYS
-from app.segmentstore.client.connections import ConnectionPool, next_request_id
+from app.segmentstore.client.connections import ConnectionPool
+from app.segmentstore.client.retried import ATTEMPTS, Build, NoAnswer, Resolve, Token, request_retried
 from app.segmentstore.wire import commands as wc
 
 R = TypeVar("R", bound=wc.Command)
 
-# Attempts of one request when the connection fails or the host disowns the segment; the
-# endpoint is asked of the controller again before each retry.
-ATTEMPTS: Final = 4
-_BACKOFF_S: Final = 0.05
 # TableSegmentImpl.MAX_GET_KEY_BATCH_SIZE: keys per ReadTable so the reply (each value up to
 # ~1 MiB) stays under the wire's command size.
 MAX_GET_BATCH: Final = (wc.MAX_WIRECOMMAND_SIZE - 8192) // (8192 + 1024 * 1024 - 8192)
@@ -45,11 +38,7 @@ _ENTRY_OVERHEAD: Final = 4 + 4 + 8 + 4 + 4
 # ErrorMessage.error_code of Java's IllegalArgumentException (a key of the wrong length).
 _ILLEGAL_ARGUMENT: Final = 0
 
-Resolve = Callable[[bool], Awaitable[HostAddress]]
-# The delegation token to send; `refresh`: the store said the last one expired.
-Token = Callable[[bool], Awaitable[str]]
-# WireCommands.AuthTokenCheckFailed.ErrorCode.TOKEN_EXPIRED.
-_TOKEN_EXPIRED: Final = 1
+__all__ = ["ATTEMPTS", "Resolve", "TableSegment", "Token"]
 
 
 async def _no_token(refresh: bool) -> str:
@@ -126,30 +115,14 @@ class TableSegment:
         )
         return [(k.data, k.key_version) for k in reply.keys]
 
-    async def _call(self, build: Callable[[int, str], wc.Command], success: type[R]) -> R:
-        last = ""
-        expired = False
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(_BACKOFF_S * 2 ** (attempt - 1))
-            try:
-                endpoint = await self._resolve(attempt > 0)
-                command = build(next_request_id(), await self._token(expired))
-                reply = await self._pool.request(endpoint, command)
-            except StoreUnavailable as exc:
-                last = str(exc)
-                continue
-            if isinstance(reply, success):
-                return reply
-            expired = isinstance(reply, wc.AuthTokenCheckFailed) and reply.error_code == _TOKEN_EXPIRED
-            if expired:
-                last = "the delegation token expired"
-                continue
-            if isinstance(reply, wc.WrongHost):
-                last = f"{endpoint} does not own it (it names {reply.correct_host!r})"
-                continue
-            raise self._failure(command, reply)
-        raise TableUnavailable(f"{self.name}: no answer after {ATTEMPTS} attempts: {last}")
+    async def _call(self, build: Build, success: type[R]) -> R:
+        try:
+            (command,), (reply,) = await request_retried(self._pool, self._resolve, self._token, [build])
+        except NoAnswer as exc:
+            raise TableUnavailable(f"{self.name}: {exc}") from None
+        if isinstance(reply, success):
+            return reply
+        raise self._failure(command, reply)
 
     def _failure(self, command: wc.Command, reply: wc.Command) -> KvtError:
         asked = type(command).__name__

@@ -3,9 +3,8 @@ a byte range of one segment.
 
 Invariants: a range is read only up to an end the caller knows the segment has reached (a cut's
 offset, or its length when sealed), so a read never parks at a segment's tail (window.py makes
-events of the bytes). Only what the server cannot have decided
-(a lost connection, a timeout, WrongHost, an expired token) is retried, against the endpoint
-the controller names afresh, a bounded number of times.
+events of the bytes). Only what the server cannot have decided is retried
+(app/segmentstore/client/retried.py).
 """
 
 from __future__ import annotations
@@ -15,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from app.domain.errors import StoreUnavailable
 from app.domain.hosts import HostAddress
 from app.domain.segment_names import stream_segment_name
-from app.segmentstore.client.connections import ConnectionPool, next_request_id
+from app.segmentstore.client.connections import ConnectionPool
+from app.segmentstore.client.retried import NoAnswer, request_retried
 from app.segmentstore.wire import commands as wc
 from app.streamclient.controller import StreamController
 from app.streamclient.cuts import segment_epoch, segment_number
@@ -32,13 +31,9 @@ from app.streamclient.errors import (
 
 R = TypeVar("R", bound=wc.Command)
 
-ATTEMPTS: Final = 4
-_BACKOFF_S: Final = 0.05
 # The most a segment store sends for one ReadSegment (Pravega's and ours: 2 MiB); two are asked
 # at once so the next reply is on its way while this one is parsed.
 READ_SIZE: Final = 2 * 1024 * 1024
-# WireCommands.AuthTokenCheckFailed.ErrorCode.TOKEN_EXPIRED.
-_TOKEN_EXPIRED: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,36 +124,19 @@ class StreamSegments:
         success: tuple[type[R], ...],
     ) -> list[wc.Command]:
         """The commands pipelined to the segment's store; their successful replies in order."""
-        last = ""
-        expired = False
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(_BACKOFF_S * 2 ** (attempt - 1))
-            try:
-                endpoint = await self._endpoint(segment_id, refresh=attempt > 0)
-                token = await self._current_token(refresh=expired)
-                commands = [build(next_request_id(), token) for build in builds]
-                replies = await self.pool.request_many(endpoint, commands)
-            except StoreUnavailable as exc:
-                last = str(exc)
-                continue
-            expired = any(
-                isinstance(r, wc.AuthTokenCheckFailed) and r.error_code == _TOKEN_EXPIRED for r in replies
+        try:
+            commands, replies = await request_retried(
+                self.pool,
+                lambda refresh: self._endpoint(segment_id, refresh=refresh),
+                lambda refresh: self._current_token(refresh=refresh),
+                builds,
             )
-            if expired:
-                last = "the delegation token expired"
-                continue
-            wrong = next((r for r in replies if isinstance(r, wc.WrongHost)), None)
-            if wrong is not None:
-                last = f"{endpoint} does not own segment {self.name(segment_id)}"
-                continue
-            for command, reply in zip(commands, replies, strict=True):
-                if not isinstance(reply, success):
-                    raise self._failure(segment_id, command, reply)
-            return replies
-        raise StreamUnavailable(
-            f"segment {self.name(segment_id)}: no answer after {ATTEMPTS} attempts: {last}"
-        )
+        except NoAnswer as exc:
+            raise StreamUnavailable(f"segment {self.name(segment_id)}: {exc}") from None
+        for command, reply in zip(commands, replies, strict=True):
+            if not isinstance(reply, success):
+                raise self._failure(segment_id, command, reply)
+        return replies
 
     async def _endpoint(self, segment_id: int, *, refresh: bool) -> HostAddress:
         known = self._endpoints.get(segment_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,11 +96,13 @@ class Admin:
     async def head(self, scope: str, stream: str) -> StreamCut:
         return await self._cut(scope, stream, head_cut)
 
-    async def _cut(self, scope: str, stream: str, which: object) -> StreamCut:
+    async def _cut(
+        self, scope: str, stream: str, which: Callable[[StreamSegments], Awaitable[StreamCut]]
+    ) -> StreamCut:
         controller = StreamController(self.cluster.controller)
         segments = StreamSegments(controller, scope, stream)
         try:
-            return await which(segments)  # type: ignore[operator, no-any-return]
+            return await which(segments)
         finally:
             await segments.close()
             controller.close()
