@@ -194,11 +194,12 @@ class PgSegmentStorage(PgTableSegments):
         the answer never stores an event twice, even when a block it resends is not one it sent
         before."""
         await self._appends.settled()
-        async with self._db.transaction() as conn:
-            if await conn.fetchrow(_SQL["share_segment"], name) is None:
-                raise NoSuchSegment(name)
-            current = await self._attributes(conn, name, [writer_id])
-        return current.get(writer_id, NULL_ATTRIBUTE_VALUE)
+        # One round trip: a writer is set up for every Pravega transaction.
+        row = await self._db.fetchrow(_SQL["writer_event_number"], name, attribute_uuid(writer_id))
+        if row is None or not row["segment_found"]:
+            raise NoSuchSegment(name)
+        number = row["event_number"]
+        return NULL_ATTRIBUTE_VALUE if number is None else int(number)
 
     def admission(self, segment: str) -> Awaitable[None] | None:
         return None if self.throttle is None else self.throttle.admission(segment)

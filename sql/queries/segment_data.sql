@@ -33,11 +33,12 @@ SELECT name, kind, length, start_offset, sealed, key_length
 FROM embedded_segments WHERE name = $1
 FOR UPDATE;
 
--- name: share_segment
--- Waits for every transaction that appended to the segment and has not ended (any store's, even
--- one whose process died while committing): the statements after it see what they committed.
-SELECT name FROM embedded_segments WHERE name = $1
-FOR SHARE;
+-- name: writer_event_number
+-- One row: whether the segment exists and the writer's ($2: its attribute id) event number, NULL
+-- for none, read after every transaction that appended to the segment and has not ended (any
+-- store's, even one whose process died while committing) has ended: the function waits for them
+-- on the segment's row, then reads in a snapshot of its own (migration 0023).
+SELECT segment_found, event_number FROM pgc_writer_event_number($1, $2::uuid);
 
 -- name: lock_merge
 -- A merge's target ($1) and its sources ($2) in one statement, locked in the order the rows come

@@ -34,6 +34,7 @@ from app.store.segment_data import (
     REPLACE_IF_EQUALS,
     REPLACE_IF_GREATER,
     PgSegmentStorage,
+    attribute_uuid,
 )
 from app.testing.clock import ManualClock
 
@@ -190,6 +191,26 @@ async def test_append_and_dedup(storage: PgSegmentStorage) -> None:
     assert await write(storage, b"c", 1, writer=W2) == AppendResult(7, 1, NULL_ATTRIBUTE_VALUE, False)
     assert await content(storage) == b"aaaabbc"
     assert await storage.writer_event_number(SEG, W2) == 1
+
+
+async def test_a_writers_number_is_read_after_the_appends_in_flight_on_the_segment(
+    storage: PgSegmentStorage, db: Database
+) -> None:
+    """Another store's append still committing (its transaction holds the segment's row and has
+    moved the writer's number on): the number is read once it has ended, and includes it."""
+    await create(storage)
+    await write(storage, b"aaaa", 2)
+    async with db.transaction() as conn:
+        await conn.execute("SELECT 1 FROM embedded_segments WHERE name = $1 FOR UPDATE", SEG)
+        await conn.execute(
+            "UPDATE segment_attributes SET value = 9 WHERE segment = $1 AND attribute_id = $2",
+            SEG,
+            attribute_uuid(W1),
+        )
+        reading = asyncio.create_task(storage.writer_event_number(SEG, W1))
+        await asyncio.sleep(0.3)
+        assert not reading.done()
+    assert await asyncio.wait_for(reading, 5) == 9
 
 
 async def test_append_to_sealed_segment_is_refused(storage: PgSegmentStorage) -> None:
