@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from app.cli.admin import NOUNS as ADMIN_NOUNS
 from app.cli.admin import add_admin_parsers
@@ -231,3 +232,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"pgcontroller: {exc}", file=sys.stderr)
         return 1
+
+
+# Native runtimes whose threads must not meet a finalizing interpreter: obstore's (the S3 tier)
+# calls back into Python from threads of its own, and one caught by finalization ends the process
+# with SIGABRT and no message, turning an orderly exit (0, or 1 after a start-up refusal was
+# printed) into a crash (seen once in about 40 refusals under load).
+_NATIVE_RUNTIMES = ("obstore",)
+
+
+def run() -> NoReturn:
+    """The `pgcontroller` command and `python -m app.cli`: main(), then the exit. With a native
+    runtime loaded, the process ends without the interpreter's finalization, once the logs and
+    the standard streams are flushed (nothing here registers exit handlers)."""
+    code = main()
+    if any(name in sys.modules for name in _NATIVE_RUNTIMES):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

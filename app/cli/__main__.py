@@ -1,7 +1,5 @@
 """`python -m app.cli`: the subprocesses the supervisor, the tests and the benches start."""
 
-import sys
+from app.cli import run
 
-from app.cli import main
-
-sys.exit(main())
+run()
