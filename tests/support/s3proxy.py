@@ -44,9 +44,10 @@ class S3Proxy:
         return name
 
     def count(self, bucket: str) -> int:
-        """Objects in `bucket` (jclouds keeps each as a file under the bucket's directory)."""
-        base = self.objects / bucket
-        return sum(1 for path in base.rglob("*") if path.is_file()) if base.exists() else 0
+        """Objects in `bucket` (jclouds keeps each as a file under the bucket's directory). The
+        tier may be deleting objects meanwhile, and jclouds removes a directory it empties: one
+        that vanishes mid-walk is skipped (os.walk ignores it), where rglob raised."""
+        return sum(len(files) for _, _, files in os.walk(self.objects / bucket))
 
     def start(self) -> None:
         self.objects.mkdir(parents=True, exist_ok=True)
