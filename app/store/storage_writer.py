@@ -26,6 +26,7 @@ from app.domain.errors import StoreUnavailable
 from app.metrics.registry import counter, gauge
 from app.store.tier_throttle import TierThrottle
 from app.store.tiering import PgTiering, SegmentBacklog
+from app.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +104,24 @@ class StorageWriter:
             (b for b in backlog if b.due(self._chunk_bytes) or b.segment in aged), key=lambda b: -b.bytes
         )
         moved = 0
-        for segment in due:
-            # Aged: what it holds goes now, in one chunk however small; then only the size rule.
-            whole = segment.segment in aged
-            while await self._move_one(segment.segment, segment.sealed or whole):
-                moved += 1
-                if whole:
-                    self._held_since[segment.segment] = time.monotonic()
-                    whole = False
+        # A chunk write can take long (a chunk store that does not answer, or whose client is
+        # retrying): meanwhile the throttle must hear the backlog grow, or the writers it exists
+        # to slow fill PostgreSQL at full speed until the write gives up.
+        passing = asyncio.Event()
+        watching = asyncio.create_task(self._keep_publishing(passing))
+        try:
+            for segment in due:
+                # Aged: what it holds goes now, in one chunk however small; then only the size rule.
+                whole = segment.segment in aged
+                while await self._move_one(segment.segment, segment.sealed or whole):
+                    moved += 1
+                    if whole:
+                        self._held_since[segment.segment] = time.monotonic()
+                        whole = False
+        finally:
+            # Let a count in progress finish rather than cancel its query mid-way.
+            passing.set()
+            await watching
         if moved:
             # Throttled appends learn at once that their container is under its bound again.
             backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
@@ -149,6 +160,16 @@ class StorageWriter:
         counter("pgcontroller_tier_chunks_written").inc()
         counter("pgcontroller_tier_bytes_moved").inc(rows.length)
         return True
+
+    async def _keep_publishing(self, passed: asyncio.Event) -> None:
+        """Each interval until `passed` is set: the backlog counted again and published. A
+        database outage meanwhile is the pass's to report; this waits for the next interval."""
+        while not await wait_event(passed, self._interval_s):
+            try:
+                backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
+            except StoreUnavailable:
+                continue
+            await self._publish(backlog, self._aged(backlog))
 
     async def _publish(self, backlog: Sequence[SegmentBacklog], aged: frozenset[str]) -> None:
         """Each container's backlog to the throttle and the gauges."""

@@ -6,9 +6,10 @@ collector, which deletes it only after its grace."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,57 @@ async def test_the_writer_throttles_a_container_whose_chunks_cannot_move_and_rel
     await asyncio.wait_for(waiting, 1.0)
     assert throttle.over == frozenset()
     assert storage.admission(SEG) is None
+
+
+class _HangingPuts(FileChunkStore):
+    """A chunk store whose writes wait until released (a store that accepts connections and does
+    not answer, or one its client keeps retrying)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.hanging = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def put(self, name: str, pieces: Sequence[bytes]) -> None:
+        self.hanging.set()
+        await self.release.wait()
+        await super().put(name, pieces)
+
+
+async def test_the_throttle_hears_the_backlog_grow_while_a_chunk_write_hangs(
+    storage: PgSegmentStorage, tiering: PgTiering, tmp_path: Path
+) -> None:
+    chunks = _HangingPuts(tmp_path / "slow")
+    chunks.prepare()
+    throttle = TierThrottle(2 * CHUNK, 5.0, lambda _segment: 2)
+    writer = StorageWriter(
+        tiering,
+        chunks,
+        chunk_bytes=CHUNK,
+        interval_s=0.01,
+        container_of=lambda _segment: 2,
+        throttle=throttle,
+    )
+    storage.throttle = throttle
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    await fill(storage, SEG, 5)
+    task = asyncio.create_task(writer.run())
+    try:
+        await asyncio.wait_for(chunks.hanging.wait(), 5)
+        assert throttle.over == frozenset()
+        await fill(storage, SEG, 40, seed=2)  # several chunks more while the first write hangs
+        for _ in range(300):
+            if throttle.over:
+                break
+            await asyncio.sleep(0.01)
+        assert throttle.over == frozenset({2})
+        chunks.release.set()
+        for _ in range(500):
+            if not throttle.over:
+                break
+            await asyncio.sleep(0.01)
+        assert throttle.over == frozenset()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
