@@ -412,13 +412,12 @@ async def test_the_analysts_view_says_where_each_segments_bytes_are(
     assert await db.fetchval("SELECT count(*) FROM reporting.segment_storage") == 1  # no table segment
 
 
-async def test_the_writer_throttles_a_container_whose_chunks_cannot_move_and_releases_it_after(
-    storage: PgSegmentStorage, tiering: PgTiering, db: Database, tmp_path: Path
-) -> None:
-    root = tmp_path / "flaky"
-    chunks = FileChunkStore(root)
-    chunks.prepare()
-    throttle = TierThrottle(CHUNK, 5.0, lambda _segment: 2)
+def throttled(
+    storage: PgSegmentStorage, tiering: PgTiering, chunks: FileChunkStore, bound: int
+) -> tuple[StorageWriter, TierThrottle]:
+    """A writer telling a throttle of `bound` bytes, which `storage` consults; one container."""
+    throttle = TierThrottle(bound, 5.0, lambda _segment: 2)
+    storage.throttle = throttle
     writer = StorageWriter(
         tiering,
         chunks,
@@ -427,7 +426,16 @@ async def test_the_writer_throttles_a_container_whose_chunks_cannot_move_and_rel
         container_of=lambda _segment: 2,
         throttle=throttle,
     )
-    storage.throttle = throttle
+    return writer, throttle
+
+
+async def test_the_writer_throttles_a_container_whose_chunks_cannot_move_and_releases_it_after(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, tmp_path: Path
+) -> None:
+    root = tmp_path / "flaky"
+    chunks = FileChunkStore(root)
+    chunks.prepare()
+    writer, throttle = throttled(storage, tiering, chunks, CHUNK)
     await storage.create_segment(SEG, "stream", 1, 10, 0)
     await fill(storage, SEG, 20)
     os.rename(root, tmp_path / "away")
@@ -465,16 +473,7 @@ async def test_the_throttle_hears_the_backlog_grow_while_a_chunk_write_hangs(
 ) -> None:
     chunks = _HangingPuts(tmp_path / "slow")
     chunks.prepare()
-    throttle = TierThrottle(2 * CHUNK, 5.0, lambda _segment: 2)
-    writer = StorageWriter(
-        tiering,
-        chunks,
-        chunk_bytes=CHUNK,
-        interval_s=0.01,
-        container_of=lambda _segment: 2,
-        throttle=throttle,
-    )
-    storage.throttle = throttle
+    writer, throttle = throttled(storage, tiering, chunks, 2 * CHUNK)
     await storage.create_segment(SEG, "stream", 1, 10, 0)
     await fill(storage, SEG, 5)
     task = asyncio.create_task(writer.run())
