@@ -8,8 +8,9 @@ import contextlib
 import errno
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from app.chunks.contract import ChunkMissing, ChunkStoreMisconfigured, ChunkStoreUnavailable
 
@@ -20,10 +21,15 @@ _SETTING = "--tier-directory"
 # Errors no retry fixes: the operator's directory is wrong.
 _MISCONFIGURED = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
 
+_T = TypeVar("_T")
+
 
 class FileChunkStore:
     def __init__(self, root: Path) -> None:
         self._root = root
+        # A cancelled caller cannot stop a thread mid-write; close() waits for these, so that once
+        # a store is closed nothing more lands in its directory.
+        self._in_threads: set[asyncio.Task[Any]] = set()
 
     @property
     def description(self) -> str:
@@ -44,8 +50,19 @@ class FileChunkStore:
             raise ValueError(f"chunk name {name!r} escapes the chunk directory")
         return path
 
+    async def _in_thread(self, work: Callable[..., _T], *args: object) -> _T:
+        task: asyncio.Task[_T] = asyncio.ensure_future(asyncio.to_thread(work, *args))
+        self._in_threads.add(task)
+        task.add_done_callback(self._settled)
+        return await asyncio.shield(task)
+
+    def _settled(self, task: asyncio.Task[Any]) -> None:
+        self._in_threads.discard(task)
+        if not task.cancelled():
+            task.exception()  # its caller may have gone; the error was theirs to see, not the loop's
+
     async def put(self, name: str, pieces: Sequence[bytes]) -> None:
-        await asyncio.to_thread(self._put, self._path(name), pieces)
+        await self._in_thread(self._put, self._path(name), pieces)
 
     def _put(self, path: Path, pieces: Sequence[bytes]) -> None:
         partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_PARTIAL}")
@@ -68,7 +85,7 @@ class FileChunkStore:
             raise _translated(exc, str(path)) from exc
 
     async def get(self, name: str, offset: int, length: int) -> bytes:
-        return await asyncio.to_thread(self._get, self._path(name), offset, length)
+        return await self._in_thread(self._get, self._path(name), offset, length)
 
     def _get(self, path: Path, offset: int, length: int) -> bytes:
         try:
@@ -81,7 +98,7 @@ class FileChunkStore:
             raise _translated(exc, str(path)) from exc
 
     async def delete(self, name: str) -> None:
-        await asyncio.to_thread(self._delete, self._path(name))
+        await self._in_thread(self._delete, self._path(name))
 
     def _delete(self, path: Path) -> None:
         try:
@@ -90,7 +107,7 @@ class FileChunkStore:
             raise _translated(exc, str(path)) from exc
 
     async def names(self, prefix: str = "") -> AsyncIterator[str]:
-        found = await asyncio.to_thread(self._names, prefix)
+        found = await self._in_thread(self._names, prefix)
         for name in found:
             yield name
 
@@ -106,7 +123,8 @@ class FileChunkStore:
         )
 
     async def close(self) -> None:
-        return None
+        while self._in_threads:
+            await asyncio.wait(set(self._in_threads))
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,41 @@ async def test_an_unusable_directory_is_refused_naming_the_setting(tmp_path: Pat
     with pytest.raises(ChunkStoreMisconfigured) as refused:
         FileChunkStore(blocker / "chunks").prepare()
     assert refused.value.setting == "--tier-directory"
+
+
+class _PiecesHeldAtTheFirst(list[bytes]):
+    """Pieces whose iteration stops in the writing thread until the test lets it go on."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        super().__init__(pieces)
+        self.writing = threading.Event()
+        self.go_on = threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.writing.set()
+        self.go_on.wait(timeout=30)
+        return super().__iter__()
+
+
+async def test_close_waits_for_a_write_whose_caller_was_cancelled(tmp_path: Path) -> None:
+    # A storage writer cancelled mid-put leaves the write going on in its thread; whoever closes
+    # the store and then removes the directory must not find a file appearing after close.
+    root = tmp_path / "chunks"
+    store = FileChunkStore(root)
+    store.prepare()
+    pieces = _PiecesHeldAtTheFirst([b"late ", b"chunk"])
+    put = asyncio.create_task(store.put("chunks/ab/late", pieces))
+    assert await asyncio.to_thread(pieces.writing.wait, 10)
+    put.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await put
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.2)
+    assert not closing.done(), "close returned while a write was still in its thread"
+    pieces.go_on.set()
+    await asyncio.wait_for(closing, 10)
+    assert (root / "chunks" / "ab" / "late").read_bytes() == b"late chunk"
+    assert [path.name for path in root.rglob("*") if path.is_file()] == ["late"]
 
 
 # --- S3 ------------------------------------------------------------------------------------------
