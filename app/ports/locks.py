@@ -15,16 +15,20 @@ class AdvisoryLocks(Protocol):
         StoreUnavailable when it cannot."""
         ...
 
-    async def try_lock(self, namespace: int, key: int) -> bool: ...
+    async def try_lock(self, namespace: int, key: int) -> bool:
+        """Raises StoreUnavailable when the session is gone: only `open` starts a new one."""
+        ...
 
-    async def unlock(self, namespace: int, key: int) -> None: ...
+    async def unlock(self, namespace: int, key: int) -> None:
+        """Raises StoreUnavailable when the session is gone."""
+        ...
 
     async def check_alive(self) -> None:
         """Raises StoreUnavailable when the session (and with it every lock) is gone."""
         ...
 
     async def reset(self) -> None:
-        """Drops the session; the next call opens a new one holding no locks."""
+        """Drops the session; the next `open` starts a new one holding no locks."""
         ...
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:

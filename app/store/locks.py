@@ -50,21 +50,28 @@ class PgAdvisoryLocks:
                 callback()
 
     async def open(self) -> None:
+        """Starts a session if none is open: the only place one starts."""
         await self._connection()
 
+    def _open_session(self) -> PgSession:
+        # Never a new session here: a caller whose session died mid-way would take locks in one
+        # it believes lost, which nothing would ever give back (and a leader would go on leading
+        # without the leader lock). It must see the loss and start over with `open`.
+        if self._conn is None or self._conn.is_closed():
+            raise StoreUnavailable("the lock session is gone")
+        return self._conn
+
     async def try_lock(self, namespace: int, key: int) -> bool:
-        conn = await self._connection()
+        conn = self._open_session()
         got = await conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", namespace, key)
         return bool(got)
 
     async def unlock(self, namespace: int, key: int) -> None:
-        conn = await self._connection()
+        conn = self._open_session()
         await conn.fetchval("SELECT pg_advisory_unlock($1::int, $2::int)", namespace, key)
 
     async def check_alive(self) -> None:
-        if self._conn is None or self._conn.is_closed():
-            raise StoreUnavailable("the lock session is gone")
-        await self._conn.fetchval("SELECT 1")
+        await self._open_session().fetchval("SELECT 1")
 
     async def reset(self) -> None:
         conn, self._conn = self._conn, None

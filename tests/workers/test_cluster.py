@@ -24,6 +24,7 @@ from app.api.rest import cluster as cluster_routes
 from app.api.rest.app import create_app
 from app.clock import SystemClock
 from app.domain.cluster import DEFAULT_COUNTS, BucketService, Fence, Member, balance
+from app.domain.errors import StoreUnavailable
 from app.domain.records import ScalingPolicy, StreamConfig
 from app.domain.requests import NewRequest, RequestKind
 from app.services.health import HealthService
@@ -34,6 +35,7 @@ from app.store.requests import PgRequestQueue
 from app.testing.controller import Services, running_controller
 from tests.api.conftest import served
 from tests.api.conftest_rest import Api
+from workers.buckets import BucketClaims
 from workers.cluster import ClusterNode
 
 WAIT_S = 15.0
@@ -489,4 +491,62 @@ async def test_a_member_is_written_only_once_its_session_is_connected(db_url: st
     finally:
         for made in nodes:
             await made._locks.reset()
+        await pool.close()
+
+
+class _GatedBuckets(PgClusterStore):
+    """Bucket reads that wait at `gate` once armed: a round held in its middle."""
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__(pool)
+        self.armed = False
+        self.held = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def bucket_rows(self, service: BucketService | None = None) -> list[Any]:
+        if self.armed:
+            self.held.set()
+            await self.gate.wait()
+        return await super().bucket_rows(service)
+
+
+async def test_a_session_lost_mid_round_ends_the_round_and_takes_no_lock_in_a_new_session(
+    db_url: str,
+) -> None:
+    """A round that was waiting on the database when the lock session died went on and took its
+    locks again in a session it opened silently: buckets a dead member could not give back, and a
+    leader's duties run without the leader lock. The new session starts only at the next round."""
+    pool = await create_pool(db_url, min_size=1, max_size=2)
+    locks = PgAdvisoryLocks(db_url, application_name="pgc-member:midround")
+    try:
+        clock = SystemClock()
+        store = _GatedBuckets(pool)
+        now = clock.now_ms()
+        claims = BucketClaims(BucketService.REQUESTS, locks, store, clock, "midround")
+        node = ClusterNode(
+            store, locks, clock, Member("midround", "h", 1, 2, now, now),
+            {BucketService.REQUESTS: claims}, DEFAULT_COUNTS,
+            interval_s=60, member_ttl_ms=60_000, rebalance_delay_ms=0,
+        )  # fmt: skip
+        await node._round()
+        assert node.is_leader and len(claims.owned()) == DEFAULT_COUNTS.requests
+        store.armed = True
+        held_round = asyncio.create_task(node._round())
+        await asyncio.wait_for(store.held.wait(), WAIT_S)
+        locks._conn.terminate()  # type: ignore[union-attr]
+        await eventually(lambda: not node.is_leader, what="the lost session noticed")
+        store.armed = False
+        store.gate.set()
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(held_round, WAIT_S)
+        assert claims.owned() == frozenset() and not node.is_leader
+        advisory = await pool.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND a.application_name = 'pgc-member:midround'"
+        )
+        assert advisory == 0, "the interrupted round took locks in a session nobody knows it holds"
+        await node._round()  # the next round starts the new session and takes everything back
+        assert node.is_leader and len(claims.owned()) == DEFAULT_COUNTS.requests
+    finally:
+        await locks.reset()
         await pool.close()
