@@ -140,7 +140,7 @@ class PgSegmentStorage(PgTableSegments):
         fence: AppendFence | None = None,
     ) -> None:
         """`after_append` runs once an append (or a group of them) committed, before any is
-        answered; `before_group_commit` inside a group's transaction, before its commit (crash
+        answered; `before_group_commit` once a group is formed, before any of it is sent (crash
         tests' failpoints); `chunks` is the long-term tier, where the storage writer moved older
         bytes (app/store/storage_writer.py); `fence` makes each append check that the container
         map still gives its container to this store (a served store's; unfenced without)."""
@@ -221,12 +221,16 @@ class PgSegmentStorage(PgTableSegments):
 
     async def _append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | Exception]:
         """The appends in order in one transaction, their statements pipelined: one round trip
-        for all and the commit's, one WAL flush. A refused append (sealed, conditional check,
+        for all, the commit included, and one WAL flush. A refused append (sealed, conditional check,
         missing segment) is a row like the others, so it changes nothing and fails nothing else."""
-        async with self._db.transaction() as conn:
-            rows = await conn.fetchmany(_SQL["append"], [self._append_args(r) for r in requests])
-            if self._before_group_commit is not None:
-                await self._before_group_commit(_described(requests))
+        args = [self._append_args(r) for r in requests]
+        if self._before_group_commit is not None:
+            await self._before_group_commit(_described(requests))
+        # No BEGIN and COMMIT of our own, each a round trip: the pipeline's statements end in one
+        # Sync, and PostgreSQL runs everything before a Sync as one implicit transaction, committed
+        # at the Sync (with its one WAL flush) or rolled back whole on any error. A connection lost
+        # before the Sync is a rollback too.
+        rows = await self._db.fetchmany(_SQL["append"], args)
         results = [_append_result(request, row) for request, row in zip(requests, rows, strict=True)]
         if self._after_append is not None and not all(isinstance(r, Exception) for r in results):
             await self._after_append(_described(requests))

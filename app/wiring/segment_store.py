@@ -144,7 +144,7 @@ async def _start_measured_server(
     # A crash test's window between an append's commit and its DataAppended (a writer that
     # reconnects after the crash must be told the stored event number, not append twice).
     after_append = failpoint_hook("segmentstore.append.before_ack")
-    # And inside a group commit's transaction: a crash there must acknowledge nothing of the group.
+    # And a group formed, before it goes to PostgreSQL: a crash there must acknowledge nothing of it.
     before_group_commit = failpoint_hook("segmentstore.append.before_group_commit")
     stored = PgSegmentStorage(
         PatientDatabase(pool, settings.segment_store_db_wait_s),

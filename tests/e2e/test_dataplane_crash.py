@@ -38,8 +38,8 @@ from tests.support.dataplane import (
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(900)]
 
 CRASH_EVENTS, CRASH_KEYS = 50_000, 20
-# Between a group of appends' commit and their DataAppended, and inside a group's transaction
-# before its commit (app/wiring/segment_store.py).
+# Between a group of appends' commit and their DataAppended, and once a group is formed, before
+# it goes to PostgreSQL (app/wiring/segment_store.py).
 ACK_FAILPOINT = "segmentstore.append.before_ack"
 COMMIT_FAILPOINT = "segmentstore.append.before_group_commit"
 

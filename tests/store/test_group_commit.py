@@ -129,7 +129,7 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_each_append_r
         nonlocal failures
         if failures == 0:
             failures += 1
-            raise RuntimeError("the group's transaction fails before its commit")
+            raise RuntimeError("the group fails before it is sent")
 
     storage = PgSegmentStorage(db, ManualClock(5_000), before_group_commit=fail_once)
     for name in [*SEGMENTS, SEALED]:
@@ -150,3 +150,43 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_each_append_r
     assert outcomes[2] == AppendResult(8, 2, 1, False)
     assert isinstance(outcomes[3], AppendResult) and outcomes[3].duplicate
     assert (await storage.read(ok, 0, 100)).data == b"aaaacccc"
+
+
+async def test_an_error_inside_postgresql_rolls_back_the_whole_pipelined_group(
+    storage: PgSegmentStorage, db: Database
+) -> None:
+    """A group's statements are one implicit transaction (no BEGIN or COMMIT of ours): a
+    statement failing after others ran must undo theirs too, and each append then runs alone."""
+    ok, other = SEGMENTS[0], SEGMENTS[1]
+    await db.execute("CREATE SEQUENCE chunk_inserts")
+    await db.execute(
+        """CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM nextval('chunk_inserts');  -- not transactional: counts rolled-back inserts too
+            IF NEW.data = 'boom'::bytea THEN RAISE EXCEPTION 'a chunk the test refuses'; END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    await db.execute(
+        "CREATE TRIGGER refuse_boom BEFORE INSERT ON segment_chunks"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_boom()"
+    )
+    try:
+        outcomes = await asyncio.gather(
+            storage.append(AppendRequest(ok, 1, b"a" * 4, 1, 1)),
+            storage.append(AppendRequest(other, 2, b"boom", 1, 1)),
+            storage.append(AppendRequest(ok, 1, b"c" * 4, 2, 1)),
+            return_exceptions=True,
+        )
+        # In the group: "aaaa" inserted, "boom" refused, "cccc" never run; then alone, all three.
+        assert await db.fetchval("SELECT last_value FROM chunk_inserts") == 5
+    finally:
+        await db.execute("DROP TRIGGER refuse_boom ON segment_chunks")
+        await db.execute("DROP FUNCTION refuse_boom()")
+        await db.execute("DROP SEQUENCE chunk_inserts")
+    assert outcomes[0] == AppendResult(4, 1, NULL_ATTRIBUTE_VALUE, False)
+    assert isinstance(outcomes[1], Exception) and "refuses" in str(outcomes[1].__cause__ or outcomes[1])
+    assert outcomes[2] == AppendResult(8, 2, 1, False)
+    assert (await storage.read(ok, 0, 100)).data == b"aaaacccc"
+    assert (await storage.segment_state(other)).length == 0
+    assert await _transactions_of(db, [ok]) == 2
