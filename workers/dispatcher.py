@@ -23,6 +23,10 @@ from workers.runner import RequestRunner
 log = logging.getLogger("pgcontroller.dispatcher")
 
 
+def _request_key(request: Request) -> str:
+    return request.key
+
+
 class RequestDispatcher:
     def __init__(
         self,
@@ -31,7 +35,7 @@ class RequestDispatcher:
         owned_buckets: Callable[[], frozenset[int]],
         *,
         processor: Processor = Processor.REQUESTS,
-        key: Callable[[Request], str] = lambda request: request.key,
+        key: Callable[[Request], str] = _request_key,
         one_per_key: bool = False,
         ceiling: int,
         poll_s: float,
@@ -45,6 +49,9 @@ class RequestDispatcher:
         # With one_per_key, a key's later requests stay in the database (not in memory) while
         # one of its requests is queued or running: for processors whose run covers them.
         self._one_per_key = one_per_key
+        # A notification names the request's stream (Request.key): it tells which of our keys it
+        # is only when requests are keyed by their stream.
+        self._skips_keys_in_hand = one_per_key and key is _request_key
         self._keys_in_memory: dict[str, int] = {}
         # The bucket each queued key's requests were filed under, so losing a bucket can cancel
         # exactly its keys; one entry per stream seen, emptied whenever buckets are lost.
@@ -63,9 +70,20 @@ class RequestDispatcher:
         return len(self._in_flight)
 
     def wake(self, payload: str = "") -> None:
-        """NOTIFY callback; `payload` is "processor:bucket" (ignored if not ours)."""
-        if not payload or payload.startswith(self._processor.value + ":"):
+        """NOTIFY callback; `payload` is "processor:bucket:scope/stream" (migration 0024;
+        "processor:bucket" before it), ignored if not ours."""
+        if not payload:
             self._wake.set()
+            return
+        processor, _, rest = payload.partition(":")
+        if processor != self._processor.value:
+            return
+        _bucket, _, key = rest.partition(":")
+        # That key's request in hand covers what is pending on it, and when it is done the queue
+        # is read again (`_done`): a read now would find nothing to start.
+        if self._skips_keys_in_hand and key and key in self._keys_in_memory:
+            return
+        self._wake.set()
 
     def buckets_lost(self, buckets: frozenset[int]) -> None:
         def lost(key: str) -> bool:

@@ -51,7 +51,7 @@ class PgListener:
         self.connected = asyncio.Event()
 
     def on_request(self, callback: Callable[[str], None]) -> None:
-        """`callback("processor:bucket")` for each request inserted (after commit)."""
+        """`callback("processor:bucket:scope/stream")` for each request inserted (after commit)."""
         self._request_callbacks.append(callback)
 
     def on_cluster_change(self, callback: Callable[[str], None]) -> None:

@@ -127,9 +127,10 @@ WITH unparked AS (
     UPDATE requests SET parked_at = NULL, not_before = 0, failures = 0, started = false,
            version = version + 1
     WHERE id = $1 AND parked_at IS NOT NULL
-    RETURNING version, processor, bucket
+    RETURNING version, processor, bucket, scope, stream
 )
-SELECT version, pg_notify('pgc_requests', processor || ':' || bucket::text) FROM unparked;
+SELECT version, pg_notify('pgc_requests', processor || ':' || bucket::text || ':' || scope || '/' || stream)
+FROM unparked;
 
 -- name: drop_parked
 DELETE FROM requests WHERE id = $1 AND parked_at IS NOT NULL RETURNING id;
