@@ -103,6 +103,8 @@ class StorageWriter:
         due = sorted(
             (b for b in backlog if b.due(self._chunk_bytes) or b.segment in aged), key=lambda b: -b.bytes
         )
+        if not due:
+            return 0
         moved = 0
         # A chunk write can take long (a chunk store that does not answer, or whose client is
         # retrying): meanwhile the throttle must hear the backlog grow, or the writers it exists
