@@ -7,15 +7,16 @@ appends of one writer, asked in order, reach the database in order); each caller
 its item would have had alone after the items before it: `many` answers each item separately (a
 refusal is that item's result, not the group's), and when `many` raises, nothing of the group was
 committed and each of its items runs alone, in order; no caller is answered before its group has
-committed. `settled()` returns once every item asked for before it has been committed or
-dropped (its caller gave up before its group began), so a read after it sees them all.
+committed. `settled(key)` returns once every item of that key asked for before it has been
+committed or dropped (its caller gave up before its group began), so a read of what the key names
+after it sees them all; items of other keys, in flight or queued, are not waited for.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from app.store.batching import settle
@@ -33,12 +34,14 @@ class GroupCommit(Generic[T, R]):
         one: Callable[[T], Awaitable[R]],
         many: Callable[[Sequence[T]], Awaitable[Sequence[R | Exception]]],
         size: Callable[[T], int],
+        key: Callable[[T], Hashable],
         max_items: int,
         max_bytes: int,
     ) -> None:
         self._one = one
         self._many = many
         self._size = size
+        self._key = key
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._pending: deque[tuple[T, asyncio.Future[R]]] = deque()
@@ -47,6 +50,8 @@ class GroupCommit(Generic[T, R]):
         # in order, so every item numbered up to `_ended` is settled.
         self._asked = 0
         self._ended = 0
+        # The number of the last item asked for each key whose group has not ended yet.
+        self._last_of_key: dict[Hashable, int] = {}
         self._settling: list[tuple[int, asyncio.Future[None]]] = []
         # Groups committed and items in them, for the metrics and the tests.
         self.groups = 0
@@ -56,17 +61,21 @@ class GroupCommit(Generic[T, R]):
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         self._asked += 1
+        self._last_of_key[self._key(item)] = self._asked
         if self._committer is None:
             # Starts at the next loop turn: what else arrives in this one joins the first group.
             self._committer = asyncio.get_running_loop().create_task(self._commit_all())
         return await future
 
-    async def settled(self) -> None:
-        """Returns once every item asked for so far has been committed or dropped."""
-        if self._ended >= self._asked:
+    async def settled(self, key: Hashable) -> None:
+        """Returns once every item of `key` asked for so far has been committed or dropped.
+        Per key because a group in flight is almost always there under load: a writer set up on
+        one segment would otherwise wait for every other segment's appends."""
+        last = self._last_of_key.get(key, 0)
+        if last <= self._ended:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._settling.append((self._asked, future))
+        self._settling.append((last, future))
         await future
 
     async def _commit_all(self) -> None:
@@ -76,15 +85,19 @@ class GroupCommit(Generic[T, R]):
                 try:
                     await self._commit(group)
                 finally:
-                    self._ended = self._asked - len(self._pending)
-                    self._wake_settled()
+                    self._group_ended(self._asked - len(self._pending))
         finally:
             self._committer = None
             # Cancelled (the store closing): no caller is left waiting for ever.
             while self._pending:
                 self._pending.popleft()[1].cancel()
-            self._ended = self._asked
-            self._wake_settled()
+            self._group_ended(self._asked)
+
+    def _group_ended(self, ended: int) -> None:
+        self._ended = ended
+        # Only the keys of items still queued stay: the map never outgrows what is in flight.
+        self._last_of_key = {key: last for key, last in self._last_of_key.items() if last > ended}
+        self._wake_settled()
 
     def _wake_settled(self) -> None:
         waiting = []

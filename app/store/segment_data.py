@@ -158,6 +158,7 @@ class PgSegmentStorage(PgTableSegments):
             self._append_alone,
             self._append_many,
             lambda request: len(request.data),
+            lambda request: request.segment,
             max_items=APPEND_GROUP_ITEMS,
             max_bytes=APPEND_GROUP_BYTES,
         )
@@ -188,12 +189,13 @@ class PgSegmentStorage(PgTableSegments):
         )
 
     async def writer_event_number(self, name: str, writer_id: int) -> int:
-        """Read once every append asked of this store before it has been committed or dropped,
-        and every transaction of another store still appending to the segment has ended (a
-        sibling killed in the middle of its commit included): a writer that resends what follows
-        the answer never stores an event twice, even when a block it resends is not one it sent
-        before."""
-        await self._appends.settled()
+        """Read once every append to the segment asked of this store before it has been committed
+        or dropped, and every transaction of another store still appending to the segment has
+        ended (a sibling killed in the middle of its commit included): a writer that resends what
+        follows the answer never stores an event twice, even when a block it resends is not one
+        it sent before. Appends to other segments are not waited for: they cannot change this
+        segment's writer attributes."""
+        await self._appends.settled(name)
         # One round trip: a writer is set up for every Pravega transaction.
         row = await self._db.fetchrow(_SQL["writer_event_number"], name, attribute_uuid(writer_id))
         if row is None or not row["segment_found"]:

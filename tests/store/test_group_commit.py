@@ -190,3 +190,34 @@ async def test_an_error_inside_postgresql_rolls_back_the_whole_pipelined_group(
     assert (await storage.read(ok, 0, 100)).data == b"aaaacccc"
     assert (await storage.segment_state(other)).length == 0
     assert await _transactions_of(db, [ok]) == 2
+
+
+async def test_a_writers_number_waits_for_this_stores_appends_to_its_segment_and_no_others(
+    db: Database,
+) -> None:
+    """A writer set up again (a new connection) while its appends are still in a group of this
+    store: its number is read once that group ended, so it includes them; a writer set up on
+    another segment meanwhile is answered at once, not after that group."""
+    sending = asyncio.Event()
+    release = asyncio.Event()
+
+    async def park(appends: str) -> None:
+        sending.set()
+        await release.wait()
+
+    storage = PgSegmentStorage(db, ManualClock(5_000), before_group_commit=park)
+    for name in SEGMENTS:
+        await storage.create_segment(name, "stream", 0, 0, 0)
+    busy, idle = SEGMENTS[0], SEGMENTS[2]
+    in_flight = asyncio.gather(
+        storage.append(AppendRequest(busy, 1, b"a" * 4, 3, 3)),
+        storage.append(AppendRequest(SEGMENTS[1], 1, b"b", 1, 1)),
+    )
+    await asyncio.wait_for(sending.wait(), 5)
+    assert await asyncio.wait_for(storage.writer_event_number(idle, 1), 2) == NULL_ATTRIBUTE_VALUE
+    of_busy = asyncio.create_task(storage.writer_event_number(busy, 1))
+    await asyncio.sleep(0.3)
+    assert not of_busy.done()
+    release.set()
+    await asyncio.wait_for(in_flight, 5)
+    assert await asyncio.wait_for(of_busy, 5) == 3
