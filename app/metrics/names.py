@@ -261,6 +261,13 @@ DEFINITIONS: tuple[MetricDef, ...] = (
         labels=("store",),
     ),
     MetricDef(
+        "pgcontroller_segmentstore_read_ahead_reads",
+        Kind.COUNTER,
+        "segment reads a segment store answered with a range it had read from PostgreSQL ahead of the "
+        "reader (counted in db_reads too)",
+        labels=("store",),
+    ),
+    MetricDef(
         "pgcontroller_tier_postgres_bytes",
         Kind.GAUGE,
         "bytes of stream segments held in PostgreSQL, by container (long-term tier on)",

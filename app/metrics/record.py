@@ -122,6 +122,7 @@ class StoreTraffic:
         self._read_bytes = counter("pgcontroller_segmentstore_read_bytes").labels(store)
         self._db_reads = counter("pgcontroller_segmentstore_db_reads").labels(store)
         self._cached_reads = counter("pgcontroller_segmentstore_cached_reads").labels(store)
+        self._read_ahead_reads = counter("pgcontroller_segmentstore_read_ahead_reads").labels(store)
 
     def appended(self, events: int, size: int) -> None:
         self._appends.inc(events)
@@ -136,3 +137,6 @@ class StoreTraffic:
 
     def cached_read(self) -> None:
         self._cached_reads.inc()
+
+    def read_ahead_read(self) -> None:
+        self._read_ahead_reads.inc()

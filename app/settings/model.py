@@ -555,6 +555,14 @@ class Settings:
         at_most="segment_store_read_index_bytes",
         help="bytes of one segment's most recent appends the read index keeps (its oldest go first)",
     )
+    segment_store_read_ahead_bytes: int = setting(
+        16 * 1024 * 1024,
+        check=not_negative,
+        help="bytes the segment store may have read from the database ahead of readers catching up, "
+        "for all segments together (after a read whose next range of the same size is committed, "
+        "that range is read at once, so the reader's next read does not wait for the database); "
+        "0 reads nothing ahead",
+    )
 
     # The long-term storage tier (docs/operations.md, "Long-term storage").
     tier: str = setting(

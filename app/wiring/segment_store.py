@@ -189,6 +189,7 @@ async def _start_measured_server(
             read_index=ReadIndex(
                 settings.segment_store_read_index_segment_bytes, settings.segment_store_read_index_bytes
             ),
+            read_ahead_bytes=settings.segment_store_read_ahead_bytes,
         )
     except BaseException:
         await close()

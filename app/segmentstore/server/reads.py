@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, TypeAlias
 
 from app.metrics.record import StoreTraffic
@@ -103,7 +104,19 @@ class Reads:
             return st.ReadResult(cmd.offset, cached.pieces, cached.length, 0, False)
         if self._traffic is not None:
             self._traffic.db_read()
-        return await self._storage.read(cmd.segment, cmd.offset, size)
+        ahead = self._tails.ahead
+        result = await ahead.answer(cmd.segment, cmd.offset, size)
+        if result is None:
+            result = await self._storage.read(cmd.segment, cmd.offset, size)
+        elif self._traffic is not None:
+            self._traffic.read_ahead_read()
+        following = cmd.offset + result.size
+        if result.size == size and following + size < result.length:
+            # A reader catching up: the range it asks for next is committed already, and more after
+            # it (its reply is never the tail, whatever happens meanwhile).
+            read_next = partial(self._storage.read, cmd.segment, following, size)
+            ahead.start(cmd.segment, following, size, read_next)
+        return result
 
     async def read(self, cmd: wc.ReadSegment) -> ReadReply | TailWatch:
         """The reply, or (at the tail of an unsealed segment) the watch to park on with

@@ -26,6 +26,7 @@ from app.segmentstore.server.handlers import Handlers
 from app.segmentstore.server.limits import ConnectionLimits
 from app.segmentstore.server.ownership import ContainerOwnership
 from app.segmentstore.server.peers import StorePeers
+from app.segmentstore.server.read_ahead import DEFAULT_READ_AHEAD_BYTES, ReadAhead
 from app.segmentstore.server.read_index import DEFAULT_SEGMENT_BYTES, DEFAULT_TOTAL_BYTES, ReadIndex
 from app.segmentstore.server.tails import Tails
 from app.segmentstore.server.tokens import TokenGate
@@ -54,6 +55,7 @@ class SegmentStoreServer:
         limits: ConnectionLimits | None = None,
         read_index: ReadIndex | None = None,
         tail_linger_s: float = 0.0,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
     ) -> None:
         self._storage = storage
         self._share = PortShare.of(limits if limits is not None else ConnectionLimits())
@@ -73,7 +75,9 @@ class SegmentStoreServer:
         index = (
             read_index if read_index is not None else ReadIndex(DEFAULT_SEGMENT_BYTES, DEFAULT_TOTAL_BYTES)
         )
-        self._tails = Tails(peers.changed if peers is not None else None, index, tail_linger_s)
+        self._tails = Tails(
+            peers.changed if peers is not None else None, index, tail_linger_s, ReadAhead(read_ahead_bytes)
+        )
         if peers is not None:
             peers.on_changed(self._tails.heard)
         self._handlers = Handlers(storage, self._tails)
@@ -102,6 +106,7 @@ class SegmentStoreServer:
         sockets: Sequence[socket.socket] = (),
         read_index: ReadIndex | None = None,
         tail_linger_s: float = 0.0,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
     ) -> SegmentStoreServer:
         """Listens on host:port (port 0: any free port); `tail_wait_s` bounds a tail read's wait,
         below the Rust client's 30 s request timeout. `on_close` runs last in close() (the
@@ -116,9 +121,20 @@ class SegmentStoreServer:
         keeps descriptors in reserve at accept()); they are the server's from then on.
         `read_index`: the recent bytes kept in memory (read_index.py; its default budgets without
         it). `tail_linger_s`: how long a tail read woken by an append waits for the writer's next
-        append (tails.py; 0: not at all)."""
+        append (tails.py; 0: not at all). `read_ahead_bytes`: what catch-up reads may have
+        fetched ahead of them (read_ahead.py; 0: nothing)."""
         self = cls(
-            storage, tail_wait_s, on_close, ownership, tokens, tls, peers, limits, read_index, tail_linger_s
+            storage,
+            tail_wait_s,
+            on_close,
+            ownership,
+            tokens,
+            tls,
+            peers,
+            limits,
+            read_index,
+            tail_linger_s,
+            read_ahead_bytes,
         )
         try:
             if sockets:

@@ -31,6 +31,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from app.segmentstore.server.read_ahead import ReadAhead
 from app.segmentstore.server.read_index import ReadIndex
 
 # How long a lingering read waits for the append that arrived to end, in `linger_s`: one group
@@ -109,14 +110,17 @@ class Tails:
         on_change: Callable[[str], None] | None = None,
         index: ReadIndex | None = None,
         linger_s: float = 0.0,
+        ahead: ReadAhead | None = None,
     ) -> None:
         """`on_change` hears every change made here (the other stores of a `serve --processes N`
         run wake their own waiters on it, through `heard`). `index`: the read index this store's
         appends feed (none kept without it). `linger_s`: how long a read woken by an append waits
-        for the segment's next append to arrive (0: it does not)."""
+        for the segment's next append to arrive (0: it does not). `ahead`: the read-ahead of
+        catch-up reads (read_ahead.py; none without it), dropped with the read index's entries."""
         self._parked: dict[str, _Parked] = {}
         self._on_change = on_change
         self.index = index if index is not None else ReadIndex(0, 0)
+        self.ahead = ahead if ahead is not None else ReadAhead(0)
         # Segments with appends in flight: [how many, how many other changes seen meanwhile].
         self._appending: dict[str, list[int]] = {}
         self._linger_s = linger_s
@@ -208,6 +212,7 @@ class Tails:
             for segment in list(waits):
                 _resolve(waits, segment)
         self.index.clear()
+        self.ahead.clear()
 
     def may_linger(self, segment: str) -> bool:
         """Whether a read answering with the tail of `segment` now would linger (`linger`)."""
@@ -251,6 +256,7 @@ class Tails:
 
     def _changed(self, segment: str) -> None:
         self.index.invalidate(segment)
+        self.ahead.invalidate(segment)
         state = self._appending.get(segment)
         if state is not None:
             state[1] += 1
