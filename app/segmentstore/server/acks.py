@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from app.segmentstore.wire import commands as wc
@@ -32,13 +32,13 @@ MAX_BYTES_IN_FLIGHT = 16 * 1024 * 1024
 class AckPipeline:
     def __init__(
         self,
-        send: Callable[[wc.Command], Awaitable[None]],
+        send: Callable[[Sequence[wc.Command]], Awaitable[None]],
         failed: Callable[[BaseException], Awaitable[None]],
         max_appends: int = MAX_APPENDS_IN_FLIGHT,
         max_bytes: int = MAX_BYTES_IN_FLIGHT,
     ) -> None:
-        """`send` writes a reply; `failed` is told of an append that raised (it closes the
-        connection)."""
+        """`send` writes replies, in order, together; `failed` is told of an append that raised
+        (it closes the connection)."""
         self._send = send
         self._failed = failed
         self._max_appends = max_appends
@@ -89,8 +89,15 @@ class AckPipeline:
                     return
                 self._in_flight.popleft()
                 self._bytes -= size
+                replies = [reply]
+                # The appends after it that ended too (a group commit ends many at once) are
+                # answered with it; one that failed is met by the await above, next round.
+                while self._in_flight and _succeeded(self._in_flight[0][0]):
+                    done, size = self._in_flight.popleft()
+                    self._bytes -= size
+                    replies.append(done.result())
                 self._progress.set()
-                await self._send(reply)
+                await self._send(replies)
         finally:
             self._sender = None
             self._progress.set()
@@ -119,3 +126,7 @@ class AckPipeline:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._sender is not None:
             await asyncio.gather(self._sender, return_exceptions=True)
+
+
+def _succeeded(task: asyncio.Task[wc.Command]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None

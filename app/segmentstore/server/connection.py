@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -208,7 +208,7 @@ class Connection:
         self._storage = storage
         self._handlers = handlers
         self._appends = Appends(storage, tails, traffic, self._share.arriving)
-        self._acks = AckPipeline(self._send, self._append_failed)
+        self._acks = AckPipeline(self._send_acks, self._append_failed)
         self._reads = Reads(storage, tails, tail_wait_s, traffic)
         self._transients = Transients(transient_tag)
         self._parked: dict[asyncio.Task[None], wc.ReadSegment] = {}
@@ -680,15 +680,26 @@ class Connection:
         # The whole frame is queued before the next await, so frames from parked reads never
         # interleave.
         frames = reply.frames() if isinstance(reply, DataReply) else [encode(reply)]
-        size = 0
-        for frame in frames:
-            size += len(frame)
-            self._writer.write(frame)
         if self._traffic is not None:
             if isinstance(reply, DataReply):
                 self._traffic.read(reply.size)
             elif isinstance(reply, wc.SegmentRead):
                 self._traffic.read(len(reply.data))
+        await self._send_frames(frames)
+
+    async def _send_acks(self, replies: Sequence[wc.Command]) -> None:
+        # The appends of one group commit end together: their replies leave in one write, not
+        # one system call each (a pipelining writer has many blocks in a group).
+        if len(replies) == 1:
+            await self._send_frames([encode(replies[0])])
+        else:
+            await self._send_frames([b"".join(encode(reply) for reply in replies)])
+
+    async def _send_frames(self, frames: Sequence[bytes]) -> None:
+        size = 0
+        for frame in frames:
+            size += len(frame)
+            self._writer.write(frame)
         queued = self._writer.transport.get_write_buffer_size()
         if queued <= SLOW_READER_BYTES:
             await self._writer.drain()

@@ -1,0 +1,65 @@
+"""AckPipeline (app/segmentstore/server/acks.py): appends that end together (one group commit)
+are acknowledged in one send, in arrival order; an append that fails is met after the
+acknowledgements before it, and nothing after it is acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from app.segmentstore.server.acks import AckPipeline
+from app.segmentstore.wire import commands as wc
+
+
+class Peer:
+    def __init__(self) -> None:
+        self.sends: list[list[int]] = []
+        self.failures: list[BaseException] = []
+
+    async def send(self, replies: Sequence[wc.Command]) -> None:
+        self.sends.append([reply.request_id for reply in replies if isinstance(reply, wc.DataAppended)])
+
+    async def failed(self, exc: BaseException) -> None:
+        self.failures.append(exc)
+
+
+def _ack(n: int) -> wc.DataAppended:
+    return wc.DataAppended(1, n, n - 1, request_id=n, current_segment_write_offset=n)
+
+
+async def _stored(commit: asyncio.Event, n: int, fail: bool = False) -> wc.Command:
+    await commit.wait()
+    if fail:
+        raise RuntimeError("the database went away")
+    return _ack(n)
+
+
+async def test_appends_that_end_together_are_acknowledged_in_one_send_in_order() -> None:
+    peer, group = Peer(), asyncio.Event()
+    acks = AckPipeline(peer.send, peer.failed)
+    for n in (1, 2, 3):
+        await acks.start(_stored(group, n), 10)
+    alone = asyncio.Event()
+    await acks.start(_stored(alone, 4), 10)
+    await asyncio.sleep(0.01)  # every append waiting for its commit, as in a group in flight
+    group.set()
+    await asyncio.sleep(0.01)
+    assert peer.sends == [[1, 2, 3]]
+    alone.set()
+    await acks.drain()
+    assert peer.sends == [[1, 2, 3], [4]] and not peer.failures
+
+
+async def test_a_failed_append_ends_the_acknowledgements_at_the_ones_before_it() -> None:
+    peer, group = Peer(), asyncio.Event()
+    acks = AckPipeline(peer.send, peer.failed)
+    await acks.start(_stored(group, 1), 10)
+    await acks.start(_stored(group, 2), 10)
+    await acks.start(_stored(group, 3, fail=True), 10)
+    await acks.start(_stored(group, 4), 10)
+    await asyncio.sleep(0.01)
+    group.set()
+    await acks.drain()
+    assert peer.sends == [[1, 2]]
+    assert [str(exc) for exc in peer.failures] == ["the database went away"]
+    assert await acks.start(_stored(group, 5), 10) is None
