@@ -36,6 +36,14 @@ async def _filled(client: Client, size: int) -> bytes:
     return event(payload)
 
 
+async def _second_range_read_ahead(client: Client) -> None:
+    """SEG filled, its first STEP read, and the read ahead of the second fetched by now."""
+    await _filled(client, 3 * MIB)
+    first = await client.read(SEG, 0, STEP)
+    assert isinstance(first, wc.SegmentRead) and len(first.data) == STEP
+    await asyncio.sleep(FETCHED_S)
+
+
 async def test_a_reader_catching_up_gets_its_next_ranges_read_ahead_with_the_bytes_postgresql_holds(
     server: SegmentStoreServer, client: Client
 ) -> None:
@@ -58,10 +66,7 @@ async def test_a_reader_catching_up_gets_its_next_ranges_read_ahead_with_the_byt
 async def test_a_truncation_after_a_range_was_read_ahead_answers_truncated_not_its_bytes(
     server: SegmentStoreServer, client: Client
 ) -> None:
-    await _filled(client, 3 * MIB)
-    first = await client.read(SEG, 0, STEP)
-    assert isinstance(first, wc.SegmentRead) and len(first.data) == STEP
-    await asyncio.sleep(FETCHED_S)
+    await _second_range_read_ahead(client)
     truncated = await client.call(wc.TruncateSegment(rid(), SEG, 4 * STEP, ""))
     assert isinstance(truncated, wc.SegmentTruncated)
     ahead_before = _count(server, "read_ahead_reads")
@@ -73,10 +78,7 @@ async def test_a_truncation_after_a_range_was_read_ahead_answers_truncated_not_i
 async def test_a_deletion_after_a_range_was_read_ahead_answers_no_such_segment(
     server: SegmentStoreServer, client: Client
 ) -> None:
-    await _filled(client, 3 * MIB)
-    first = await client.read(SEG, 0, STEP)
-    assert isinstance(first, wc.SegmentRead) and len(first.data) == STEP
-    await asyncio.sleep(FETCHED_S)
+    await _second_range_read_ahead(client)
     assert isinstance(await client.call(wc.DeleteSegment(rid(), SEG, "")), wc.SegmentDeleted)
     reply = await client.read(SEG, STEP, STEP)
     assert isinstance(reply, wc.NoSuchSegment)
