@@ -12,7 +12,9 @@ whatever was appended or sealed since, and its bytes never change. Every other c
 segment as this store learns of it (truncate, delete, merge, a sibling's change; tails.py calls
 `invalidate`) drops the segment's entry, so the one caveat is the read index's: a sibling store's
 change in the moment before this store hears of it. Bounded by `budget_bytes` (the sizes of the
-entries, fetching or fetched): past it the oldest goes. One entry per segment.
+entries, fetching or fetched): past it the oldest goes. One entry per segment. An entry dropped
+while its read is still running lets that read end on its own, uncounted: a read starts at most
+one read ahead, so a reader jumping about costs the database twice its reads at most.
 """
 
 from __future__ import annotations
