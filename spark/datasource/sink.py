@@ -91,7 +91,10 @@ class _TxnSink:
                 pings.cancel()
                 loop.run(writer.close())
         finally:
-            controller.close()
+            # On the loop's thread, like every use of the channel: closed from this one, it raced
+            # the loop closing a connection the server had just dropped (grpclib's close is not
+            # thread-safe), and the task failed with an AttributeError from inside grpclib.
+            loop.run(_close_controller(controller))
             loop.close()
 
     def commit_txns(self, messages: Sequence[WriterCommitMessage | None]) -> None:
@@ -153,6 +156,10 @@ async def _abort(options: SourceOptions, txns: list[tuple[int, int]]) -> None:
 
 async def _open_controller(options: SourceOptions) -> StreamController:
     return _controller(options)
+
+
+async def _close_controller(controller: StreamController) -> None:
+    controller.close()
 
 
 def _controller(options: SourceOptions) -> StreamController:
