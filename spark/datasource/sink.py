@@ -91,9 +91,9 @@ class _TxnSink:
                 pings.cancel()
                 loop.run(writer.close())
         finally:
-            # On the loop's thread, like every use of the channel: closed from this one, it raced
-            # the loop closing a connection the server had just dropped (grpclib's close is not
-            # thread-safe), and the task failed with an AttributeError from inside grpclib.
+            # On the loop's thread, like every use of the channel: grpclib's close is not
+            # thread-safe, and closed from this thread it once met a second close of the same
+            # connection (an AttributeError from inside grpclib failed the task).
             loop.run(_close_controller(controller))
             loop.close()
 

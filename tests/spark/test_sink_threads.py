@@ -1,7 +1,7 @@
 """The transactional sink uses its controller channel on the loop thread that runs it, closing
-included: grpclib is not thread-safe, and a close from Spark's task thread raced the loop's own
-close of a connection the server had just dropped (an AttributeError from inside grpclib failed
-the task, once in a CI run). Every close of the sink's controllers is recorded with its thread."""
+included: grpclib's close is not thread-safe, and a close from Spark's task thread once met a
+second close of the same connection (an AttributeError from inside grpclib failed the task, in
+a CI run). Every close of the sink's controllers is recorded with its thread."""
 
 from __future__ import annotations
 
