@@ -502,12 +502,20 @@ async def run_part(
         order = targets if index % 2 == 0 else targets[::-1]
         for target in order:
             began = time.monotonic()
+            # Both servers run throughout: the one not measured still uses the same two cores
+            # (a JVM's collector, a PostgreSQL's checkpoint or autovacuum), which the round shows.
+            others = [(other, other.cpu()) for other in targets if other is not target]
             async with target.unsampled() if part.latency else nullcontext():
                 result = await part.run(target, sizes, f"{name}-r{index}")
+            took = time.monotonic() - began
             for key, value in result.items():
                 found[target.name].setdefault(key, []).append(value)
             summary = ", ".join(f"{key} {value:.4g}" for key, value in result.items())
-            print(f"  {name} round {index + 1} {target.name} ({time.monotonic() - began:.0f} s): {summary}",
+            meanwhile = ", ".join(
+                f"meanwhile {other.name} used {100 * other.cpu_used_since(cpu) / took:.0f}% of a core"
+                for other, cpu in others
+            )
+            print(f"  {name} round {index + 1} {target.name} ({took:.0f} s): {summary} ({meanwhile})",
                   flush=True)  # fmt: skip
 
 
