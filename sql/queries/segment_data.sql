@@ -218,14 +218,14 @@ WITH moved AS (
     UPDATE segment_chunks c
     SET segment = $1, start_offset = c.start_offset + m.base, version = c.version + 1
     FROM unnest($2::text[], $3::bigint[]) AS m(source, base)
-    WHERE c.segment = m.source
+    WHERE c.segment = ANY($2::text[]) AND c.segment = m.source
 ), moved_tiered AS (
     -- A source's chunks in the long-term tier move by their index rows alone, as in Pravega's
     -- SLTS: the objects stay where they are.
     UPDATE segment_tiered_chunks t
     SET segment = $1, start_offset = t.start_offset + m.base, version = t.version + 1
     FROM unnest($2::text[], $3::bigint[]) AS m(source, base)
-    WHERE t.segment = m.source
+    WHERE t.segment = ANY($2::text[]) AND t.segment = m.source
 ), gone AS (
     DELETE FROM embedded_segments WHERE name = ANY($2::text[])
 )
@@ -239,12 +239,12 @@ WITH moved AS (
     UPDATE segment_chunks c
     SET segment = m.target, start_offset = c.start_offset + m.base, version = c.version + 1
     FROM unnest($1::text[], $2::text[], $3::bigint[]) AS m(target, source, base)
-    WHERE c.segment = m.source
+    WHERE c.segment = ANY($2::text[]) AND c.segment = m.source
 ), moved_tiered AS (
     UPDATE segment_tiered_chunks t
     SET segment = m.target, start_offset = t.start_offset + m.base, version = t.version + 1
     FROM unnest($1::text[], $2::text[], $3::bigint[]) AS m(target, source, base)
-    WHERE t.segment = m.source
+    WHERE t.segment = ANY($2::text[]) AND t.segment = m.source
 ), gone AS (
     DELETE FROM embedded_segments WHERE name = ANY($2::text[])
 )
