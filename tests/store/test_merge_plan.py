@@ -81,24 +81,23 @@ def _reads_chunks_by_key(plan: str) -> bool:
     return "Seq Scan on segment_chunks " not in plan and " on segment_chunks_pkey" in plan
 
 
-async def test_a_merge_reads_its_sources_chunks_by_the_primary_key(skewed: Database) -> None:
-    base = CHUNKS_PER_SEGMENT * 16
-    plan = await _generic_plan(
-        skewed,
-        "merge_apply",
+BASE = CHUNKS_PER_SEGMENT * 16
+# Each merge statement: its parameters' types, and arguments merging SOURCE into TARGET.
+MERGES = {
+    "merge_apply": (
         "text, text[], bigint[], bigint, bigint",
-        f"'{TARGET}', ARRAY['{SOURCE}'], ARRAY[{base}::bigint], {base + 1}, 6000",
-    )
-    assert _reads_chunks_by_key(plan), plan
-
-
-async def test_merges_of_many_targets_read_their_sources_chunks_by_the_primary_key(skewed: Database) -> None:
-    base = CHUNKS_PER_SEGMENT * 16
-    plan = await _generic_plan(
-        skewed,
-        "merges_apply",
+        f"'{TARGET}', ARRAY['{SOURCE}'], ARRAY[{BASE}::bigint], {BASE + 1}, 6000",
+    ),
+    "merges_apply": (
         "text[], text[], bigint[], text[], bigint[], bigint",
-        f"ARRAY['{TARGET}'], ARRAY['{SOURCE}'], ARRAY[{base}::bigint], ARRAY['{TARGET}'],"
-        f" ARRAY[{base + 1}::bigint], 6000",
-    )
+        f"ARRAY['{TARGET}'], ARRAY['{SOURCE}'], ARRAY[{BASE}::bigint], ARRAY['{TARGET}'],"
+        f" ARRAY[{BASE + 1}::bigint], 6000",
+    ),
+}
+
+
+@pytest.mark.parametrize("statement", sorted(MERGES))
+async def test_a_merge_reads_its_sources_chunks_by_the_primary_key(skewed: Database, statement: str) -> None:
+    types, arguments = MERGES[statement]
+    plan = await _generic_plan(skewed, statement, types, arguments)
     assert _reads_chunks_by_key(plan), plan
