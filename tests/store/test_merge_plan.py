@@ -28,9 +28,11 @@ SOURCE = TARGET + "#transaction.00000000000000000000000000000001"
 CHUNKS_PER_SEGMENT = 4_000
 
 
-async def _fill(db: Database, *, analyzed: bool) -> Database:
+@pytest.fixture(params=["analyzed", "never analyzed"])
+async def skewed(db: Database, request: pytest.FixtureRequest) -> Database:
     """Two stream segments holding thousands of chunk rows each and one transaction segment with
     one; statistics that say so, or none yet (autovacuum kept off the table meanwhile)."""
+    analyzed = request.param == "analyzed"
     if not analyzed:
         await db.execute("ALTER TABLE segment_chunks SET (autovacuum_enabled = false)")
     storage = PgSegmentStorage(db, ManualClock(5_000))
@@ -54,11 +56,6 @@ async def _fill(db: Database, *, analyzed: bool) -> Database:
     if analyzed:
         await db.execute("ANALYZE segment_chunks")
     return db
-
-
-@pytest.fixture(params=["analyzed", "never analyzed"])
-async def skewed(db: Database, request: pytest.FixtureRequest) -> Database:
-    return await _fill(db, analyzed=request.param == "analyzed")
 
 
 async def _generic_plan(db: Database, statement: str, types: str, arguments: str) -> str:
