@@ -644,6 +644,9 @@ class ChaosRun:
                 scope=SCOPE, stream=stream, group=f"readers-{stream}", readers=2,
                 deadline_s=(self.o.max_seconds or self.o.seconds) + 4 * self.o.settle_s,
                 out=str(self.o.work / f"read-{stream}.json"),
+                # The client's warnings (and, with CHAOS_READER_LOG=info, its every step) in a
+                # file beside the reader's stderr, for a reader that stood still.
+                rust_log=os.environ.get("CHAOS_READER_LOG", "warn"),
             )  # fmt: skip
 
     async def _faults(self) -> None:

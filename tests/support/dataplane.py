@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -72,8 +73,16 @@ class ClientProcess:
         self.last: dict[str, Any] = {}
 
     @classmethod
-    async def start(cls, role: str, work_dir: Path, **args: Any) -> ClientProcess:
+    async def start(
+        cls, role: str, work_dir: Path, *, rust_log: str | None = None, **args: Any
+    ) -> ClientProcess:
+        """`rust_log`: the client's own log at that level (RUST_LOG), to a `.client.log` file
+        beside the role's stderr."""
         stderr_path = work_dir / f"client-{role}-{time.monotonic_ns()}.err"
+        env = None
+        if rust_log is not None:
+            env = {**os.environ, "RUST_LOG": rust_log}
+            args["client_log"] = str(stderr_path.with_suffix(".client.log"))
         with open(stderr_path, "wb") as stderr:  # noqa: ASYNC230 - a local file handed to the child
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -84,13 +93,17 @@ class ClientProcess:
                 cwd=REPO_ROOT,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
+                env=env,
             )
         return cls(process, role, stderr_path)
 
     def _failure(self, why: str) -> AssertionError:
         tail = self.stderr_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-        logged = self.stderr_path.with_suffix(".out")
-        log = logged.read_text(encoding="utf-8", errors="replace")[-3000:] if logged.exists() else ""
+        log = ""
+        for suffix in (".out", ".client.log"):
+            logged = self.stderr_path.with_suffix(suffix)
+            if logged.exists():
+                log += logged.read_text(encoding="utf-8", errors="replace")[-3000:]
         return AssertionError(f"client {self.role}: {why}; last report {self.last}\n{tail}\n{log}")
 
     async def _next_report(self, deadline: float) -> tuple[str, dict[str, Any]]:

@@ -24,6 +24,14 @@ import pravega_client  # type: ignore[import-untyped]
 # How many consecutive empty acquisitions (each waits up to 1 s inside the client) before the
 # reader asks the group whether any segment is left to read.
 IDLE_ROUNDS_BEFORE_CHECK = 2
+# sys.getrefcount of a slice future (its argument and the caller's name counted) once the client's
+# runtime thread that resolved it is done with it: 2 for a slice, 3 for the empty slice that ends
+# a second's wait; 4 and 8 while that thread still holds it (pravega-client 0.3.7, measured).
+RESOLVED_FUTURE_REFS = 3
+# The loop's idle turns (the GIL free) while that thread finishes, and how many at most (a
+# second's worth): past them the caller goes on, as it did before it waited at all.
+GIL_HANDOFF_S = 0.0005
+GIL_HANDOFF_TURNS = 2000
 
 
 def emit(kind: str, payload: dict[str, Any]) -> None:
@@ -79,6 +87,23 @@ def write(args: dict[str, Any]) -> None:
     finish({"written": count, "seconds": ended - started, "t0": started, "t1": ended})
 
 
+async def next_slice(reader: Any) -> Any:
+    """The reader's next slice, returned once the client's runtime thread that resolved its
+    future is done with Python. That thread resolves it holding the GIL, lets go of the GIL to
+    wake this loop, and needs it again to finish; a blocking call made before then
+    (release_segment, get_streamcut: each holds the GIL inside the client's runtime) keeps it
+    waiting, with whatever tasks it holds, until the client's 30 s request timeout, and again at
+    the next try: chaos runs' readers stood still for minutes so (gdb: the loop's thread in
+    release_segment's block_on, a runtime thread in pyo3-asyncio's set_result taking the GIL)."""
+    future = reader.get_segment_slice_async()
+    slice_ = await future
+    for _ in range(GIL_HANDOFF_TURNS):
+        if sys.getrefcount(future) <= RESOLVED_FUTURE_REFS:
+            break
+        await asyncio.sleep(GIL_HANDOFF_S)
+    return slice_
+
+
 def group_has_segments(group: Any) -> bool:
     """False once the group has no segment left to read (a sealed stream read to its end): the
     client then panics in get_streamcut ("Expected a StreamCut but none found"), the only
@@ -108,7 +133,7 @@ async def read_async(args: dict[str, Any]) -> None:
     last_report = 0
 
     async def one(index: int) -> int:
-        slice_ = await readers[index].get_segment_slice_async()
+        slice_ = await next_slice(readers[index])
         got = 0
         for event in slice_:
             name = bytes(event.data()).split(b"|", 1)[0].decode()
@@ -120,9 +145,8 @@ async def read_async(args: dict[str, Any]) -> None:
         return got
 
     while time.monotonic() < deadline:
-        # One reader at a time: release_segment blocks the thread (holding the GIL) inside the
-        # client's runtime, and a slice future of another reader completing meanwhile needs the
-        # GIL on a runtime thread; with both in flight a run hung once for good.
+        # One reader at a time, each slice awaited before the next is asked for: the client has
+        # hung for good with two slice futures in flight.
         got = 0
         for index in range(len(readers)):
             got += await one(index)
@@ -288,7 +312,7 @@ async def paced_read_async(args: dict[str, Any]) -> None:
     rate, count, every = args["rate"], args["count"], args.get("progress_every", 10)
     started, read = time.monotonic(), 0
     while read < count and not _stopped(args.get("stop")):
-        slice_ = await reader.get_segment_slice_async()
+        slice_ = await next_slice(reader)
         for _ in slice_:
             read += 1
             if read % every == 0:
@@ -358,7 +382,7 @@ def group_read(args: dict[str, Any]) -> None:
     async def run() -> None:
         nonlocal idle_rounds, ended
         while time.monotonic() < deadline:
-            slice_ = await reader.get_segment_slice_async()
+            slice_ = await next_slice(reader)
             got = 0
             for event in slice_:
                 events.append((0, bytes(event.data()).split(b"|", 1)[0].decode()))
@@ -427,7 +451,7 @@ def large(args: dict[str, Any]) -> None:
 
     async def run() -> None:
         while time.monotonic() < deadline and len(seen) < args["expect"]:
-            slice_ = await reader.get_segment_slice_async()
+            slice_ = await next_slice(reader)
             got = [describe(bytes(event.data())) for event in slice_]
             reader.release_segment(slice_)
             if got:
@@ -530,5 +554,19 @@ ROLES = {
     "txn-chaos": txn_chaos,
 }
 
+
+def log_client_to(path: str) -> None:
+    """The client's own log (it writes to file descriptor 1) goes to `path`; the reports keep the
+    pipe the test reads, which nobody drains while a workload runs."""
+    reports = os.dup(1)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.close(log)
+    sys.stdout = os.fdopen(reports, "w", buffering=1)
+
+
 if __name__ == "__main__":
-    ROLES[sys.argv[1]](json.loads(sys.argv[2]))
+    role_args = json.loads(sys.argv[2])
+    if role_args.get("client_log"):  # a path; RUST_LOG in the environment sets the level
+        log_client_to(role_args.pop("client_log"))
+    ROLES[sys.argv[1]](role_args)
