@@ -40,6 +40,7 @@ from app.clock import SystemClock
 from app.domain.errors import IllegalState, StoreUnavailable
 from app.embedded_pg import EmbeddedPostgres
 from app.observability.access_sampling import sample_access_log
+from app.observability.task_dump import dump_tasks_on_sigusr1
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
 from app.settings import Settings
 from app.store.cluster import PgClusterStore
@@ -208,6 +209,7 @@ def _stop_on_signals(stop: asyncio.Event, stack: AsyncExitStack) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
         stack.callback(loop.remove_signal_handler, sig)
+    dump_tasks_on_sigusr1()
 
 
 async def _pool(settings: Settings, url: str, stack: AsyncExitStack) -> Database:

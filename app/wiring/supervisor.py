@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.embedded_pg import EmbeddedPostgres
+from app.observability.task_dump import dump_tasks_on_sigusr1
 from app.security.signing_key import KEY_ENV
 from app.settings import Settings
 from app.waiting import bounded, wait_event
@@ -412,6 +413,7 @@ async def supervise(settings: Settings, argv: Sequence[str]) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
             stack.callback(loop.remove_signal_handler, sig)
+        dump_tasks_on_sigusr1()
         env, embedded = await _database_env(settings, stack)
         ports = _reserve_ports(settings)
         stack.callback(ports.close)  # after the children have stopped: the ports are ours until then

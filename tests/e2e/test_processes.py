@@ -237,6 +237,27 @@ async def test_sigterm_stops_every_child_and_the_supervisor_exits_0(db_url: str,
     assert "shutdown requested: stopping 2 controller processes" in served.log()
 
 
+async def test_sigusr1_logs_the_tasks_of_the_supervisor_and_a_child_and_both_go_on(
+    served: ServedProcess, tmp_path: Path
+) -> None:
+    """An operator's view of a process that seems stuck: each process it is sent to logs its
+    asyncio tasks with the awaits each is suspended in (the default action, exit, never happens)."""
+    child = ready_info(tmp_path)["processes"][0]
+    for dumps, pid in enumerate((served.process.pid, child), start=1):
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while served.log().count("asyncio tasks:") < dumps:
+            assert time.monotonic() < deadline, f"no dump from {pid} within 10 s"
+            await asyncio.sleep(0.05)
+    text = served.log()
+    # The chains reach into the code base: the supervisor waits for its children, a child in
+    # its run loop, both down to the line they wait on.
+    assert "app/wiring/supervisor.py:" in text and "in run" in text, text[-3000:]
+    assert "app/process.py:" in text and "in until_stopped" in text, text[-3000:]
+    assert alive(served.process.pid) and alive(child)
+    assert await ids_over_fresh_connections(served, MEMBERS) == MEMBERS
+
+
 def private_dirs_of(supervisor: int) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(f"{PRIVATE_DIR_PREFIX}{supervisor}-*"))
 
