@@ -71,6 +71,7 @@ CLIENT = textwrap.dedent(
                 except asyncio.TimeoutError:
                     continue
                 got += [bytes(e.data()).decode() for e in piece]
+                await asyncio.sleep(0.001)  # the client's thread done with the GIL (docs/dataplane.md)
                 reader.release_segment(piece)
             return got
 

@@ -44,6 +44,7 @@ CLIENT = textwrap.dedent(
         while len(got) < count and time.monotonic() < deadline:
             piece = await reader.get_segment_slice_async()
             got += [bytes(e.data()).decode() for e in piece]
+            await asyncio.sleep(0.001)  # the client's thread done with the GIL (docs/dataplane.md)
             reader.release_segment(piece)
         return got
 

@@ -75,6 +75,7 @@ async def read_all(expected):
     while len(events) < expected:
         segment_slice = await reader.get_segment_slice_async()
         events.extend(event.data().decode() for event in segment_slice)
+        await asyncio.sleep(0.001)  # the client's thread done with the GIL (docs/dataplane.md)
         reader.release_segment(segment_slice)
     reader.reader_offline()
     return events
