@@ -1,9 +1,11 @@
 """The data path beside Pravega 0.13 standalone: the same parts, through the same client (Pravega's
 Python client 0.3.8, one process per client), against Pravega standalone and against `serve` from
 this checkout, both running at once on this machine, in one run; each figure for both and the ratio.
+During each round the server not being measured runs at nice 19 (--other-nice), so that its own
+background work takes only the cycles the measured one leaves (bench/_niceness.py; needs root).
 
     .venv/bin/python bench/beside_pravega.py [--quick] [--only PARTS] [--rounds N]
-        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off]
+        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other-nice 19]
 
 Every part runs a warm-up round on each server first (the --quick sizes, not counted), then
 --rounds rounds alternating between the servers (Pravega, serve; serve, Pravega; ...). The table
@@ -65,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._beside_servers import SCOPE, Target, both
 from bench._common import percentile
+from bench._niceness import can_restore, lowered
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENT_TIMEOUT_S = 900.0
@@ -491,22 +494,29 @@ async def run_part(
     sizes: Sizes,
     rounds: int,
     found: dict[str, dict[str, list[float]]],
+    other_nice: int,
 ) -> None:
+    def others_lowered(target: Target) -> Any:
+        return lowered([other.pids for other in targets if other is not target], other_nice)
+
     for target in targets:
-        if part.prepare is not None:
-            began = time.monotonic()
-            await part.prepare(target, sizes)
-            print(f"  {name}: {target.name} prepared in {time.monotonic() - began:.1f} s", flush=True)
-        await part.run(target, WARM, f"{name}-warm")
+        with others_lowered(target):
+            if part.prepare is not None:
+                began = time.monotonic()
+                await part.prepare(target, sizes)
+                print(f"  {name}: {target.name} prepared in {time.monotonic() - began:.1f} s", flush=True)
+            await part.run(target, WARM, f"{name}-warm")
     for index in range(rounds):
         order = targets if index % 2 == 0 else targets[::-1]
         for target in order:
             began = time.monotonic()
             # Both servers run throughout: the one not measured still uses the same two cores
-            # (a JVM's collector, a PostgreSQL's checkpoint or autovacuum), which the round shows.
+            # (a JVM's collector, a PostgreSQL's checkpoint or autovacuum), at a low priority
+            # unless --other-nice 0 (bench/_niceness.py); the round shows how much it took.
             others = [(other, other.cpu()) for other in targets if other is not target]
-            async with target.unsampled() if part.latency else nullcontext():
-                result = await part.run(target, sizes, f"{name}-r{index}")
+            with others_lowered(target):
+                async with target.unsampled() if part.latency else nullcontext():
+                    result = await part.run(target, sizes, f"{name}-r{index}")
             took = time.monotonic() - began
             for key, value in result.items():
                 found[target.name].setdefault(key, []).append(value)
@@ -538,6 +548,9 @@ async def main() -> None:
                         help="serve's PostgreSQL (off: acks no longer durable, for reference)")  # fmt: skip
     parser.add_argument("--processes", type=int, default=1,
                         help="serve's --processes: its gRPC and segment store in N processes")  # fmt: skip
+    parser.add_argument("--other-nice", type=int, default=19, choices=range(20), metavar="0-19",
+                        help="the nice value of the server not being measured, during the other's "
+                        "rounds (default 19; 0: both at the same priority throughout)")  # fmt: skip
     args = parser.parse_args()
     sizes = QUICK if args.quick else DEFAULT
     sizes = replace(
@@ -552,13 +565,16 @@ async def main() -> None:
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"  sizes: {sizes}; {rounds} rounds per part after a warm-up round; serve's PostgreSQL "
           f"synchronous_commit={args.synchronous_commit}")  # fmt: skip
+    other_nice = args.other_nice if can_restore() else 0
+    print(f"  the server not being measured runs at nice {other_nice} during the other's rounds"
+          + ("" if other_nice or not args.other_nice else " (lowering it needs root to undo)"))  # fmt: skip
     began = time.monotonic()
     found: dict[str, dict[str, list[float]]] = {"Pravega": {}, "serve": {}}
     async with both(args.synchronous_commit, args.processes) as targets:
         print(f"  servers up in {time.monotonic() - began:.0f} s: "
               + ", ".join(f"{t.name} {t.uri}" for t in targets), flush=True)  # fmt: skip
         for name in names:
-            await run_part(name, PARTS[name], targets, sizes, rounds, found)
+            await run_part(name, PARTS[name], targets, sizes, rounds, found, other_nice)
         memory = {t.name: (t.idle_memory_mb, t.peak_memory_mb) for t in targets}
     print()
     durable = "durable" if args.synchronous_commit == "on" else "NOT durable"
