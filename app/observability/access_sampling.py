@@ -4,8 +4,10 @@ loop. Lines are alike when they share their kind, method, path, status and peer 
 id, duration and peer port differ on every line); of alike lines, the first `per_window` of each
 window are written, the rest counted and reported in one line when the window ends.
 
-The sampler is a filter on the access logger: the lines are still made (their cost is the
-formatting the filter saves), and every other logger is untouched.
+The sampler is a filter on the access logger, and every other logger is untouched. The access
+logs ask `admit` first, so a suppressed line is never made (a record per call is most of a
+line's cost, paid hundreds of times a second under a steady load); a line they make after
+`admit` carries `ADMITTED_ATTR` and passes the filter uncounted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ WINDOW_S = 1.0
 # sampled per kind up to this many, then its further kinds pass unsampled until windows end.
 MAX_KINDS = 4096
 _SUMMARY_ATTR = "pgc_access_summary"
+# On a line made after `admit` said yes: the filter does not count it a second time.
+ADMITTED_ATTR = "pgc_access_admitted"
 
 Kind = tuple[object, ...]
 
@@ -69,6 +73,12 @@ class AccessSampler(logging.Filter):
         fields = getattr(record, ACCESS_FIELDS_ATTR, None)
         if not isinstance(fields, dict) or getattr(record, _SUMMARY_ATTR, False):
             return True
+        if getattr(record, ADMITTED_ATTR, False):
+            return True
+        return self.admit(fields)
+
+    def admit(self, fields: dict[str, object]) -> bool:
+        """Whether a line of these fields is written; counted as written or suppressed."""
         kind = _kind(fields)
         window = self._windows.get(kind)
         if window is None:
@@ -117,6 +127,16 @@ class AccessSampler(logging.Filter):
             )
 
 
+_installed: list[AccessSampler] = []
+
+
+def admit(fields: dict[str, object]) -> bool:
+    """Asked by an access log before it makes a line of `fields`: False when the sampler
+    installed by `sample_access_log` suppresses it (counted for the window's summary). A line
+    made after True carries `ADMITTED_ATTR`."""
+    return not _installed or _installed[-1].admit(fields)
+
+
 def sample_access_log(per_window: int) -> Callable[[], None]:
     """Installs a sampler on the access logger; returns what removes it (writing its counts).
     0 writes every line."""
@@ -125,9 +145,12 @@ def sample_access_log(per_window: int) -> Callable[[], None]:
     sampler = AccessSampler(per_window)
     logger = logging.getLogger(ACCESS_LOGGER)
     logger.addFilter(sampler)
+    _installed.append(sampler)
 
     def remove() -> None:
         logger.removeFilter(sampler)
+        if sampler in _installed:
+            _installed.remove(sampler)
         sampler.close()
 
     return remove

@@ -18,6 +18,7 @@ from grpclib.client import Channel
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.domain.ids import segment_id
+from app.observability.access_sampling import sample_access_log
 from app.observability.logs import ACCESS_LOGGER, ContextFilter, JsonFormatter
 from app.testing.controller import Services, serving
 from app.testing.scale import scale_request
@@ -100,6 +101,61 @@ async def test_grpc_access_line_has_method_status_duration_request_id_peer(servi
     assert first["request_descriptor"] == "createScope-sc"
     assert first["peer"].startswith("127.0.0.1:") and first["duration_ms"] >= 0
     assert second["method"] == "createScope" and second["request_id"] not in ("", "9001")
+
+
+@contextmanager
+def access_records_made() -> Iterator[list[logging.LogRecord]]:
+    """Every record made for the access logger from here on (suppressed or not)."""
+    made: list[logging.LogRecord] = []
+    factory = logging.getLogRecordFactory()
+
+    def counting(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        if record.name == ACCESS_LOGGER:
+            made.append(record)
+        return record
+
+    logging.setLogRecordFactory(counting)
+    try:
+        yield made
+    finally:
+        logging.setLogRecordFactory(factory)
+
+
+async def test_sampled_lines_are_never_made_and_are_counted_in_the_summary(services: Services) -> None:
+    """Past a window's share, a REST request or gRPC call makes no log record at all (making one
+    per call was most of the access log's cost under a steady load), and the summary counts it."""
+    with captured() as logs, access_records_made() as made:
+        remove = sample_access_log(per_window=2)
+        try:
+            async with serving(services) as servers, aiohttp.ClientSession() as http:
+                for _ in range(12):
+                    async with http.get(f"http://127.0.0.1:{servers.rest_port}/v1/scopes") as response:
+                        assert response.status == 200
+                channel = Channel("127.0.0.1", servers.grpc_port)
+                try:
+                    stub = ControllerServiceStub(channel)
+                    for _ in range(12):
+                        listed = await stub.listScopes(pb.ScopesRequest())
+                        assert listed is not None
+                finally:
+                    channel.close()
+                await until(lambda: len(logs.access()) >= 4)
+            written = len(made)
+        finally:
+            remove()
+    lines = logs.access()
+    assert [(line["kind"], line.get("path", line.get("method"))) for line in lines[:4]] == [
+        ("rest", "/v1/scopes"),
+        ("rest", "/v1/scopes"),
+        ("grpc", "listScopes"),
+        ("grpc", "listScopes"),
+    ]
+    assert written == 4, [record.getMessage() for record in made]
+    summaries = sorted(line["message"] for line in lines[4:])
+    assert len(summaries) == 2
+    assert summaries[0].startswith("REST GET /v1/scopes 200 from 127.0.0.1: 10 more alike lines")
+    assert summaries[1].startswith("gRPC listScopes OK from 127.0.0.1: 10 more alike lines")
 
 
 async def test_no_access_log_silences_the_lines_but_keeps_request_ids(services: Services) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.observability.access_sampling import AccessSampler, sample_access_log
+from app.observability.access_sampling import ADMITTED_ATTR, AccessSampler, admit, sample_access_log
 from app.observability.logs import ACCESS_FIELDS_ATTR, ACCESS_LOGGER
 
 WINDOW_S = 0.2
@@ -112,3 +112,23 @@ def test_zero_writes_every_line(collected: _Collect) -> None:
         _grpc("ping", "OK", "127.0.0.1:5", n)
     remove()
     assert len(collected.messages) == 50
+
+
+async def test_admit_counts_as_the_filter_does_and_an_admitted_line_is_not_counted_twice(
+    collected: _Collect,
+) -> None:
+    fields: dict[str, object] = {"kind": "grpc", "method": "ping", "status": "OK", "peer": "127.0.0.1:5"}
+    remove = sample_access_log(per_window=2)
+    try:
+        assert [admit(fields) for _ in range(5)] == [True, True, False, False, False]
+        logging.getLogger(ACCESS_LOGGER).info(
+            "admitted", extra={ACCESS_FIELDS_ATTR: fields, ADMITTED_ATTR: True}
+        )
+    finally:
+        remove()
+    assert collected.messages == [
+        "admitted",
+        "gRPC ping OK from 127.0.0.1: 3 more alike lines in 1.0 s not written",
+    ]
+    # No sampler installed: every line is admitted.
+    assert all(admit(fields) for _ in range(10))

@@ -18,6 +18,7 @@ import grpclib.server
 from grpclib.events import RecvRequest, SendTrailingMetadata, listen
 
 from app.observability import context
+from app.observability.access_sampling import ADMITTED_ATTR, admit
 from app.observability.context import given_or_new
 from app.observability.logs import ACCESS_FIELDS_ATTR, ACCESS_LOGGER
 
@@ -74,6 +75,8 @@ async def _on_trailers(event: SendTrailingMetadata) -> None:
     }
     if call.descriptor:
         fields["request_descriptor"] = call.descriptor
+    if not admit(fields):
+        return
     log.info(
         "gRPC %s %s %.1f ms peer=%s request_id=%s",
         call.method,
@@ -81,7 +84,7 @@ async def _on_trailers(event: SendTrailingMetadata) -> None:
         duration_ms,
         call.peer,
         request_id,
-        extra={ACCESS_FIELDS_ATTR: fields, "request_id": request_id},
+        extra={ACCESS_FIELDS_ATTR: fields, ADMITTED_ATTR: True, "request_id": request_id},
     )
 
 

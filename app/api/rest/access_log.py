@@ -14,6 +14,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from app.observability.access_sampling import ADMITTED_ATTR, admit
 from app.observability.context import bound, given_or_new
 from app.observability.logs import ACCESS_FIELDS_ATTR, ACCESS_LOGGER
 
@@ -52,6 +53,8 @@ def _log_line(request: web.Request, status: int, duration_ms: float, request_id:
         "duration_ms": round(duration_ms, 3),
         "remote": remote,
     }
+    if not admit(fields):
+        return
     log.info(
         "REST %s %s %d %.1f ms remote=%s request_id=%s",
         request.method,
@@ -60,5 +63,5 @@ def _log_line(request: web.Request, status: int, duration_ms: float, request_id:
         duration_ms,
         remote,
         request_id,
-        extra={ACCESS_FIELDS_ATTR: fields, "request_id": request_id},
+        extra={ACCESS_FIELDS_ATTR: fields, ADMITTED_ATTR: True, "request_id": request_id},
     )
