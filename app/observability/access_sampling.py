@@ -127,14 +127,14 @@ class AccessSampler(logging.Filter):
             )
 
 
-_installed: list[AccessSampler] = []
-
-
 def admit(fields: dict[str, object]) -> bool:
-    """Asked by an access log before it makes a line of `fields`: False when the sampler
-    installed by `sample_access_log` suppresses it (counted for the window's summary). A line
-    made after True carries `ADMITTED_ATTR`."""
-    return not _installed or _installed[-1].admit(fields)
+    """Asked by an access log before it makes a line of `fields`: False when a sampler on the
+    access logger suppresses it (counted for its window's summary), as the logger's filters
+    would have decided in their order. A line made after True carries `ADMITTED_ATTR`."""
+    for candidate in logging.getLogger(ACCESS_LOGGER).filters:
+        if isinstance(candidate, AccessSampler) and not candidate.admit(fields):
+            return False
+    return True
 
 
 def sample_access_log(per_window: int) -> Callable[[], None]:
@@ -145,12 +145,9 @@ def sample_access_log(per_window: int) -> Callable[[], None]:
     sampler = AccessSampler(per_window)
     logger = logging.getLogger(ACCESS_LOGGER)
     logger.addFilter(sampler)
-    _installed.append(sampler)
 
     def remove() -> None:
         logger.removeFilter(sampler)
-        if sampler in _installed:
-            _installed.remove(sampler)
         sampler.close()
 
     return remove

@@ -132,3 +132,16 @@ async def test_admit_counts_as_the_filter_does_and_an_admitted_line_is_not_count
     ]
     # No sampler installed: every line is admitted.
     assert all(admit(fields) for _ in range(10))
+
+
+async def test_admit_asks_a_sampler_added_to_the_logger_directly(collected: _Collect) -> None:
+    fields: dict[str, object] = {"kind": "rest", "method": "GET", "path": "/", "status": 200, "remote": "h"}
+    sampler = AccessSampler(per_window=1, window_s=WINDOW_S)
+    logger = logging.getLogger(ACCESS_LOGGER)
+    logger.addFilter(sampler)
+    try:
+        assert [admit(fields) for _ in range(3)] == [True, False, False]
+    finally:
+        logger.removeFilter(sampler)
+        sampler.close()
+    assert collected.messages == ["REST GET / 200 from h: 2 more alike lines in 0.2 s not written"]
