@@ -45,11 +45,31 @@ class Standalone:
         self.process.wait()
 
 
+# Starts with fresh ports after a port was taken between free_port() and the JVM's bind (any
+# process's outgoing connection may get it as its ephemeral port while the suite runs in parallel).
+START_ATTEMPTS = 3
+_PORT_TAKEN = "java.net.BindException: Address already in use"
+
+
+class PortTaken(RuntimeError):
+    """The standalone exited at start because one of its ports was taken meanwhile."""
+
+
 def start_standalone(
     work_dir: Path, properties: Mapping[str, str] | None = None, scheme: str = "tcp"
 ) -> Standalone:
     """A ready standalone whose data lives under `work_dir`; `properties` add to or override its
     `singlenode.*` configuration (authentication, TLS)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_once(work_dir, properties, scheme)
+        except PortTaken:
+            if attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(work_dir: Path, properties: Mapping[str, str] | None, scheme: str) -> Standalone:
     work_dir.mkdir(parents=True, exist_ok=True)
     ports = {name: free_port() for name in ("zkPort", "controllerPort", "restServerPort", "segmentstorePort")}
     settings = {f"singlenode.{name}": str(port) for name, port in ports.items()}
@@ -86,9 +106,9 @@ def start_standalone(
     deadline = time.monotonic() + READY_TIMEOUT_S
     while READY_LINE not in standalone.log():
         if process.poll() is not None:
-            raise RuntimeError(
-                f"Pravega standalone exited with {process.returncode}:\n{standalone.log()[-8000:]}"
-            )
+            log = standalone.log()
+            failed = PortTaken if _PORT_TAKEN in log else RuntimeError
+            raise failed(f"Pravega standalone exited with {process.returncode}:\n{log[-8000:]}")
         if time.monotonic() > deadline:
             standalone.stop()
             raise RuntimeError(
