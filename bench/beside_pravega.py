@@ -58,7 +58,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -496,7 +496,7 @@ async def run_part(
     found: dict[str, dict[str, list[float]]],
     other_nice: int,
 ) -> None:
-    def others_lowered(target: Target) -> Any:
+    def others_lowered(target: Target) -> AbstractContextManager[None]:
         return lowered([other.pids for other in targets if other is not target], other_nice)
 
     for target in targets:

@@ -116,7 +116,7 @@ def _start_once(work_dir: Path, properties: Mapping[str, str] | None, scheme: st
             )
         time.sleep(0.2)
     # The sandbox says it is running a moment before its controller's gRPC port accepts.
-    while not _accepts(standalone.controller_port):
+    while not accepts(standalone.controller_port):
         if time.monotonic() > deadline:
             standalone.stop()
             raise RuntimeError(
@@ -126,7 +126,7 @@ def _start_once(work_dir: Path, properties: Mapping[str, str] | None, scheme: st
     return standalone
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
