@@ -2,23 +2,27 @@
 dedicated sessions, over asyncpg. Every call here turns a driver failure into the domain's error
 (app/store/errors.py) exactly once, so store code never translates and never sees asyncpg.
 
-Each query is one thin async call into asyncpg's own: no extra round trip, and nothing per query
-but that call's coroutine. Domain errors raised by store code inside a transaction block pass
+Each query is one thin async call into asyncpg's own on a connection the pool's lender lends
+(app/store/lending.py): no extra round trip, and per query only that call's coroutine and the
+lending. Domain errors raised by store code inside a transaction block pass
 through untouched; a failure to start, commit or roll back the block is translated like a query's.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import asyncpg
 
 from app.store import hosts
 from app.store.dsn import connect_args
 from app.store.errors import domain_error
+from app.store.lending import ConnectionLender
+
+T = TypeVar("T")
 
 
 class Row(Protocol):
@@ -216,21 +220,66 @@ class PgSession(PgConnection):
             _raise_translated(exc)
 
 
-class PgDatabase(_Calls):
-    """Database over an asyncpg pool: each query call borrows a connection for that call only."""
+class PgDatabase:
+    """Database over an asyncpg pool: each query call borrows a connection for that call only,
+    lent by app/store/lending.py (which spares most borrowings a round through the pool)."""
 
-    __slots__ = ()
+    __slots__ = ("_lender", "_pool")
 
     def __init__(self, pool: asyncpg.Pool) -> None:
-        super().__init__(pool)
+        self._pool = pool
+        self._lender = ConnectionLender(pool)
+
+    async def _on_lent(self, call: Callable[[Any], Awaitable[T]]) -> T:
+        try:
+            connection = await self._lender.lend()
+            try:
+                result = await call(connection)
+            except BaseException:
+                await self._lender.give_back(connection, clean=False)
+                raise
+            await self._lender.give_back(connection, clean=True)
+        except Exception as exc:
+            _raise_translated(exc)
+        return result
+
+    async def fetch(self, query: str, *args: object) -> list[Row]:
+        return await self._on_lent(lambda connection: connection.fetch(query, *args))
+
+    async def fetchrow(self, query: str, *args: object) -> Row | None:
+        return await self._on_lent(lambda connection: connection.fetchrow(query, *args))
+
+    async def fetchval(self, query: str, *args: object) -> Any:
+        return await self._on_lent(lambda connection: connection.fetchval(query, *args))
+
+    async def execute(self, query: str, *args: object) -> str:
+        return await self._on_lent(lambda connection: connection.execute(query, *args))
+
+    async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None:
+        await self._on_lent(lambda connection: connection.executemany(command, args))
+
+    async def fetchmany(self, query: str, args: Iterable[Sequence[object]]) -> list[Row]:
+        """`query` once per argument list, pipelined (one round trip for all), the rows of all."""
+        return await self._on_lent(lambda connection: connection.fetchmany(query, args))
+
+    async def copy_records_to_table(
+        self,
+        table_name: str,
+        *,
+        records: Iterable[Sequence[object]],
+        columns: Sequence[str] | None = None,
+    ) -> str:
+        return await self._on_lent(
+            lambda connection: connection.copy_records_to_table(table_name, records=records, columns=columns)
+        )
 
     def acquire(self) -> _Acquired:
-        return _Acquired(self._target)
+        return _Acquired(self._lender)
 
     def pool_use(self) -> tuple[int, int, int]:
         """(connections open, of them idle, the pool's bound): the metrics' view of the pool."""
-        pool = self._target
-        return pool.get_size(), pool.get_idle_size(), pool.get_max_size()
+        pool = self._pool
+        return pool.get_size(), pool.get_idle_size() + self._lender.idle(), pool.get_max_size()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PgConnection]:
@@ -239,22 +288,37 @@ class PgDatabase(_Calls):
 
     async def close(self) -> None:
         try:
-            await self._target.close()
+            await self._lender.close()
+            await self._pool.close()
         except Exception as exc:
             _raise_translated(exc)
 
 
-class _Acquired(_TranslatedBlock):
-    """asyncpg's acquire block: waiting for a connection (or opening one) and releasing it are
-    translated; a closed pool or an unreachable server is StoreUnavailable."""
+class _Acquired:
+    """One lent connection for a block: waiting for it (or opening one) and giving it back are
+    translated; a closed pool or an unreachable server is StoreUnavailable. The block's own
+    exception propagates as it is."""
 
-    __slots__ = ()
+    __slots__ = ("_connection", "_lender")
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        super().__init__(pool.acquire)
+    def __init__(self, lender: ConnectionLender) -> None:
+        self._lender = lender
+        self._connection: Any = None
 
     async def __aenter__(self) -> PgConnection:
-        return PgConnection(await self._enter())
+        try:
+            self._connection = await self._lender.lend()
+        except Exception as exc:
+            _raise_translated(exc)
+        return PgConnection(self._connection)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self._lender.give_back(self._connection, clean=exc_type is None)
+        except Exception as error:
+            _raise_translated(error)
 
 
 def _arguments(url: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 from typing import Any
 
 from app.domain.errors import StoreUnavailable
@@ -32,25 +33,8 @@ class PatientDatabase:
         self._db = db
         self._wait_s = wait_s
 
-    @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[Connection]:
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            block = self._db.acquire()
-            try:
-                conn = await block.__aenter__()
-            except StoreUnavailable:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(_RETRY_EVERY_S)
-                continue
-            break
-        try:
-            yield conn
-        except BaseException as exc:
-            await block.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        await block.__aexit__(None, None, None)
+    def acquire(self) -> _PatientBlock:
+        return _PatientBlock(self._db, self._wait_s)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -93,3 +77,35 @@ class PatientDatabase:
 
     async def close(self) -> None:
         """The pool is its owner's to close."""
+
+
+class _PatientBlock:
+    """One connection for a block, waited for within `wait_s`. A class rather than a generator:
+    every call of the segment store's data path opens one."""
+
+    __slots__ = ("_block", "_db", "_wait_s")
+
+    def __init__(self, db: Database, wait_s: float) -> None:
+        self._db = db
+        self._wait_s = wait_s
+        self._block: AbstractAsyncContextManager[Connection] | None = None
+
+    async def __aenter__(self) -> Connection:
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            block = self._db.acquire()
+            try:
+                conn = await block.__aenter__()
+            except StoreUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_RETRY_EVERY_S)
+                continue
+            self._block = block
+            return conn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._block is not None
+        await self._block.__aexit__(exc_type, exc, tb)
