@@ -63,3 +63,35 @@ async def test_a_failed_append_ends_the_acknowledgements_at_the_ones_before_it()
     assert peer.sends == [[1, 2]]
     assert [str(exc) for exc in peer.failures] == ["the database went away"]
     assert await acks.start(_stored(group, 5), 10) is None
+
+
+async def test_drain_returns_once_a_failure_was_handled_and_the_pipeline_takes_no_more() -> None:
+    peer, group = Peer(), asyncio.Event()
+    handled = asyncio.Event()
+
+    async def failed(exc: BaseException) -> None:
+        await asyncio.sleep(0.05)  # as the connection's pause before it closes
+        peer.failures.append(exc)
+        handled.set()
+
+    acks = AckPipeline(peer.send, failed)
+    await acks.start(_stored(group, 1), 10)
+    await acks.start(_stored(group, 2, fail=True), 10)
+    group.set()
+    await asyncio.wait_for(acks.drain(), 5)
+    assert handled.is_set() and peer.sends == [[1]] and not acks
+    assert await acks.start(_stored(group, 3), 10) is None
+
+
+async def test_appends_after_a_quiet_spell_are_acknowledged_as_they_end() -> None:
+    peer = Peer()
+    acks = AckPipeline(peer.send, peer.failed)
+    for n in (1, 2, 3):
+        commit = asyncio.Event()
+        await acks.start(_stored(commit, n), 10)
+        assert acks  # in flight until its reply is sent
+        await asyncio.sleep(0.01)
+        assert peer.sends == [[m] for m in range(1, n)]
+        commit.set()
+        await asyncio.wait_for(acks.drain(), 5)
+        assert peer.sends == [[m] for m in range(1, n + 1)] and not acks

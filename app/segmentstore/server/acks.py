@@ -45,12 +45,18 @@ class AckPipeline:
         self._max_bytes = max_bytes
         self._in_flight: deque[tuple[asyncio.Task[wc.Command], int]] = deque()
         self._bytes = 0
+        # One sender for the connection's life, woken by each append that ends: not a task (and a
+        # shield) per acknowledgement, which cost a tenth of the store's CPU per lone append.
         self._sender: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()
+        self._sending = False
+        self._all_sent = asyncio.Event()
         self._progress = asyncio.Event()
         self._broken = False
 
     def __len__(self) -> int:
-        return len(self._in_flight)
+        """Appends not acknowledged yet (replies being sent count as one)."""
+        return len(self._in_flight) + self._sending
 
     async def start(
         self, storing: Coroutine[Any, Any, wc.Command], size: int
@@ -65,42 +71,59 @@ class AckPipeline:
         if self._broken:
             storing.close()
             return None
-        task = asyncio.ensure_future(storing)
+        task = asyncio.ensure_future(self._stored(storing))
         self._in_flight.append((task, size))
         self._bytes += size
+        self._all_sent.clear()
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._send_in_order())
         return task
 
-    async def _send_in_order(self) -> None:
+    async def _stored(self, storing: Coroutine[Any, Any, wc.Command]) -> wc.Command:
         try:
-            while self._in_flight:
-                task, size = self._in_flight[0]
-                try:
-                    reply = await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    if not task.cancelled():
-                        raise  # this sender was cancelled: the connection is closing
+            return await storing
+        finally:
+            # In the append's own last step: the sender runs after the other appends its group
+            # commit ended in the same turn, and answers them together.
+            self._ended.set()
+
+    async def _send_in_order(self) -> None:
+        in_flight = self._in_flight
+        try:
+            while True:
+                if not in_flight or not in_flight[0][0].done():
+                    self._ended.clear()
+                    await self._ended.wait()
+                    continue
+                head = in_flight[0][0]
+                if head.cancelled():
                     self._break()
                     return
-                except Exception as exc:
+                failure = head.exception()
+                if failure is not None:
+                    # Met after the acknowledgements before it were sent: nothing after it is.
                     self._break()
-                    await self._failed(exc)
+                    self._sending = True
+                    await self._failed(failure)
                     return
-                self._in_flight.popleft()
-                self._bytes -= size
-                replies = [reply]
+                replies = []
                 # The appends after it that ended too (a group commit ends many at once) are
-                # answered with it; one that failed is met by the await above, next round.
-                while self._in_flight and _succeeded(self._in_flight[0][0]):
-                    done, size = self._in_flight.popleft()
+                # answered with it; one that failed is met above, next round.
+                while in_flight and _succeeded(in_flight[0][0]):
+                    done, size = in_flight.popleft()
                     self._bytes -= size
                     replies.append(done.result())
                 self._progress.set()
+                self._sending = True
                 await self._send(replies)
+                self._sending = False
+                if not in_flight:
+                    self._all_sent.set()
         finally:
             self._sender = None
+            self._sending = False
             self._progress.set()
+            self._all_sent.set()
 
     def _break(self) -> None:
         self._broken = True
@@ -110,22 +133,26 @@ class AckPipeline:
         self._bytes = 0
 
     async def drain(self) -> None:
-        """Waits until every append in flight is acknowledged (or the pipeline broke)."""
-        while self._sender is not None:
-            await asyncio.shield(self._sender)
+        """Waits until every append in flight is acknowledged (or the pipeline broke and its
+        failure was handled)."""
+        while self._in_flight or self._sending:
+            if self._sender is None:
+                return  # broken, or its sender failed: the connection is closing
+            await self._all_sent.wait()
 
     async def close(self) -> None:
         """The connection is closing: appends in flight are abandoned (what committed stays
         committed; the writer's retry finds it by its event number)."""
         self._broken = True
-        if self._sender is not None:
-            self._sender.cancel()
+        sender = self._sender
+        if sender is not None:
+            sender.cancel()
         tasks = [task for task, _ in self._in_flight]
         self._break()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self._sender is not None:
-            await asyncio.gather(self._sender, return_exceptions=True)
+        # The sender is not awaited: it has nothing left to do, and a connection closed while idle
+        # must reach its transport's close in this step (the server may be cancelling it).
 
 
 def _succeeded(task: asyncio.Task[wc.Command]) -> bool:
