@@ -95,3 +95,44 @@ async def test_appends_after_a_quiet_spell_are_acknowledged_as_they_end() -> Non
         commit.set()
         await asyncio.wait_for(acks.drain(), 5)
         assert peer.sends == [[m] for m in range(1, n + 1)] and not acks
+
+
+async def test_a_peer_gone_while_replies_are_sent_ends_the_pipeline_quietly() -> None:
+    sent: list[int] = []
+    failures: list[BaseException] = []
+
+    async def send(replies: Sequence[wc.Command]) -> None:
+        sent.extend(reply.request_id for reply in replies if isinstance(reply, wc.DataAppended))
+        raise ConnectionResetError("the peer left")
+
+    async def failed(exc: BaseException) -> None:
+        failures.append(exc)
+
+    commit = asyncio.Event()
+    acks = AckPipeline(send, failed)
+    await acks.start(_stored(commit, 1), 10)
+    commit.set()
+    await asyncio.wait_for(acks.drain(), 5)
+    assert sent == [1] and not failures and not acks
+    assert await acks.start(_stored(commit, 2), 10) is None
+    await acks.close()  # nothing left: no task exception is left unretrieved either
+
+
+async def test_a_reply_that_fails_to_send_is_handled_before_drain_returns() -> None:
+    handled = asyncio.Event()
+
+    async def send(replies: Sequence[wc.Command]) -> None:
+        raise ValueError("cannot encode")
+
+    async def failed(exc: BaseException) -> None:
+        await asyncio.sleep(0.05)
+        handled.set()
+
+    commit = asyncio.Event()
+    acks = AckPipeline(send, failed)
+    await acks.start(_stored(commit, 1), 10)
+    commit.set()
+    await asyncio.sleep(0)
+    await asyncio.wait_for(acks.drain(), 5)
+    assert handled.is_set() and not acks
+    assert await acks.start(_stored(commit, 2), 10) is None

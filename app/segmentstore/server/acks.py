@@ -84,13 +84,14 @@ class AckPipeline:
             return await storing
         finally:
             # In the append's own last step: the sender runs after the other appends its group
-            # commit ended in the same turn, and answers them together.
+            # commit ended in the same turn, and answers them together. (Answering a lone
+            # append from here instead, a turn sooner, measured no faster.)
             self._ended.set()
 
     async def _send_in_order(self) -> None:
         in_flight = self._in_flight
         try:
-            while True:
+            while not self._broken:
                 if not in_flight or not in_flight[0][0].done():
                     self._ended.clear()
                     await self._ended.wait()
@@ -104,7 +105,10 @@ class AckPipeline:
                     # Met after the acknowledgements before it were sent: nothing after it is.
                     self._break()
                     self._sending = True
-                    await self._failed(failure)
+                    try:
+                        await self._failed(failure)
+                    finally:
+                        self._sending = False
                     return
                 replies = []
                 # The appends after it that ended too (a group commit ends many at once) are
@@ -114,16 +118,28 @@ class AckPipeline:
                     self._bytes -= size
                     replies.append(done.result())
                 self._progress.set()
-                self._sending = True
-                await self._send(replies)
-                self._sending = False
-                if not in_flight:
-                    self._all_sent.set()
+                await self._deliver(replies)
         finally:
             self._sender = None
-            self._sending = False
             self._progress.set()
             self._all_sent.set()
+
+    async def _deliver(self, replies: list[wc.Command]) -> None:
+        """Sends replies taken off the head (`_sending` meanwhile, which drain waits for)."""
+        self._sending = True
+        try:
+            await self._send(replies)
+        except (ConnectionError, OSError):
+            # The peer is gone: nothing more can be acknowledged (what committed stays
+            # committed; the writer's retry on a new connection finds it).
+            self._break()
+        except Exception as exc:
+            self._break()
+            await self._failed(exc)
+        finally:
+            self._sending = False
+            if not self._in_flight:
+                self._all_sent.set()
 
     def _break(self) -> None:
         self._broken = True
@@ -136,8 +152,8 @@ class AckPipeline:
         """Waits until every append in flight is acknowledged (or the pipeline broke and its
         failure was handled)."""
         while self._in_flight or self._sending:
-            if self._sender is None:
-                return  # broken, or its sender failed: the connection is closing
+            if self._sender is None and not self._sending:
+                return  # broken: the connection is closing
             await self._all_sent.wait()
 
     async def close(self) -> None:
