@@ -17,6 +17,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 import asyncpg
 
+from app.domain.errors import StoreUnavailable
 from app.store import hosts
 from app.store.dsn import connect_args
 from app.store.errors import domain_error
@@ -81,6 +82,21 @@ def _raise_translated(exc: Exception) -> NoReturn:
     if error is None:
         raise exc
     raise error from exc
+
+
+class NotLent(StoreUnavailable):
+    """No connection could be lent (none was idle, and opening one failed): nothing was sent, so
+    the call may be made again (app/store/patient_db.py waits out a failover so)."""
+
+
+def _raise_not_lent(exc: Exception) -> NoReturn:
+    error = domain_error(exc)
+    if isinstance(error, StoreUnavailable):
+        refused = NotLent(*error.args)
+        for note in getattr(error, "__notes__", ()):
+            refused.add_note(note)
+        raise refused from exc
+    _raise_translated(exc)
 
 
 class _Calls:
@@ -233,6 +249,9 @@ class PgDatabase:
     async def _on_lent(self, call: Callable[[Any], Awaitable[T]]) -> T:
         try:
             connection = await self._lender.lend()
+        except Exception as exc:
+            _raise_not_lent(exc)
+        try:
             try:
                 result = await call(connection)
             except BaseException:
@@ -309,7 +328,7 @@ class _Acquired:
         try:
             self._connection = await self._lender.lend()
         except Exception as exc:
-            _raise_translated(exc)
+            _raise_not_lent(exc)
         return PgConnection(self._connection)
 
     async def __aexit__(

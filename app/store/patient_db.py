@@ -6,7 +6,8 @@ so a writer would stall for seconds after the database was back. Waiting for a c
 keeps the writer's request in hand, answered once the new primary takes it.
 
 Only opening a connection is waited out: nothing was sent then, so trying again cannot apply a
-write twice. A failure once a statement went out is the caller's, as before. A longer outage
+write twice; the pool says so by raising NotLent (app/store/db.py), a StoreUnavailable. A failure
+once a statement went out is the caller's, as before. A longer outage
 ends the wait after `wait_s` with the same StoreUnavailable, and the client backs off as it
 should."""
 
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-from app.domain.errors import StoreUnavailable
-from app.store.db import Connection, Database, Row
+from app.store.db import Connection, Database, NotLent, Row
+
+T = TypeVar("T")
 
 # Between attempts to open a connection while PostgreSQL is away.
 _RETRY_EVERY_S = 0.05
@@ -41,29 +43,37 @@ class PatientDatabase:
         async with self.acquire() as conn, conn.transaction():
             yield conn
 
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call`, made again while the pool can lend no connection (nothing was sent then)."""
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            try:
+                return await call()
+            except NotLent:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_RETRY_EVERY_S)
+
     async def fetch(self, query: str, *args: object) -> list[Row]:
-        async with self.acquire() as conn:
-            return await conn.fetch(query, *args)
+        return await self._patiently(lambda: self._db.fetch(query, *args))
 
     async def fetchrow(self, query: str, *args: object) -> Row | None:
-        async with self.acquire() as conn:
-            return await conn.fetchrow(query, *args)
+        return await self._patiently(lambda: self._db.fetchrow(query, *args))
 
     async def fetchval(self, query: str, *args: object) -> Any:
-        async with self.acquire() as conn:
-            return await conn.fetchval(query, *args)
+        return await self._patiently(lambda: self._db.fetchval(query, *args))
 
     async def execute(self, query: str, *args: object) -> str:
-        async with self.acquire() as conn:
-            return await conn.execute(query, *args)
+        return await self._patiently(lambda: self._db.execute(query, *args))
 
     async def executemany(self, command: str, args: Iterable[Sequence[object]]) -> None:
-        async with self.acquire() as conn:
-            await conn.executemany(command, args)
+        # A generator of arguments would be used up by a first try that never ran.
+        listed = list(args)
+        await self._patiently(lambda: self._db.executemany(command, listed))
 
     async def fetchmany(self, query: str, args: Iterable[Sequence[object]]) -> list[Row]:
-        async with self.acquire() as conn:
-            return await conn.fetchmany(query, args)
+        listed = list(args)
+        return await self._patiently(lambda: self._db.fetchmany(query, listed))
 
     async def copy_records_to_table(
         self,
@@ -72,8 +82,10 @@ class PatientDatabase:
         records: Iterable[Sequence[object]],
         columns: Sequence[str] | None = None,
     ) -> str:
-        async with self.acquire() as conn:
-            return await conn.copy_records_to_table(table_name, records=records, columns=columns)
+        listed = list(records)
+        return await self._patiently(
+            lambda: self._db.copy_records_to_table(table_name, records=listed, columns=columns)
+        )
 
     async def close(self) -> None:
         """The pool is its owner's to close."""
@@ -96,7 +108,7 @@ class _PatientBlock:
             block = self._db.acquire()
             try:
                 conn = await block.__aenter__()
-            except StoreUnavailable:
+            except NotLent:
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(_RETRY_EVERY_S)

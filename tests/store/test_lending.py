@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from app.store.db import PgDatabase, connect
+from app.domain.errors import StoreUnavailable
+from app.store.db import NotLent, PgDatabase, connect
 from app.store.lending import ConnectionLender
 from app.store.pool import asyncpg_dsn, create_pool
 
@@ -116,3 +117,27 @@ async def test_closing_hands_the_idle_connections_back_and_lends_no_more(db_url:
     await db.fetchval("SELECT 1")
     async with asyncio.timeout(10):
         await db.close()  # would wait for ever on connections the lender kept
+
+
+async def test_only_a_connection_that_could_not_be_opened_is_not_lent(db: PgDatabase, db_url: str) -> None:
+    # NotLent means nothing was sent, so the segment store may try again (app/store/patient_db.py);
+    # a connection lost once the statement went out must not say so.
+    nowhere = await create_pool("postgresql://pgcontroller@127.0.0.1:1/x", min_size=0, max_size=1)
+    try:
+        with pytest.raises(NotLent):
+            await nowhere.fetchval("SELECT 1")
+        with pytest.raises(NotLent):
+            async with nowhere.acquire():
+                pytest.fail("lent a connection to nowhere")
+    finally:
+        await nowhere.close()
+    with pytest.raises(StoreUnavailable) as lost:
+        async with db.acquire() as conn:
+            pid = await conn.fetchval(PID)
+            other = await connect(asyncpg_dsn(db_url))
+            try:
+                await other.fetchval("SELECT pg_terminate_backend($1)", pid)
+            finally:
+                await other.close()
+            await conn.fetchval("SELECT 1")
+    assert not isinstance(lost.value, NotLent)
