@@ -14,6 +14,10 @@ there only when none is idle here, and while one waits, every connection given b
 pool, which hands it over); so nobody waits while a connection sits unused. A connection idle here
 for longer than `idle_s` goes back to the pool at the next give-back (the pool then closes it
 when it stays unused, as it closes its own). Once closing, nothing is kept or lent from here.
+
+A borrower must not use a connection once it gave it back: asyncpg's pool refuses a released
+proxy, but one kept here stays usable, so such a use would go unnoticed (app/store/db.py gives
+connections back only at the end of each call and block).
 """
 
 from __future__ import annotations

@@ -92,8 +92,8 @@ class PatientDatabase:
 
 
 class _PatientBlock:
-    """One connection for a block, waited for within `wait_s`. A class rather than a generator:
-    every call of the segment store's data path opens one."""
+    """One connection for a block (a transaction of the store's), waited for within `wait_s`. A
+    class rather than a generator: it is cheaper to enter, and the data path enters many."""
 
     __slots__ = ("_block", "_db", "_wait_s")
 
