@@ -11,7 +11,8 @@ Every part runs a warm-up round on each server first (the --quick sizes, not cou
 --rounds rounds alternating between the servers (Pravega, serve; serve, Pravega; ...). The table
 gives each server's best round and the median of its rounds, and the ratio serve / Pravega of each
 (for throughput higher is better, for latency, CPU and memory lower is). Each round writes to
-streams of its own, sealed and deleted after it on both servers.
+streams of its own, sealed and deleted after it on both servers. A round that fails on a server
+(its client gave up) is reported, left out of the table and listed at the end; the run goes on.
 
 Parts (--only takes a comma-separated list of these names):
 
@@ -495,19 +496,38 @@ async def run_part(
     rounds: int,
     found: dict[str, dict[str, list[float]]],
     other_nice: int,
+    failures: list[str],
 ) -> None:
+    """A round that fails on a server (its client gave up: a write timed out, a worker died) is
+    reported and left out; the part goes on with its other rounds, and the run with its other
+    parts. A server whose preparation failed sits the part out."""
+
     def others_lowered(target: Target) -> AbstractContextManager[None]:
         return lowered([other.pids for other in targets if other is not target], other_nice)
 
+    async def attempt(target: Target, what: str, step: Awaitable[Result | None]) -> tuple[bool, Result]:
+        """(whether `step` succeeded, its figures)."""
+        try:
+            return True, await step or {}
+        except Exception as exc:  # reported; the figures go on without this round
+            failure = f"{name} {what} on {target.name}: {type(exc).__name__}: {str(exc)[:300]}"
+            failures.append(failure)
+            print(f"  FAILED: {failure}", flush=True)
+            return False, {}
+
+    ready: list[Target] = []
     for target in targets:
         with others_lowered(target):
             if part.prepare is not None:
                 began = time.monotonic()
-                await part.prepare(target, sizes)
+                prepared, _ = await attempt(target, "preparation", part.prepare(target, sizes))
+                if not prepared:
+                    continue
                 print(f"  {name}: {target.name} prepared in {time.monotonic() - began:.1f} s", flush=True)
-            await part.run(target, WARM, f"{name}-warm")
+            await attempt(target, "warm-up", part.run(target, WARM, f"{name}-warm"))
+            ready.append(target)
     for index in range(rounds):
-        order = targets if index % 2 == 0 else targets[::-1]
+        order = ready if index % 2 == 0 else ready[::-1]
         for target in order:
             began = time.monotonic()
             # Both servers run throughout: the one not measured still uses the same two cores
@@ -516,7 +536,11 @@ async def run_part(
             others = [(other, other.cpu()) for other in targets if other is not target]
             with others_lowered(target):
                 async with target.unsampled() if part.latency else nullcontext():
-                    result = await part.run(target, sizes, f"{name}-r{index}")
+                    ran, result = await attempt(
+                        target, f"round {index + 1}", part.run(target, sizes, f"{name}-r{index}")
+                    )
+            if not ran:
+                continue
             took = time.monotonic() - began
             for key, value in result.items():
                 found[target.name].setdefault(key, []).append(value)
@@ -570,11 +594,12 @@ async def main() -> None:
           + ("" if other_nice or not args.other_nice else " (lowering it needs root to undo)"))  # fmt: skip
     began = time.monotonic()
     found: dict[str, dict[str, list[float]]] = {"Pravega": {}, "serve": {}}
+    failures: list[str] = []
     async with both(args.synchronous_commit, args.processes) as targets:
         print(f"  servers up in {time.monotonic() - began:.0f} s: "
               + ", ".join(f"{t.name} {t.uri}" for t in targets), flush=True)  # fmt: skip
         for name in names:
-            await run_part(name, PARTS[name], targets, sizes, rounds, found, other_nice)
+            await run_part(name, PARTS[name], targets, sizes, rounds, found, other_nice, failures)
         memory = {t.name: (t.idle_memory_mb, t.peak_memory_mb) for t in targets}
     print()
     durable = "durable" if args.synchronous_commit == "on" else "NOT durable"
@@ -588,6 +613,9 @@ async def main() -> None:
     print()
     print("Figures are through the Python client but those named 'Java client' (bench/java/LoadWriter.java). "
           "A throughput whose client sat near 100% of a core is bounded by the client too.")  # fmt: skip
+    if failures:
+        print(f"{len(failures)} failed (left out of the table above):")
+        print("\n".join(f"  {failure}" for failure in failures))
     # Others' work on the same two cores moves every figure: the load says how much there was.
     print(f"total {time.monotonic() - began:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")
 
