@@ -58,6 +58,8 @@ class Target:
     memory_mb: Callable[[], float]
     idle_memory_mb: float = 0.0
     peak_memory_mb: float = 0.0
+    # serve's PostgreSQL (the service role's URL); empty for Pravega.
+    db_url: str = ""
     _sampler: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def cpu(self) -> dict[int, float]:
@@ -177,7 +179,9 @@ async def serve(work: Path, synchronous_commit: str, processes: int = 1) -> Asyn
                 pss_mb(pid) for pid in postgres_pids(cluster)
             )
 
-        target = Target("serve", served.grpc_uri, ControllerServiceStub(channel), pids, memory)
+        target = Target(
+            "serve", served.grpc_uri, ControllerServiceStub(channel), pids, memory, db_url=cluster.url()
+        )
         try:
             await target.ready()
             yield target

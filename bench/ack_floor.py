@@ -1,14 +1,16 @@
 """The layers of an acknowledgement, measured in one run on this machine, rounds alternating:
 
 - `insert`: one connection, an `INSERT` of a 1 KiB row committed on its own (autocommit), through
-  asyncpg, on a throwaway PostgreSQL with its durability on: the floor of any ack that means
-  "committed to PostgreSQL's WAL on disk" here (the baseline).
+  asyncpg: the floor of any ack that means "committed to PostgreSQL's WAL on disk" here (the
+  baseline).
 - `append`: the segment store's append statement (sql/queries/segment_data.sql `append`, fenced
-  as serve runs it) of a 1 KiB block, alone in its transaction, on that same PostgreSQL: what
+  as serve runs it) of a 1 KiB block to a segment of its own, alone in its transaction: what
   PostgreSQL does for one lone acknowledged append, without serve.
 - `serve`: Pravega's Python client writing one 1 KiB event and flushing it, to `serve --processes
-  1` on a throwaway PostgreSQL of its own (what bench/beside_pravega.py's `ack` part measures
-  against Pravega).
+  1` (what bench/beside_pravega.py's `ack` part measures against Pravega).
+
+All three on the one throwaway PostgreSQL serve runs on, its durability on (a second cluster on
+the same disk would flush its own writes during the other layers' rounds).
 
 Each line gives p50 / p99 / p99.9 in ms and the server CPU per call: PostgreSQL's processes, and
 for `serve` serve's too.
@@ -33,15 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.store import queries
 from bench._beside_servers import Target, serve
-from bench._common import percentile, throwaway_cluster
+from bench._common import percentile
 from bench.beside_pravega import KIB, ours
-from bench.dataplane import postgres_cpu
 
 APPEND = queries.load("segment_data")["append"]
 SEGMENT = "floor/acks/0.#epoch.0"
-# The fence's arguments as serve passes them: the segment's container and this store's address,
-# which the container's row in container_map names.
-CONTAINER, HOST, PORT = 0, "127.0.0.1", 1
+# The fence's container: serve's store owns every container, so the map names it.
+CONTAINER = 0
 WARM_UP = 200
 
 Figures = tuple[list[float], float]  # latencies in ms, server CPU seconds per call
@@ -85,16 +85,27 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ack-floor-") as work:
-        async with throwaway_cluster() as cluster, serve(Path(work), "on") as target:
-            conn = await asyncpg.connect(cluster.url())
+        async with serve(Path(work), "on") as target:
+            # No memory samples: reading PostgreSQL's smaps delays its commits (Target.unsampled).
+            target.stop_sampling()
+            conn = await asyncpg.connect(target.db_url)
             try:
                 await conn.execute("CREATE TABLE floor_rows (id bigserial PRIMARY KEY, data bytea NOT NULL)")
-                await conn.execute(
-                    "INSERT INTO container_map (container, host, port) VALUES ($1, $2, $3)",
-                    CONTAINER,
-                    HOST,
-                    PORT,
-                )
+                # The fence as serve's store passes it for this container: the map's row, which
+                # the leader writes a moment after start.
+                fence = None
+                for _ in range(300):
+                    fence = await conn.fetchrow(
+                        "SELECT host, port FROM container_map WHERE container = $1", CONTAINER
+                    )
+                    if fence is not None:
+                        break
+                    await asyncio.sleep(0.1)
+                if fence is None:
+                    raise RuntimeError(
+                        f"serve's container_map has no row for container {CONTAINER} after 30 s"
+                    )
+                host, port = fence["host"], fence["port"]
                 await conn.execute(
                     "INSERT INTO embedded_segments (name, kind, created_at, last_modified)"
                     " VALUES ($1, 'stream', 0, 0)",
@@ -104,21 +115,21 @@ async def main() -> None:
                 append = await conn.prepare(APPEND)
                 writer, data, event_number = uuid.uuid4(), b"a" * KIB, 0
 
-                def postgres() -> float:
-                    return sum(postgres_cpu(cluster).values())
+                def server() -> float:
+                    return sum(target.cpu().values())  # serve's PostgreSQL, and serve (idle)
 
                 async def one_append() -> None:
                     nonlocal event_number
                     event_number += 1
                     row = await append.fetchrow(
-                        SEGMENT, writer, data, event_number, None, 0, CONTAINER, HOST, PORT
+                        SEGMENT, writer, data, event_number, None, 0, CONTAINER, host, port
                     )
                     if row is None or row["new_length"] is None:
                         raise RuntimeError(f"the append was refused: {row}")
 
                 layers: dict[str, Callable[[int], Awaitable[Figures]]] = {
-                    "insert": lambda r: _timed(args.count, lambda: insert.fetch(data), postgres),
-                    "append": lambda r: _timed(args.count, one_append, postgres),
+                    "insert": lambda r: _timed(args.count, lambda: insert.fetch(data), server),
+                    "append": lambda r: _timed(args.count, one_append, server),
                     "serve": lambda r: _acks_of_serve(target, args.count, f"floor-{r}"),
                 }
                 print(
