@@ -12,8 +12,8 @@
 All three on the one throwaway PostgreSQL serve runs on, its durability on (a second cluster on
 the same disk would flush its own writes during the other layers' rounds).
 
-Each line gives p50 / p99 / p99.9 in ms and the server CPU per call: PostgreSQL's processes, and
-for `serve` serve's too.
+Each line gives p50 / p99 / p99.9 in ms and the server CPU per call: serve's PostgreSQL and serve
+(idle during the first two layers: about 3% of a core).
 
     .venv/bin/python bench/ack_floor.py [--count 3000] [--rounds 3]
 """

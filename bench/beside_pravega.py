@@ -12,7 +12,8 @@ Every part runs a warm-up round on each server first (the --quick sizes, not cou
 gives each server's best round and the median of its rounds, and the ratio serve / Pravega of each
 (for throughput higher is better, for latency, CPU and memory lower is). Each round writes to
 streams of its own, sealed and deleted after it on both servers. A round that fails on a server
-(its client gave up) is reported, left out of the table and listed at the end; the run goes on.
+(its client gave up) is reported, left out of the table and listed at the end; the run goes on
+and ends with exit status 1.
 
 Parts (--only takes a comma-separated list of these names):
 
@@ -559,7 +560,8 @@ def checkout() -> str:
     return head.stdout.strip() + (" (app/ has uncommitted changes)" if dirty.stdout.strip() else "")
 
 
-async def main() -> None:
+async def main() -> int:
+    """1 when a round failed (the table lacks it), else 0."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -618,7 +620,8 @@ async def main() -> None:
         print("\n".join(f"  {failure}" for failure in failures))
     # Others' work on the same two cores moves every figure: the load says how much there was.
     print(f"total {time.monotonic() - began:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))
