@@ -28,6 +28,19 @@ T = TypeVar("T")
 _RETRY_EVERY_S = 0.05
 
 
+async def _patiently(call: Callable[[], Awaitable[T]], wait_s: float) -> T:
+    """`call`, made again while the pool can lend no connection (nothing was sent then), for up
+    to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await call()
+        except NotLent:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(_RETRY_EVERY_S)
+
+
 class PatientDatabase:
     """`db`'s calls, each on a connection opened within `wait_s` if one can be."""
 
@@ -44,15 +57,7 @@ class PatientDatabase:
             yield conn
 
     async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
-        """`call`, made again while the pool can lend no connection (nothing was sent then)."""
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            try:
-                return await call()
-            except NotLent:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(_RETRY_EVERY_S)
+        return await _patiently(call, self._wait_s)
 
     async def fetch(self, query: str, *args: object) -> list[Row]:
         return await self._patiently(lambda: self._db.fetch(query, *args))
@@ -103,18 +108,13 @@ class _PatientBlock:
         self._block: AbstractAsyncContextManager[Connection] | None = None
 
     async def __aenter__(self) -> Connection:
-        deadline = time.monotonic() + self._wait_s
-        while True:
-            block = self._db.acquire()
-            try:
-                conn = await block.__aenter__()
-            except NotLent:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(_RETRY_EVERY_S)
-                continue
-            self._block = block
-            return conn
+        return await _patiently(self._enter_once, self._wait_s)
+
+    async def _enter_once(self) -> Connection:
+        block = self._db.acquire()
+        conn = await block.__aenter__()
+        self._block = block
+        return conn
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
