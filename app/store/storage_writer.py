@@ -7,7 +7,11 @@ Crash safety, step by step: the object's name is listed as garbage (committed) b
 written; the object is written and durable; then one transaction, under the segment's lock,
 deletes the rows it holds and records it, and takes its name off the garbage list. A crash
 anywhere leaves either the rows in PostgreSQL (and a garbage object the collector deletes) or the
-chunk recorded and the rows gone, never both and never neither.
+chunk recorded and the rows gone, never both and never neither. While the object is being
+written, the writer keeps starting its grace again, so a write slower than the grace is not
+collected from under it; and an object written but not recorded is listed as garbage again after
+the write, in case the collector deleted its name (the writer could not reach the database to renew
+it) before the write landed. What is left: a writer killed in just that window leaves its object.
 
 Each pass starts from every segment's bytes in PostgreSQL: they give the candidates, each
 container's backlog (the throttle's input and the metrics); kept between passes is only since when
@@ -16,10 +20,11 @@ each segment has held bytes here (as this process saw it: a restart counts the a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from app.chunks.contract import ChunkStore, ChunkStoreError
 from app.domain.errors import StoreUnavailable
@@ -53,9 +58,11 @@ class StorageWriter:
         container_of: Callable[[str], int] = lambda _segment: 0,
         throttle: TierThrottle | None = None,
         before_record: Callable[[str], Awaitable[None]] | None = None,
+        renew_every_s: float = 20.0,
     ) -> None:
         """`before_record` runs between an object's write and its recording (a crash test's
-        failpoint: killed there, the object must end up collected and the bytes stay readable)."""
+        failpoint: killed there, the object must end up collected and the bytes stay readable).
+        `renew_every_s` must be well under the collector's grace (a third of it, as served)."""
         self._tiering = tiering
         self._chunks = chunks
         self._chunk_bytes = chunk_bytes
@@ -66,6 +73,10 @@ class StorageWriter:
         self._container_of = container_of
         self._throttle = throttle
         self._before_record = before_record
+        self._renew_every_s = renew_every_s
+        # Objects written and not recorded that the collector held a claim on when they were
+        # listed again: tried again each pass until listed (or claimed and forgotten first).
+        self._to_relist: set[str] = set()
         # Which segments are this store's to move (set once its container ownership exists).
         self.owns: Callable[[str], bool] = lambda _segment: True
         self.chunks_written = 0
@@ -97,6 +108,8 @@ class StorageWriter:
 
     async def flush(self) -> int:
         """One pass over the segments with bytes due; the chunks it moved."""
+        for name in sorted(self._to_relist):
+            await self._relist(name)
         backlog = [b for b in await self._tiering.backlog() if self.owns(b.segment)]
         aged = self._aged(backlog)
         await self._publish(backlog, aged)
@@ -149,12 +162,18 @@ class StorageWriter:
             return False
         name = chunk_name()
         await self._tiering.intend(name)
-        await self._chunks.put(name, rows.pieces)
+        try:
+            async with self._renewing(name):
+                await self._chunks.put(name, rows.pieces)
+        except ChunkStoreError:
+            await self._relist(name)  # a write that failed may still have landed
+            raise
         if self._before_record is not None:
             await self._before_record(f"{name} holds {rows.length} bytes of {segment} from {rows.start}")
         if not await self._tiering.record(segment, rows, name):
-            # Truncated, merged, deleted or sealed meanwhile: the object stays garbage, and the
-            # next pass looks again.
+            # Truncated, merged, deleted or sealed meanwhile (or collected mid-write): the object is
+            # garbage, and the next pass looks again.
+            await self._relist(name)
             self.moves_abandoned += 1
             return False
         self.chunks_written += 1
@@ -162,6 +181,33 @@ class StorageWriter:
         counter("pgcontroller_tier_chunks_written").inc()
         counter("pgcontroller_tier_bytes_moved").inc(rows.length)
         return True
+
+    @contextlib.asynccontextmanager
+    async def _renewing(self, name: str) -> AsyncIterator[None]:
+        written = asyncio.Event()
+        renewing = asyncio.create_task(self._keep_renewing(name, written))
+        try:
+            yield
+        finally:
+            # A renewal in progress finishes rather than have its query cancelled mid-way.
+            written.set()
+            await renewing
+
+    async def _keep_renewing(self, name: str, written: asyncio.Event) -> None:
+        while not await wait_event(written, self._renew_every_s):
+            try:
+                if not await self._tiering.renew_intent(name):
+                    return  # claimed: the record will fail, and the object be listed again
+            except StoreUnavailable:
+                continue
+
+    async def _relist(self, name: str) -> None:
+        """Lists `name` as garbage from now. While the collector holds a claim on it, its delete
+        may have gone before the write landed: the name is tried again each pass until listed, or
+        until the collector forgot it and it could be listed afresh."""
+        self._to_relist.add(name)  # kept through a database outage too
+        if await self._tiering.relist(name):
+            self._to_relist.discard(name)
 
     async def _keep_publishing(self, passed: asyncio.Event) -> None:
         """Each interval until `passed` is set: the backlog counted again and published. A

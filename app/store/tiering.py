@@ -78,6 +78,14 @@ class PgTiering:
     async def intend(self, name: str) -> None:
         await self._db.execute(_SQL["intend"], name, self._clock.now_ms())
 
+    async def renew_intent(self, name: str) -> bool:
+        """False once the collector has claimed the object."""
+        return await self._db.fetchrow(_SQL["renew_intent"], name, self._clock.now_ms()) is not None
+
+    async def relist(self, name: str) -> bool:
+        """False while the collector holds a claim on the object."""
+        return await self._db.fetchrow(_SQL["relist"], name, self._clock.now_ms()) is not None
+
     async def record(self, segment: str, rows: ChunkRows, name: str) -> bool:
         """Moves `rows` of `segment` to object `name` in the index; False when anything changed
         since they were read (the rows, the segment, or the object claimed as garbage)."""

@@ -96,6 +96,7 @@ async def open_tier(settings: Settings, pool: Database, clock: Clock) -> Tier | 
         container_of=container_of,
         throttle=throttle,
         before_record=failpoint_hook("segmentstore.tier.before_record"),
+        renew_every_s=settings.tier_gc_grace_s / 3,
     )
     collector = ChunkCollector(
         tiering,

@@ -30,6 +30,21 @@ ORDER BY start_offset;
 -- the write and the index leaves it for the collector.
 INSERT INTO tier_garbage (object, since) VALUES ($1, $2);
 
+-- name: renew_intent
+-- The writer is still writing the object: its grace starts again (a claim made on the version
+-- read before this fails), unless the collector has claimed it already.
+UPDATE tier_garbage SET since = $2, version = version + 1
+WHERE object = $1 AND NOT claimed
+RETURNING object;
+
+-- name: relist
+-- An object written and not recorded is garbage from now, even if the collector deleted its name
+-- (and forgot it) while the write was still in flight; a claimed row is left to the collector.
+INSERT INTO tier_garbage (object, since) VALUES ($1, $2)
+ON CONFLICT (object) DO UPDATE SET since = EXCLUDED.since, version = tier_garbage.version + 1
+WHERE NOT tier_garbage.claimed
+RETURNING object;
+
 -- name: lock_segment
 SELECT name FROM embedded_segments WHERE name = $1 FOR UPDATE;
 

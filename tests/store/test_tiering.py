@@ -496,3 +496,83 @@ async def test_the_throttle_hears_the_backlog_grow_while_a_chunk_write_hangs(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_an_object_still_being_written_is_not_collected_however_long_its_write_takes(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
+) -> None:
+    chunks = _HangingPuts(tmp_path / "slow")
+    chunks.prepare()
+    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=0.01)
+    collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    moving = asyncio.create_task(writer.flush())
+    await asyncio.wait_for(chunks.hanging.wait(), 5)
+    clock.advance(GRACE_MS + 1)  # the write has outlived the grace ...
+    await asyncio.sleep(0.2)  # ... and the writer has said since that it is still at it
+    assert await collector.collect() == 0
+    chunks.release.set()
+    assert await asyncio.wait_for(moving, 5) >= 1
+    recorded = await db.fetch("SELECT object FROM segment_tiered_chunks WHERE segment = $1", SEG)
+    assert {r["object"] for r in recorded} == set(await objects(chunks))
+    assert writer.moves_abandoned == 0
+    await assert_reads(PgSegmentStorage(db, clock, chunks=chunks), SEG, written)
+
+
+async def test_an_object_collected_while_its_write_was_in_flight_is_listed_again_and_collected(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
+) -> None:
+    # The writer cannot say it is still at it (it renews too rarely here, as one cut off from the
+    # database would): the collector deletes the name before the write lands.
+    chunks = _HangingPuts(tmp_path / "slow")
+    chunks.prepare()
+    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=3600)
+    collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    moving = asyncio.create_task(writer.flush())
+    await asyncio.wait_for(chunks.hanging.wait(), 5)
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    chunks.release.set()
+    assert await asyncio.wait_for(moving, 5) == 0
+    assert writer.moves_abandoned == 1
+    assert len(await objects(chunks)) == 1  # the write landed after the deletion ...
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage") == 1  # ... and is garbage again
+    assert await collector.collect() == 0  # with a grace of its own
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    assert await objects(chunks) == []
+    await assert_reads(storage, SEG, written)
+
+
+async def test_an_object_claimed_when_it_is_listed_again_is_listed_once_the_collector_has_let_go(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
+) -> None:
+    chunks = _HangingPuts(tmp_path / "slow")
+    chunks.prepare()
+    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=3600)
+    collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
+    await storage.create_segment(SEG, "stream", 1, 10, 0)
+    written = await fill(storage, SEG, 10)
+    moving = asyncio.create_task(writer.flush())
+    await asyncio.wait_for(chunks.hanging.wait(), 5)
+    clock.advance(GRACE_MS + 1)
+    # A collector mid-pass: it has claimed the name and deleted it, not yet forgotten it ...
+    claimed = await tiering.claim_garbage(await tiering.due_garbage(GRACE_MS, 10))
+    assert len(claimed) == 1
+    await chunks.delete(claimed[0])
+    chunks.release.set()  # ... when the write lands and the writer finds the name claimed.
+    assert await asyncio.wait_for(moving, 5) == 0
+    await tiering.forget_garbage(claimed)
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage") == 0
+    assert len(await objects(chunks)) == 1
+    # The writer's next pass lists it (and moves the bytes afresh); the collector takes it after the grace.
+    await writer.flush()
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage WHERE object = $1", claimed[0]) == 1
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    recorded = await db.fetch("SELECT object FROM segment_tiered_chunks WHERE segment = $1", SEG)
+    assert {r["object"] for r in recorded} == set(await objects(chunks))
+    await assert_reads(PgSegmentStorage(db, clock, chunks=chunks), SEG, written)
