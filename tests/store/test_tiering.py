@@ -498,17 +498,26 @@ async def test_the_throttle_hears_the_backlog_grow_while_a_chunk_write_hangs(
             await task
 
 
-async def test_an_object_still_being_written_is_not_collected_however_long_its_write_takes(
-    storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
-) -> None:
+async def a_write_hanging(
+    storage: PgSegmentStorage, tiering: PgTiering, tmp_path: Path, renew_every_s: float
+) -> tuple[_HangingPuts, StorageWriter, ChunkCollector, bytes, asyncio.Task[int]]:
+    """A segment of 10 appends whose first chunk's write hangs in a writer pass (the task) until
+    released: (the chunk store, the writer, a collector, the bytes written, the pass)."""
     chunks = _HangingPuts(tmp_path / "slow")
     chunks.prepare()
-    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=0.01)
+    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=renew_every_s)
     collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
     await storage.create_segment(SEG, "stream", 1, 10, 0)
     written = await fill(storage, SEG, 10)
     moving = asyncio.create_task(writer.flush())
     await asyncio.wait_for(chunks.hanging.wait(), 5)
+    return chunks, writer, collector, written, moving
+
+
+async def test_an_object_still_being_written_is_not_collected_however_long_its_write_takes(
+    storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
+) -> None:
+    chunks, writer, collector, written, moving = await a_write_hanging(storage, tiering, tmp_path, 0.01)
     clock.advance(GRACE_MS + 1)  # the write has outlived the grace ...
     await asyncio.sleep(0.2)  # ... and the writer has said since that it is still at it
     assert await collector.collect() == 0
@@ -525,14 +534,7 @@ async def test_an_object_collected_while_its_write_was_in_flight_is_listed_again
 ) -> None:
     # The writer cannot say it is still at it (it renews too rarely here, as one cut off from the
     # database would): the collector deletes the name before the write lands.
-    chunks = _HangingPuts(tmp_path / "slow")
-    chunks.prepare()
-    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=3600)
-    collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
-    await storage.create_segment(SEG, "stream", 1, 10, 0)
-    written = await fill(storage, SEG, 10)
-    moving = asyncio.create_task(writer.flush())
-    await asyncio.wait_for(chunks.hanging.wait(), 5)
+    chunks, writer, collector, written, moving = await a_write_hanging(storage, tiering, tmp_path, 3600)
     clock.advance(GRACE_MS + 1)
     assert await collector.collect() == 1
     chunks.release.set()
@@ -550,14 +552,7 @@ async def test_an_object_collected_while_its_write_was_in_flight_is_listed_again
 async def test_an_object_claimed_when_it_is_listed_again_is_listed_once_the_collector_has_let_go(
     storage: PgSegmentStorage, tiering: PgTiering, db: Database, clock: ManualClock, tmp_path: Path
 ) -> None:
-    chunks = _HangingPuts(tmp_path / "slow")
-    chunks.prepare()
-    writer = StorageWriter(tiering, chunks, chunk_bytes=CHUNK, interval_s=0.05, renew_every_s=3600)
-    collector = ChunkCollector(tiering, chunks, grace_ms=GRACE_MS, interval_s=0.05)
-    await storage.create_segment(SEG, "stream", 1, 10, 0)
-    written = await fill(storage, SEG, 10)
-    moving = asyncio.create_task(writer.flush())
-    await asyncio.wait_for(chunks.hanging.wait(), 5)
+    chunks, writer, collector, written, moving = await a_write_hanging(storage, tiering, tmp_path, 3600)
     clock.advance(GRACE_MS + 1)
     # A collector mid-pass: it has claimed the name and deleted it, not yet forgotten it ...
     claimed = await tiering.claim_garbage(await tiering.due_garbage(GRACE_MS, 10))
