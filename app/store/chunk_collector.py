@@ -2,7 +2,8 @@
 and objects a storage writer wrote but never recorded (it crashed, or the segment changed). An
 object is deleted once it has been garbage for the grace, which covers the reads that found it in
 the index just before it was released; the queue row is claimed first and removed after, so a
-crash in between deletes it again next time and nothing is left behind."""
+crash in between deletes it again next time and nothing is left behind. An object whose delete
+fails goes to the back of the queue, so one the store refuses for good does not stop the rest."""
 
 from __future__ import annotations
 
@@ -51,9 +52,23 @@ class ChunkCollector:
         if not due:
             return 0
         claimed = await self._tiering.claim_garbage(due)
+        deleted: list[str] = []
         for name in claimed:
-            await self._chunks.delete(name)
-        await self._tiering.forget_garbage(claimed)
-        self.deleted += len(claimed)
-        counter("pgcontroller_tier_objects_deleted").inc(len(claimed))
-        return len(claimed)
+            try:
+                await self._chunks.delete(name)
+            except ChunkStoreError:
+                # One object the store will not delete must not hold up the queue behind it;
+                # stopping here keeps an outage to one failed delete per pass.
+                await self._tiering.postpone_garbage([name])
+                await self._forget(deleted)
+                raise
+            deleted.append(name)
+        await self._forget(deleted)
+        return len(deleted)
+
+    async def _forget(self, deleted: list[str]) -> None:
+        if not deleted:
+            return
+        await self._tiering.forget_garbage(deleted)
+        self.deleted += len(deleted)
+        counter("pgcontroller_tier_objects_deleted").inc(len(deleted))

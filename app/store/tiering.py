@@ -121,6 +121,9 @@ class PgTiering:
         rows = await self._db.fetch(_SQL["claim_garbage"], [o for o, _ in due], [v for _, v in due])
         return [str(r["object"]) for r in rows]
 
+    async def postpone_garbage(self, objects: Sequence[str]) -> None:
+        await self._db.execute(_SQL["postpone_garbage"], list(objects), self._clock.now_ms())
+
     async def forget_garbage(self, objects: Sequence[str]) -> None:
         await self._db.execute(_SQL["forget_garbage"], list(objects))
 

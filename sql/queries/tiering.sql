@@ -79,6 +79,11 @@ FROM unnest($1::text[], $2::bigint[]) AS d(object, version)
 WHERE g.object = d.object AND g.version = d.version
 RETURNING g.object;
 
+-- name: postpone_garbage
+-- Objects whose delete failed go behind the rest of the queue for another grace, still claimed
+-- (a delete that failed may have deleted: nothing may record them).
+UPDATE tier_garbage SET since = $2, version = version + 1 WHERE object = ANY($1::text[]) AND claimed;
+
 -- name: forget_garbage
 DELETE FROM tier_garbage WHERE object = ANY($1::text[]) AND claimed;
 

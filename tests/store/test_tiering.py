@@ -571,3 +571,39 @@ async def test_an_object_claimed_when_it_is_listed_again_is_listed_once_the_coll
     recorded = await db.fetch("SELECT object FROM segment_tiered_chunks WHERE segment = $1", SEG)
     assert {r["object"] for r in recorded} == set(await objects(chunks))
     await assert_reads(PgSegmentStorage(db, clock, chunks=chunks), SEG, written)
+
+
+async def test_an_object_the_store_will_not_delete_does_not_hold_up_the_objects_behind_it(
+    tiering: PgTiering,
+    collector: ChunkCollector,
+    chunks: FileChunkStore,
+    db: Database,
+    clock: ManualClock,
+    tmp_path: Path,
+) -> None:
+    names = []
+    for _ in range(4):
+        name = chunk_name()
+        await tiering.intend(name)
+        await chunks.put(name, [b"orphan"])
+        names.append(name)
+        clock.advance(1)
+    # The oldest one, first in the queue, cannot be deleted: a directory with a file in it stands
+    # at its name (what a file the store may not remove looks like, even to root).
+    stuck = tmp_path / "chunks" / names[0]
+    stuck.unlink()
+    (stuck / "inside").mkdir(parents=True)
+    clock.advance(GRACE_MS + 1)
+    with pytest.raises(ChunkStoreError):
+        await collector.collect()
+    assert await collector.collect() == 3
+    assert await objects(chunks) == []  # the directory is not an object
+    row = await db.fetchrow("SELECT object, claimed FROM tier_garbage")
+    assert row is not None and (row["object"], row["claimed"]) == (names[0], True)
+    # It is tried again after a grace of its own, and goes once the store lets it.
+    assert await collector.collect() == 0
+    stuck.joinpath("inside").rmdir()
+    stuck.rmdir()
+    clock.advance(GRACE_MS + 1)
+    assert await collector.collect() == 1
+    assert await db.fetchval("SELECT count(*) FROM tier_garbage") == 0
