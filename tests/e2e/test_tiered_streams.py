@@ -101,11 +101,33 @@ async def stream_bytes(db_url: str, stream: str) -> tuple[int, int]:
         await conn.close()
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], what: str, explain: Callable[[], Awaitable[str]] | None = None
+) -> None:
+    """Polls `predicate` until true; past the deadline fails, with what `explain` says then."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            detail = await explain() if explain is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{detail}")
         await asyncio.sleep(0.1)
+
+
+async def tier_state(db_url: str, served: ServedProcess) -> str:
+    """The garbage queue, the index's size and serve's warnings (a failed wait's explanation)."""
+    conn = await asyncpg.connect(db_url)
+    try:
+        garbage = await conn.fetch("SELECT object, since, claimed, version FROM tier_garbage ORDER BY since")
+        tiered = await conn.fetchval("SELECT count(*) FROM segment_tiered_chunks")
+    finally:
+        await conn.close()
+    lines = [
+        line for line in served.log().splitlines() if "WARNING" in line or "ERROR" in line or "tier" in line
+    ]
+    return (
+        f"\ntier_garbage: {[tuple(r) for r in garbage]}\nsegment_tiered_chunks rows: {tiered}\n"
+        + "\n".join(lines[-40:])
+    )
 
 
 @pytest.mark.parametrize("backend", ["filesystem", "s3"])
@@ -164,7 +186,9 @@ async def test_a_tiered_stream_reads_back_whole_after_a_restart_and_leaves_nothi
         async def no_objects() -> bool:
             return object_count(backend, tmp_path, args, request) == 0
 
-        await wait_for(no_objects, "the deleted stream's objects to be collected")
+        await wait_for(
+            no_objects, "the deleted stream's objects to be collected", lambda: tier_state(db_url, served)
+        )
         assert await stream_bytes(db_url, stream) == (0, 0)
     finally:
         assert await served.stop() == 0, served.log()
