@@ -1,18 +1,20 @@
 """A real S3 server for the long-term tier's tests and bench: S3Proxy 2.6.0 (Maven Central) with
 jclouds' filesystem provider, on a free loopback port, its objects under a directory of its own.
 A bucket is a directory there, so a test makes one with `bucket()`; `stop()`/`start()` make an
-outage on the same port and data."""
+outage on the same port and data; `stuttering()` a server that keeps stopping to answer for a
+while (a loaded or pausing S3)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +98,31 @@ class S3Proxy:
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
         self._process = None
+
+    @asynccontextmanager
+    async def stuttering(self, frozen_s: float, running_s: float) -> AsyncIterator[None]:
+        """Inside: the server frozen (SIGSTOP) for `frozen_s`, then running for `running_s`, over
+        and over; it runs again on the way out, whatever happened inside."""
+        assert self._process is not None, "S3Proxy is not running"
+        group = self._process.pid  # started in a session of its own: its group's leader
+
+        async def stutter() -> None:
+            while True:
+                os.killpg(group, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(frozen_s)
+                finally:
+                    os.killpg(group, signal.SIGCONT)
+                await asyncio.sleep(running_s)
+
+        task = asyncio.create_task(stutter())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            os.killpg(group, signal.SIGCONT)
 
     def _log_tail(self) -> str:
         path = self.root / "s3proxy.log"
