@@ -3,8 +3,8 @@
 the segments' bytes out of PostgreSQL in chunks; after a restart of `serve` every event reads back
 exactly once and in key order; once the stream is sealed nothing of it is left in PostgreSQL's
 chunk rows, and deleting it leaves no object behind, also when S3 kept pausing while the chunks
-were written. And a tier that cannot work stops `serve` at
-start-up with one line naming the setting."""
+were written. And a tier that cannot work stops `serve` at start-up with one line naming the
+setting."""
 
 from __future__ import annotations
 
