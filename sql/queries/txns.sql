@@ -96,9 +96,16 @@ LEFT JOIN completed_txns c ON c.stream_id = s.id AND c.txn_high = $3 AND c.txn_l
 WHERE s.scope = $1 AND s.name = $2;
 
 -- name: extend_lease
+-- Found by key alone and updated by row id, for the reason move_txn gives.
+WITH found AS MATERIALIZED (
+    SELECT t.ctid AS row_id
+    FROM transactions t
+    WHERE t.stream_id = (SELECT id FROM streams WHERE scope = $1 AND name = $2)
+      AND t.txn_high = $3 AND t.txn_low = $4
+)
 UPDATE transactions t SET lease_expiry = $5, lease_ms = $6, version = t.version + 1
-FROM streams s
-WHERE s.scope = $1 AND s.name = $2 AND t.stream_id = s.id AND t.txn_high = $3 AND t.txn_low = $4
+FROM found f
+WHERE t.ctid = f.row_id AND t.txn_high = $3 AND t.txn_low = $4
   AND t.version = $7 AND t.status = 'OPEN'
 RETURNING t.version;
 
@@ -107,10 +114,17 @@ RETURNING t.version;
 -- new lease is within the maximum ($7) and within the maximum execution time. The
 -- conditions mirror app/domain/txns.py ping_decision; PostgreSQL re-checks them on the row
 -- version it updates, so a concurrent change (a commit, an abort) is never overwritten.
--- No row: the caller reads the record and answers from the rules.
+-- No row: the caller reads the record and answers from the rules. Found by key alone and
+-- updated by row id, for the reason move_txn gives.
+WITH found AS MATERIALIZED (
+    SELECT t.ctid AS row_id
+    FROM transactions t
+    WHERE t.stream_id = (SELECT id FROM streams WHERE scope = $1 AND name = $2)
+      AND t.txn_high = $3 AND t.txn_low = $4
+)
 UPDATE transactions t SET lease_expiry = $5::bigint + $6::bigint, lease_ms = $6, version = t.version + 1
-FROM streams s
-WHERE s.scope = $1 AND s.name = $2 AND t.stream_id = s.id AND t.txn_high = $3 AND t.txn_low = $4
+FROM found f
+WHERE t.ctid = f.row_id AND t.txn_high = $3 AND t.txn_low = $4
   AND t.status = 'OPEN' AND $6::bigint <= $7::bigint AND $5::bigint + $6::bigint <= t.max_exec_expiry
 RETURNING t.version;
 
@@ -139,7 +153,17 @@ RETURNING a.ord, t.lease_expiry;
 -- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request
 -- that completes it, in one statement: the status and its work commit together. At version $6,
 -- or ($6 NULL) at whatever version the OPEN row has when this statement updates it.
-WITH target AS (SELECT id FROM streams WHERE scope = $1 AND name = $2),
+-- The row is found by its key alone and updated by its row id, the status checked on the version
+-- updated (a concurrent update is rechecked on its newest version, as a lookup by key would be):
+-- with the status among the lookup's conditions, the planner may take the partial index of OPEN
+-- transactions, whose statistics say it is tiny while it holds a dead entry for every
+-- transaction that left OPEN since the last vacuum, and walk them all for each move.
+WITH found AS MATERIALIZED (
+    SELECT t.ctid AS row_id
+    FROM transactions t
+    WHERE t.stream_id = (SELECT id FROM streams WHERE scope = $1 AND name = $2)
+      AND t.txn_high = $3 AND t.txn_low = $4
+),
 moved AS (
     UPDATE transactions t
     SET status = $5::text, version = t.version + 1,
@@ -147,8 +171,8 @@ moved AS (
         commit_time = COALESCE($8, t.commit_time),
         commit_order = CASE WHEN $5::text = 'COMMITTING' THEN nextval('txn_commit_order') ELSE t.commit_order END,
         requested_at = $11::bigint
-    FROM target
-    WHERE t.stream_id = target.id AND t.txn_high = $3 AND t.txn_low = $4
+    FROM found f
+    WHERE t.ctid = f.row_id AND t.txn_high = $3 AND t.txn_low = $4
       AND ($6::bigint IS NULL OR t.version = $6) AND t.status = 'OPEN'
     RETURNING t.version
 ), queued AS (

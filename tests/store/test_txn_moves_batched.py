@@ -158,3 +158,57 @@ async def test_the_batched_statement_probes_transactions_by_their_whole_key(serv
             await conn.execute("RESET plan_cache_mode")
     probe = [line for line in plan.splitlines() if "Index Cond" in line and "txn_low" in line]
     assert probe and "stream_id" in probe[0] and "txn_high" in probe[0], plan
+
+
+async def test_lone_moves_and_pings_find_their_transaction_by_its_whole_key_past_dead_open_entries(
+    services: Services,
+) -> None:
+    """Many transactions moved out of OPEN leave dead entries in the partial index of OPEN ones
+    until a vacuum; with statistics taken when few are OPEN, a lone move or ping must still look
+    its row up by the primary key (a move walked those dead entries every time)."""
+    store = PgTxnStore(services.resources.pool)
+    moved = [await _open(services, "a") for _ in range(300)]
+    left = (await _open(services, "a"),)[0]
+    for txn in moved:
+        assert await store.move_open_txn(SC, "a", txn, TxnStatus.COMMITTING, _commit_request(services, "a"))
+    key = [SC, "a", left.high, left.low]
+    statements = {
+        "move_txn": [*key, "COMMITTING", None, None, None, "commits", "commit_txns", 0],
+        "extend_lease": [*key, 10, 10, 0],
+        "extend_open_lease": [*key, 0, 10, 10],
+    }
+    async with services.resources.pool.acquire() as conn:
+        await conn.execute("ANALYZE transactions")
+        for name, args in statements.items():
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await conn.execute(f"SET plan_cache_mode = {mode}")
+                try:
+                    rows = await conn.fetch("EXPLAIN " + queries.load("txns")[name], *args)
+                finally:
+                    await conn.execute("RESET plan_cache_mode")
+                plan = "\n".join(row[0] for row in rows)
+                assert "transactions_pkey" in plan and "transactions_open_by_expiry" not in plan, (
+                    name,
+                    mode,
+                    plan,
+                )
+
+
+async def test_a_commit_waiting_on_a_concurrent_ping_commits_the_version_the_ping_left(
+    services: Services,
+) -> None:
+    """The lone move finds its row by key and updates it by row id, so a ping that updated the
+    row meanwhile leaves it nothing to update; the service then reads the record and moves the
+    version the ping left, as the move's contract says: the commit succeeds, once."""
+    txn = await _open(services, "a")
+    async with services.resources.pool.acquire() as pinging:
+        async with pinging.transaction():
+            args = [SC, "a", txn.high, txn.low, services.clock.now_ms(), 10_000, 600_000]
+            assert await pinging.fetchval(queries.load("txns")["extend_open_lease"], *args) == 1
+            commit = asyncio.create_task(services.transactions.commit(SC, "a", txn))
+            await asyncio.sleep(0.3)
+            assert not commit.done()  # waiting for the ping's row lock
+        assert (await asyncio.wait_for(commit, 5)).name == "SUCCESS"
+    status, order, _writer, version = await _record(services, "a", txn)
+    assert (status, version) == ("COMMITTING", 2) and order is not None
+    assert await _requests_for(services, txn) == [("commits", "commit_txns", "a")]
