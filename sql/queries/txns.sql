@@ -96,7 +96,8 @@ LEFT JOIN completed_txns c ON c.stream_id = s.id AND c.txn_high = $3 AND c.txn_l
 WHERE s.scope = $1 AND s.name = $2;
 
 -- name: extend_lease
--- Found by key alone and updated by row id, for the reason move_txn gives.
+-- Found by key alone and updated by row id, for the reason move_txn gives (a row changed
+-- meanwhile: no row, as a changed version gives).
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
     FROM transactions t
@@ -112,10 +113,10 @@ RETURNING t.version;
 -- name: extend_open_lease
 -- A ping's common case in one statement: extends the lease of an OPEN transaction when the
 -- new lease is within the maximum ($7) and within the maximum execution time. The
--- conditions mirror app/domain/txns.py ping_decision; PostgreSQL re-checks them on the row
--- version it updates, so a concurrent change (a commit, an abort) is never overwritten.
--- No row: the caller reads the record and answers from the rules. Found by key alone and
--- updated by row id, for the reason move_txn gives.
+-- conditions mirror app/domain/txns.py ping_decision. Found by key alone and updated by row id,
+-- for the reason move_txn gives: a row a concurrent statement changed meanwhile (a commit, an
+-- abort) is not updated, so such a change is never overwritten. No row: the caller reads the
+-- record and answers from the rules.
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
     FROM transactions t
@@ -153,11 +154,12 @@ RETURNING a.ord, t.lease_expiry;
 -- OPEN -> COMMITTING (taking the next commit-order position) or ABORTING, and the request
 -- that completes it, in one statement: the status and its work commit together. At version $6,
 -- or ($6 NULL) at whatever version the OPEN row has when this statement updates it.
--- The row is found by its key alone and updated by its row id, the status checked on the version
--- updated (a concurrent update is rechecked on its newest version, as a lookup by key would be):
--- with the status among the lookup's conditions, the planner may take the partial index of OPEN
+-- The row is found by its key alone and updated by its row id, the status checked there: with the
+-- status among the lookup's conditions, the planner may take the partial index of OPEN
 -- transactions, whose statistics say it is tiny while it holds a dead entry for every
--- transaction that left OPEN since the last vacuum, and walk them all for each move.
+-- transaction that left OPEN since the last vacuum, and walk them all for each move. A row that a
+-- concurrent statement changed meanwhile is not updated at all (this statement's snapshot does not
+-- see its new version): no row, and the caller reads the record and decides, as for any no row.
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
     FROM transactions t
