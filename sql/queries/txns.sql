@@ -96,8 +96,7 @@ LEFT JOIN completed_txns c ON c.stream_id = s.id AND c.txn_high = $3 AND c.txn_l
 WHERE s.scope = $1 AND s.name = $2;
 
 -- name: extend_lease
--- Found by key alone and updated by row id, for the reason move_txn gives (a row changed
--- meanwhile: no row, as a changed version gives).
+-- Found by key alone and updated by row id, for the reason move_txn gives.
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
     FROM transactions t
@@ -114,8 +113,8 @@ RETURNING t.version;
 -- A ping's common case in one statement: extends the lease of an OPEN transaction when the
 -- new lease is within the maximum ($7) and within the maximum execution time. The
 -- conditions mirror app/domain/txns.py ping_decision. Found by key alone and updated by row id,
--- for the reason move_txn gives: a row a concurrent statement changed meanwhile (a commit, an
--- abort) is not updated, so such a change is never overwritten. No row: the caller reads the
+-- for the reason move_txn gives; whatever is updated is rechecked against these conditions, so a
+-- concurrent change (a commit, an abort) is never overwritten. No row: the caller reads the
 -- record and answers from the rules.
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
@@ -158,8 +157,9 @@ RETURNING a.ord, t.lease_expiry;
 -- status among the lookup's conditions, the planner may take the partial index of OPEN
 -- transactions, whose statistics say it is tiny while it holds a dead entry for every
 -- transaction that left OPEN since the last vacuum, and walk them all for each move. A row that a
--- concurrent statement changed meanwhile is not updated at all (this statement's snapshot does not
--- see its new version): no row, and the caller reads the record and decides, as for any no row.
+-- concurrent statement changed meanwhile may go un-updated (this statement's snapshot does not see
+-- its new version; whatever is updated is rechecked against every condition here): then no row,
+-- and the caller reads the record and decides, as for any no row.
 WITH found AS MATERIALIZED (
     SELECT t.ctid AS row_id
     FROM transactions t
