@@ -35,7 +35,11 @@ catch-up  a stream of --catch-up-mb MB (1 KiB events) written once per server, t
 tail      open loop: a writer at 1,000 and at 10,000 events/s (send times on a fixed schedule,
           each event carrying its send time) and a reader of a group parked at the tail in
           another process: write -> read latency p50/p99, and the rate the writer achieved.
-ack       write one 1 KiB event and flush it, one after another: p50/p99.
+ack       write one 1 KiB event and flush it, one after another: p50/p99. In serve's rounds,
+          after the client's acks, the same number of 1 KiB rows each inserted and committed
+          alone on serve's own PostgreSQL (asyncpg, no serve in the path): the floor of any
+          acknowledgement that means a durable commit on this machine, printed after the table
+          next to Pravega's ack (bench/ack_floor.py splits the layers further).
 txn       transactions of 10 x 1 KiB events (begin, write, commit) back to back, with 1 and 8
           client processes: transactions committed per second (commit returned; as the client
           sees it on both servers).
@@ -64,6 +68,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -364,7 +370,39 @@ async def ack_latency(target: Target, sizes: Sizes, tag: str) -> Result:
     result = await ours("ack", target, stream=stream, count=sizes.acks, skip=20, size=KIB)
     await target.delete_stream(stream)
     latencies = result["latencies_ms"]
-    return {"ack_p50": percentile(latencies, 0.50), "ack_p99": percentile(latencies, 0.99)}
+    figures = {"ack_p50": percentile(latencies, 0.50), "ack_p99": percentile(latencies, 0.99)}
+    if target.db_url:
+        floor = await lone_commits(target.db_url, sizes.acks)
+        figures |= {"ack_floor_p50": percentile(floor, 0.50), "ack_floor_p99": percentile(floor, 0.99)}
+    return figures
+
+
+FLOOR_TABLE = "bench_ack_floor"
+FLOOR_WARM_UP = 20
+
+
+async def lone_commits(db_url: str, count: int) -> list[float]:
+    """Milliseconds of each of `count` 1 KiB rows inserted and committed alone (autocommit), one
+    after another, on one connection: what PostgreSQL's durable commit costs with nothing of serve
+    in the path. The table is emptied after, so rounds do not grow it."""
+    conn = await asyncpg.connect(db_url)
+    try:
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, data bytea NOT NULL)"
+        )
+        insert = await conn.prepare(f"INSERT INTO {FLOOR_TABLE} (data) VALUES ($1)")
+        data = b"a" * KIB
+        for _ in range(FLOOR_WARM_UP):
+            await insert.fetch(data)
+        latencies: list[float] = []
+        for _ in range(count):
+            began = time.perf_counter_ns()
+            await insert.fetch(data)
+            latencies.append((time.perf_counter_ns() - began) / 1e6)
+        await conn.execute(f"TRUNCATE {FLOOR_TABLE}")
+        return latencies
+    finally:
+        await conn.close()
 
 
 async def transactions(target: Target, sizes: Sizes, tag: str) -> Result:
@@ -487,6 +525,24 @@ def table(rounds: dict[str, dict[str, list[float]]], memory: dict[str, tuple[flo
             f"| {label} | MB | lower | {theirs_mb:.0f} | {mine_mb:.0f} | {ratio(mine_mb, theirs_mb)} |"
         )
     return lines
+
+
+def ack_floor_lines(rounds: dict[str, dict[str, list[float]]]) -> list[str]:
+    """The durable commit's own floor (serve's rounds of `ack`) beside Pravega's ack: whether the
+    ack bar is within reach of any server whose acknowledgement is a PostgreSQL commit here."""
+    floor_p50, floor_p99 = rounds["serve"].get("ack_floor_p50"), rounds["serve"].get("ack_floor_p99")
+    if not floor_p50 or not floor_p99:
+        return []
+    line = (
+        "PostgreSQL alone on serve's cluster, a 1 KiB row committed on its own (the floor of a "
+        f"durable ack), best / median of serve's ack rounds: p50 {min(floor_p50):.2f} / "
+        f"{statistics.median(floor_p50):.2f} ms, p99 {min(floor_p99):.2f} / "
+        f"{statistics.median(floor_p99):.2f} ms"
+    )
+    theirs = rounds["Pravega"].get("ack_p99")
+    if theirs:
+        line += f"; Pravega's ack p99 {min(theirs):.2f} / {statistics.median(theirs):.2f} ms"
+    return [line + ".", ""]
 
 
 async def run_part(
@@ -613,6 +669,8 @@ async def main() -> int:
     )
     print("\n".join(table(found, memory)))
     print()
+    for line in ack_floor_lines(found):
+        print(line)
     print("Figures are through the Python client but those named 'Java client' (bench/java/LoadWriter.java). "
           "A throughput whose client sat near 100% of a core is bounded by the client too.")  # fmt: skip
     if failures:
