@@ -168,7 +168,7 @@ async def test_lone_moves_and_pings_find_their_transaction_by_its_whole_key_past
     its row up by the primary key (a move walked those dead entries every time)."""
     store = PgTxnStore(services.resources.pool)
     moved = [await _open(services, "a") for _ in range(300)]
-    left = (await _open(services, "a"),)[0]
+    left = await _open(services, "a")
     for txn in moved:
         assert await store.move_open_txn(SC, "a", txn, TxnStatus.COMMITTING, _commit_request(services, "a"))
     key = [SC, "a", left.high, left.low]
