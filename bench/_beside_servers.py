@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -31,7 +32,16 @@ from tests.conformance.pravega_standalone import start_standalone
 
 SCOPE = "beside"
 SAMPLE_EVERY_S = 0.25
+# How often the bench asks whether the commits of a round's last transactions completed: the
+# figure's precision on a 10 s round, and light enough not to load the server it waits for.
+COMMIT_POLL_S = 0.02
 READY_TIMEOUT_S = 60.0
+
+
+def _int64(value: int) -> int:
+    """The low 64 bits of `value` as protobuf's signed int64."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def pss_mb(pid: int) -> float:
@@ -79,6 +89,31 @@ class Target:
         )
         if status.status != pb.CreateStreamStatus.SUCCESS:
             raise RuntimeError(f"{self.name}: createStream {stream}: {status}")
+
+    async def commits_completed(self, stream: str, txn_ids: list[int], timeout_s: float) -> float:
+        """Waits until each transaction of `txn_ids` is COMMITTED (a commit that returned has only
+        been accepted: both servers complete it afterwards); the monotonic time it saw the last.
+        Commits complete in the order they were accepted, so a client's last transaction stands
+        for the ones before it."""
+        info = pb.StreamInfo(scope=SCOPE, stream=stream)
+        pending = [pb.TxnId(highBits=_int64(txn >> 64), lowBits=_int64(txn)) for txn in txn_ids]
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            still = []
+            for txn_id in pending:
+                state = await self.stub.checkTransactionState(pb.TxnRequest(streamInfo=info, txnId=txn_id))
+                if state.state in (pb.TxnState.ABORTING, pb.TxnState.ABORTED, pb.TxnState.UNKNOWN):
+                    raise RuntimeError(f"{self.name}: transaction {txn_id} of {stream} is {state}")
+                if state.state != pb.TxnState.COMMITTED:
+                    still.append(txn_id)
+            pending = still
+            if pending:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{self.name}: {len(pending)} commits on {stream} not completed in {timeout_s:.0f} s"
+                    )
+                await asyncio.sleep(COMMIT_POLL_S)
+        return time.monotonic()
 
     async def delete_stream(self, stream: str) -> None:
         """Sealed and deleted, so that neither server holds more than a round's data (Pravega

@@ -111,7 +111,8 @@ def ack(args: dict[str, Any]) -> None:
 
 def txn(args: dict[str, Any]) -> None:
     """From `start_at` for `seconds`, back to back: begin, `size` events of `event_size` bytes,
-    commit (returned: the controller accepted the commit). Reports how many were committed."""
+    commit (returned: the controller accepted the commit). Reports how many were committed, and
+    the last one's id (as a decimal string: a u128), whose commit the bench waits to complete."""
     manager = stream_manager(args)
     writer = manager.create_transaction_writer(args["scope"], args["stream"], args["writer_id"])
     size, payload = args["size"], b"x" * args["event_size"]
@@ -119,15 +120,24 @@ def txn(args: dict[str, Any]) -> None:
     cpu = os.times()
     started = time.monotonic()
     committed = 0
+    last_txn = None
     while time.monotonic() - started < args["seconds"]:
         transaction = writer.begin_txn()
         for _ in range(size):
             transaction.write_event_bytes(payload, "k")
         transaction.commit()
         committed += 1
+        last_txn = transaction.get_txn_id()
     ended = time.monotonic()
     finish(
-        {"committed": committed, "t0": started, "t1": ended, "loop_cpu_s": loop_cpu_s(cpu), "late_s": late_s}
+        {
+            "committed": committed,
+            "last_txn": None if last_txn is None else str(last_txn),
+            "t0": started,
+            "t1": ended,
+            "loop_cpu_s": loop_cpu_s(cpu),
+            "late_s": late_s,
+        }
     )
 
 

@@ -42,7 +42,11 @@ ack       write one 1 KiB event and flush it, one after another: p50/p99. In ser
           next to Pravega's ack (bench/ack_floor.py splits the layers further).
 txn       transactions of 10 x 1 KiB events (begin, write, commit) back to back, with 1 and 8
           client processes: transactions committed per second (commit returned; as the client
-          sees it on both servers).
+          sees it on both servers). A returned commit was only accepted: both servers complete
+          it afterwards (COMMITTING, then COMMITTED). The round ends when every client's last
+          transaction is COMMITTED (asked every 20 ms), so no server's commits left over run
+          into the other's next round; and the same transactions over the time until then
+          make a second figure: transactions committed per second, the work done.
 memory    not a part: each server's memory when idle after start and at its peak over the run
           (sampled every 250 ms, but not during the latency parts `tail`, `ack` and
           `tail-slice`: once after each of their rounds). Pravega: the JVM's RSS (3 GiB heap
@@ -83,6 +87,13 @@ KIB = 1024
 MB = 1_000_000
 TAIL_RATES = (1_000, 10_000)
 TXN_CLIENTS = (1, 8)
+# Before each round the server not measured gets up to QUIET_WAIT_S to finish what its own last
+# round left it: Pravega's JVM used 50-100% of a core for 2-6 s after a round of 8 transaction
+# clients (5-16% when idle), and once 84% of a core through all of serve's next round, at nice 19.
+# The round starts once it used under QUIET_SHARE of a core over QUIET_WINDOW_S.
+QUIET_SHARE = 0.25
+QUIET_WINDOW_S = 0.5
+QUIET_WAIT_S = 30.0
 # The tail reader's group must exist, and its reader be parked, before the writer starts.
 READER_SETTLE_S = 3.0
 # Clients that load a server together start at one instant this far ahead: a Python client
@@ -116,6 +127,14 @@ class Figure:
     better: str  # "higher", "lower", or "" for a figure that only explains the others
 
 
+def _txn_figures(clients: int) -> dict[str, Figure]:
+    who = f"{clients} client{'s' if clients > 1 else ''}"
+    return {
+        f"txn{clients}": Figure(f"transactions of 10 events, {who}", "txn/s", "higher"),
+        f"txn{clients}_completed": Figure("  the same until the last commit completed", "txn/s", "higher"),
+    }
+
+
 FIGURES: dict[str, Figure] = {
     "one_eps": Figure("one writer, 1 KiB events, flush at end", "events/s", "higher"),
     "one_client": Figure("  its client's CPU", "% of a core", ""),
@@ -144,10 +163,7 @@ FIGURES: dict[str, Figure] = {
     "tail_slice": Figure("Pravega's test_ReadfromTail: first slice held both events", "of 20", "higher"),
     "ack_p50": Figure("write + flush of one event (ack), p50", "ms", "lower"),
     "ack_p99": Figure("write + flush of one event (ack), p99", "ms", "lower"),
-    **{
-        f"txn{n}": Figure(f"transactions of 10 events, {n} client{'s' if n > 1 else ''}", "txn/s", "higher")
-        for n in TXN_CLIENTS
-    },
+    **{key: figure for n in TXN_CLIENTS for key, figure in _txn_figures(n).items()},
 }
 
 Result = dict[str, float]
@@ -427,11 +443,19 @@ async def transactions(target: Target, sizes: Sizes, tag: str) -> Result:
             )
         )
         warn_late(target, f"txn{clients}", results)
+        last_txns = [int(r["last_txn"]) for r in results if r["last_txn"] is not None]
+        completed_at = await target.commits_completed(stream, last_txns, COMMITS_COMPLETE_TIMEOUT_S)
         await target.delete_stream(stream)
-        span = max(r["t1"] for r in results) - min(r["t0"] for r in results)
-        figures[f"txn{clients}"] = sum(r["committed"] for r in results) / span
+        began = min(r["t0"] for r in results)
+        committed = sum(r["committed"] for r in results)
+        figures[f"txn{clients}"] = committed / (max(r["t1"] for r in results) - began)
+        figures[f"txn{clients}_completed"] = committed / (completed_at - began)
     return figures
 
+
+# Far longer than any completion seen: both servers completed their last commits within 0.1 s of
+# their clients' end (the completed figures within 1% of the returned ones).
+COMMITS_COMPLETE_TIMEOUT_S = 120.0
 
 TAIL_SLICE_RUNS = 20
 
@@ -545,6 +569,21 @@ def ack_floor_lines(rounds: dict[str, dict[str, list[float]]]) -> list[str]:
     return [line + ".", ""]
 
 
+async def quiet_down(others: list[Target]) -> float:
+    """Seconds waited until every server of `others` used under QUIET_SHARE of a core over
+    QUIET_WINDOW_S (at most QUIET_WAIT_S): a round starts once the other server has finished
+    what its own last round left it."""
+    began = time.monotonic()
+    while time.monotonic() - began < QUIET_WAIT_S:
+        before = [(other, other.cpu()) for other in others]
+        window_began = time.monotonic()
+        await asyncio.sleep(QUIET_WINDOW_S)
+        window = time.monotonic() - window_began
+        if all(other.cpu_used_since(cpu) / window < QUIET_SHARE for other, cpu in before):
+            break
+    return time.monotonic() - began
+
+
 async def run_part(
     name: str,
     part: Part,
@@ -586,6 +625,7 @@ async def run_part(
     for index in range(rounds):
         order = ready if index % 2 == 0 else ready[::-1]
         for target in order:
+            waited = await quiet_down([other for other in targets if other is not target])
             began = time.monotonic()
             # Both servers run throughout: the one not measured still uses the same two cores
             # (a JVM's collector, a PostgreSQL's checkpoint or autovacuum), at a low priority
@@ -606,6 +646,8 @@ async def run_part(
                 f"meanwhile {other.name} used {100 * other.cpu_used_since(cpu) / took:.0f}% of a core"
                 for other, cpu in others
             )
+            if waited > QUIET_WINDOW_S * 1.5:
+                meanwhile = f"started after {waited:.1f} s for the other to quiet down; {meanwhile}"
             print(f"  {name} round {index + 1} {target.name} ({took:.0f} s): {summary} ({meanwhile})",
                   flush=True)  # fmt: skip
 
