@@ -2,7 +2,10 @@
 Python client 0.3.8, one process per client), against Pravega standalone and against `serve` from
 this checkout, both running at once on this machine, in one run; each figure for both and the ratio.
 During each round the server not being measured runs at nice 19 (--other-nice), so that its own
-background work takes only the cycles the measured one leaves (bench/_niceness.py; needs root).
+background work takes only the cycles the measured one leaves (bench/_niceness.py; needs root),
+and a round starts only once that server has used under a quarter of a core for half a second
+(at most 30 s of waiting; the round's line says when it waited): what its own last round left it
+to do is not done in the other's.
 
     .venv/bin/python bench/beside_pravega.py [--quick] [--only PARTS] [--rounds N]
         [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other-nice 19]
