@@ -93,8 +93,8 @@ class Target:
     async def commits_completed(self, stream: str, txn_ids: list[int], timeout_s: float) -> float:
         """Waits until each transaction of `txn_ids` is COMMITTED (a commit that returned has only
         been accepted: both servers complete it afterwards); the monotonic time it saw the last.
-        Commits complete in the order they were accepted, so a client's last transaction stands
-        for the ones before it."""
+        Both servers complete a stream's commits in the order they accepted them, so a client's
+        last transaction stands for the ones before it."""
         info = pb.StreamInfo(scope=SCOPE, stream=stream)
         pending = [pb.TxnId(highBits=_int64(txn >> 64), lowBits=_int64(txn)) for txn in txn_ids]
         deadline = time.monotonic() + timeout_s
