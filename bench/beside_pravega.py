@@ -90,8 +90,8 @@ KIB = 1024
 MB = 1_000_000
 TAIL_RATES = (1_000, 10_000)
 TXN_CLIENTS = (1, 8)
-# Far longer than any completion seen: both servers completed their last commits within 0.1 s of
-# their clients' end (the completed figures within 1% of the returned ones).
+# Far longer than any completion seen: both servers completed their last commits within 0.2 s of
+# their clients' end (the completed figures within 1.5% of the returned ones).
 COMMITS_COMPLETE_TIMEOUT_S = 120.0
 # Before each round the server not measured gets up to QUIET_WAIT_S to finish what its own last
 # round left it: Pravega's JVM used 50-100% of a core for 2-6 s after a round of 8 transaction
