@@ -57,6 +57,7 @@ def round_trips(pair: Callable[[], tuple[socket.socket, socket.socket]], count: 
         finally:
             os._exit(0)
     far.close()
+    allowed = os.sched_getaffinity(0)
     try:
         if near_cpu is not None:
             os.sched_setaffinity(0, {near_cpu})
@@ -76,7 +77,7 @@ def round_trips(pair: Callable[[], tuple[socket.socket, socket.socket]], count: 
     finally:
         near.close()
         os.waitpid(child, 0)
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+        os.sched_setaffinity(0, allowed)
     return statistics.median(trips) * 1e6, in_send / count * 1e6, cpu / count * 1e6
 
 
