@@ -257,7 +257,9 @@ async def read_back_exactly_once(
         deadline_s=120, until_end=False, stop_after=count,
     )  # fmt: skip
     try:
-        assert (await reader.result(timeout_s=150))["read"] == count
+        result = await reader.result(timeout_s=150)
     finally:
         await reader.kill()
+    # Which events came twice or not at all says more than how many were read.
     check_exactly_once_in_key_order(read_events(out), prefix, count, keys)
+    assert result["read"] == count, result
