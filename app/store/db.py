@@ -10,6 +10,7 @@ through untouched; a failure to start, commit or roll back the block is translat
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
@@ -196,6 +197,12 @@ class _TranslatedBlock:
         try:
             await self._block.__aexit__(exc_type, exc, tb)
         except Exception as error:
+            if exc is not None:
+                # The block failed already, and its connection with it (a rollback fails only
+                # there, and the server rolls back a lost connection's transaction itself): the
+                # block's own exception goes on, a cancellation above all, which would otherwise
+                # become an error its task retries instead of ending.
+                return
             _raise_translated(error)
 
 
@@ -255,7 +262,9 @@ class PgDatabase:
             try:
                 result = await call(connection)
             except BaseException:
-                await self._lender.give_back(connection, clean=False)
+                # The call's own exception goes on even if giving back fails (_TranslatedBlock).
+                with contextlib.suppress(Exception):
+                    await self._lender.give_back(connection, clean=False)
                 raise
             await self._lender.give_back(connection, clean=True)
         except Exception as exc:
@@ -337,7 +346,8 @@ class _Acquired:
         try:
             await self._lender.give_back(self._connection, clean=exc_type is None)
         except Exception as error:
-            _raise_translated(error)
+            if exc is None:  # else the block's own exception goes on (_TranslatedBlock)
+                _raise_translated(error)
 
 
 def _arguments(url: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -121,6 +121,47 @@ async def test_a_query_beyond_the_command_timeout_is_store_unavailable(db_url: s
         await db.close()
 
 
+async def test_a_command_timeout_inside_a_block_is_the_blocks_error_not_its_rollbacks(db_url: str) -> None:
+    """The query given up on closes its connection (app/store/uncancelled.py), so the block's
+    rollback fails there: the error the block ends with is still the timeout's."""
+    db = await create_pool(db_url, min_size=1, max_size=1, command_timeout=0.05)
+    try:
+        with pytest.raises(StoreUnavailable, match=f"^{re.escape(SLOW)}") as raised:
+            async with db.transaction() as conn:
+                await conn.fetchval("SELECT pg_sleep(5)")
+        assert isinstance(raised.value.__cause__, TimeoutError)
+        assert await db.fetchval("SELECT 1") == 1  # on a new connection
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize("block", ["transaction", "acquire", "call"])
+async def test_a_task_cancelled_in_a_query_ends_cancelled_and_the_pool_goes_on(
+    db: PgDatabase, block: str
+) -> None:
+    """A cancellation must stay one through the block's exit on the closed connection: turned into
+    an outage, a loop that retries outages never ended when cancelled (the storage writer did so,
+    hanging the test that stopped it)."""
+    started = asyncio.Event()
+
+    async def query() -> None:
+        if block == "call":
+            started.set()
+            await db.fetchval("SELECT pg_sleep(5)")
+            return
+        async with db.transaction() if block == "transaction" else db.acquire() as conn:
+            started.set()
+            await conn.fetchval("SELECT pg_sleep(5)")
+
+    task = asyncio.create_task(query())
+    await started.wait()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await db.fetchval("SELECT 1") == 1
+
+
 async def test_a_connection_ended_by_the_server_is_store_unavailable(db: PgDatabase) -> None:
     with pytest.raises(StoreUnavailable, match=f"^{re.escape(UNAVAILABLE)}"):
         async with db.acquire() as conn:
