@@ -23,6 +23,7 @@ from app.store import hosts
 from app.store.dsn import connect_args
 from app.store.errors import domain_error
 from app.store.lending import ConnectionLender
+from app.store.uncancelled import UncancelledConnection
 
 T = TypeVar("T")
 
@@ -364,7 +365,8 @@ async def open_pool(url: str, **options: Any) -> PgDatabase:
     """An asyncpg pool (`options` as asyncpg.create_pool takes them) behind the Database calls."""
     arguments = _arguments(url, options)
     try:
-        return PgDatabase(await asyncpg.create_pool(connect=hosts.connect, **arguments))
+        pool = asyncpg.create_pool(connect=hosts.connect, connection_class=UncancelledConnection, **arguments)
+        return PgDatabase(await pool)
     except Exception as exc:
         _raise_translated(exc)
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import asyncpg
 
+from app.store.uncancelled import UncancelledConnection
+
 # Per host when a URL names several and no connect_timeout: a live PostgreSQL answers a connect
 # and its authentication in well under this; a host that drops packets is passed over after it.
 PER_HOST_TIMEOUT_S = 5.0
@@ -36,6 +38,9 @@ async def connect(dsn: str | None = None, **arguments: Any) -> asyncpg.Connectio
     """asyncpg.connect's arguments (asyncpg's pool passes a dsn, None here, and its own keyword
     arguments too); one connection, tuned."""
     hosts, ports = arguments.get("host"), arguments.get("port")
+    # Every connection of ours, pooled or not: a query given up on must not be cancelled
+    # (app/store/uncancelled.py).
+    arguments["connection_class"] = UncancelledConnection
     if dsn is not None or not isinstance(hosts, list):
         return _tuned(await asyncpg.connect(dsn, **arguments))
     if not isinstance(ports, list):

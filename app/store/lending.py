@@ -89,7 +89,6 @@ def _attached(connection: Any) -> bool:
 
 
 def _reusable(connection: Any) -> bool:
-    # A query cancelled in the block (its timeout caught there) may leave the connection still
-    # cancelling it: asyncpg's protocol waits for that before its next query, so the next
-    # borrower waits instead of the one giving it back.
+    # A query given up on in the block (its timeout caught there) closed the connection
+    # (app/store/uncancelled.py): the pool replaces it.
     return _attached(connection) and not connection.is_closed() and not connection.is_in_transaction()

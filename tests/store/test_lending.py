@@ -47,14 +47,14 @@ async def test_a_transaction_left_open_goes_back_through_the_pool_and_is_rolled_
     assert await db.fetchval("SELECT count(*) FROM lent_rows") == 1
 
 
-async def test_a_cancelled_query_caught_in_the_block_leaves_the_connection_usable_when_lent_again(
+async def test_a_query_given_up_on_and_caught_in_the_block_leaves_the_pool_lending_working_connections(
     db: PgDatabase,
 ) -> None:
     async with db.acquire() as conn:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.05):
                 await conn.fetchval("SELECT pg_sleep(5)")
-    # Lent again while asyncpg may still be cancelling the sleep: its next query waits for that.
+    # The connection was closed, not the sleep cancelled (app/store/uncancelled.py): never lent again.
     async with asyncio.timeout(5):
         assert await db.fetchval("SELECT 1") == 1
         assert await db.fetchval("SELECT 2") == 2
