@@ -10,6 +10,10 @@ So such a transaction takes its id first, and a COMMIT that fails on the connect
 by that id (`txid_status`, PostgreSQL's answer to exactly this question) once the server answers
 again: committed is success, the caller's result stands; aborted, or still not known at the
 deadline, is the outage it was.
+
+The id is looked up only on the server, and timeline, that gave it (sql/queries/commit_outcome.sql):
+after a failover the pool's connections go to the new primary, where the same id may belong to
+another transaction, committed, while this one waits on the old primary to be rewound away.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from app.domain.errors import StoreUnavailable
@@ -40,16 +45,30 @@ _ASK_EVERY_S = 0.2
 Outcome = Literal["committed", "aborted", "in progress"]
 
 
-async def outcome(db: Database, xid: int) -> Outcome | None:
-    """What became of transaction `xid`: None when PostgreSQL no longer knows (an id so old its
-    status was truncated away)."""
-    status = await db.fetchval(_SQL["transaction_status"], xid)
-    return status  # type: ignore[no-any-return]
+@dataclass(frozen=True, slots=True)
+class KnownTransaction:
+    xid: int
+    # Where `xid` means this transaction: the server's address and port, and its timeline.
+    server: str
 
 
-async def settled_outcome(db: Database, xid: int, wait_s: float) -> Outcome | None:
+async def known_transaction(conn: Connection) -> KnownTransaction:
+    """The id of the transaction open on `conn` (assigned now if it had none), and its server."""
+    row = await conn.fetchrow(_SQL["transaction_id"])
+    assert row is not None
+    return KnownTransaction(int(row["xid"]), str(row["server"]))
+
+
+async def outcome(db: Database, known: KnownTransaction) -> Outcome | None:
+    """What became of the transaction: None when the server asked is not the one it ran on (a
+    failover since), or no longer knows (an id so old its status was truncated away)."""
+    row = await db.fetchrow(_SQL["transaction_status"], known.xid, known.server)
+    return None if row is None else row["status"]
+
+
+async def settled_outcome(db: Database, known: KnownTransaction, wait_s: float) -> Outcome | None:
     """The outcome once it is final (not in progress), asking until `wait_s` passed; "in progress"
-    or None (the server never answered) at the deadline."""
+    or None (the server, or the one it ran on, never answered) at the deadline."""
     deadline = time.monotonic() + wait_s
     last: Outcome | None = None
     while True:
@@ -57,7 +76,7 @@ async def settled_outcome(db: Database, xid: int, wait_s: float) -> Outcome | No
         # The server away or slow to answer: asked again below, until the deadline.
         with contextlib.suppress(StoreUnavailable, TimeoutError):
             async with asyncio.timeout(max(left, _ASK_EVERY_S)):
-                last = await outcome(db, xid)
+                last = await outcome(db, known)
         if last in ("committed", "aborted") or time.monotonic() >= deadline:
             return last
         await asyncio.sleep(_ASK_EVERY_S)
@@ -74,7 +93,7 @@ async def transaction_with_known_outcome(
         block = conn.transaction()
         await block.__aenter__()
         try:
-            xid = int(await conn.fetchval(_SQL["transaction_id"]))
+            known = await known_transaction(conn)
             yield conn
         except BaseException as exc:
             await block.__aexit__(type(exc), exc, exc.__traceback__)
@@ -82,17 +101,18 @@ async def transaction_with_known_outcome(
         try:
             await block.__aexit__(None, None, None)
         except StoreUnavailable as lost:
-            found = await settled_outcome(db, xid, wait_s)
+            found = await settled_outcome(db, known, wait_s)
             if found != "committed":
                 log.warning(
-                    "a COMMIT lost its answer and its transaction %d is %s: the write is refused "
-                    "as unavailable",
-                    xid,
+                    "a COMMIT lost its answer and its transaction %d (on %s) is %s: the write is "
+                    "refused as unavailable",
+                    known.xid,
+                    known.server,
                     found or "not known",
                 )
                 raise
             log.warning(
                 "a COMMIT lost its answer but its transaction %d committed: the write stands (%s)",
-                xid,
+                known.xid,
                 lost,
             )

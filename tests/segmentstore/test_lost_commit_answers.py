@@ -28,7 +28,7 @@ from app.segmentstore.client import WireSegmentStore
 from app.segmentstore.client.connections import next_request_id
 from app.segmentstore.server import SegmentStoreServer
 from app.segmentstore.wire import commands as wc
-from app.store.commit_outcome import outcome, settled_outcome
+from app.store.commit_outcome import known_transaction, outcome, settled_outcome
 from app.store.db import PgDatabase, connect, open_pool
 from app.store.migrate import upgrade_to_head
 from app.store.segment_data import PgSegmentStorage
@@ -195,15 +195,35 @@ async def test_the_outcome_of_a_transaction_is_what_became_of_it() -> None:
         conn = await connect(store.url)
         try:
             async with conn.transaction():
-                committed = int(await conn.fetchval("SELECT txid_current()"))
+                committed = await known_transaction(conn)
             await conn.execute("BEGIN")
-            open_xid = int(await conn.fetchval("SELECT txid_current()"))
+            still_open = await known_transaction(conn)
             assert await outcome(store.pool, committed) == "committed"
-            assert await outcome(store.pool, open_xid) == "in progress"
+            assert await outcome(store.pool, still_open) == "in progress"
             started = time.monotonic()
-            assert await settled_outcome(store.pool, open_xid, 0.5) == "in progress"
+            assert await settled_outcome(store.pool, still_open, 0.5) == "in progress"
             assert time.monotonic() - started >= 0.5
             await conn.execute("ROLLBACK")
-            assert await outcome(store.pool, open_xid) == "aborted"
+            assert await outcome(store.pool, still_open) == "aborted"
         finally:
             await conn.close()
+
+
+async def test_a_transaction_is_looked_up_only_on_the_server_it_ran_on() -> None:
+    """After a failover the pool asks the new primary, where the old primary's id for this
+    transaction is another's: its answer would say committed of a write the rewind removes. Two
+    clusters stand for the two primaries here; their transaction ids overlap as theirs do."""
+    async with _store() as store, _store() as elsewhere:
+        conn = await connect(elsewhere.url)
+        try:
+            async with conn.transaction():
+                there = await known_transaction(conn)
+        finally:
+            await conn.close()
+        assert await outcome(elsewhere.pool, there) == "committed"
+        # The same id, committed here too, is not this transaction's outcome.
+        while int(await store.pool.fetchval("SELECT txid_current()")) <= there.xid:
+            pass
+        assert await store.pool.fetchval("SELECT txid_status($1)", there.xid) == "committed"
+        assert await outcome(store.pool, there) is None
+        assert await settled_outcome(store.pool, there, 0.3) is None
