@@ -5,7 +5,9 @@ dedicated sessions, over asyncpg. Every call here turns a driver failure into th
 Each query is one thin async call into asyncpg's own on a connection the pool's lender lends
 (app/store/lending.py): no extra round trip, and per query only that call's coroutine and the
 lending. Domain errors raised by store code inside a transaction block pass
-through untouched; a failure to start, commit or roll back the block is translated like a query's.
+through untouched; a failure to start or commit the block is translated like a query's. A block
+that raised ends with its own exception even when its rollback or the give-back then fails (the
+connection is lost, or closed because a query was given up on: app/store/uncancelled.py).
 """
 
 from __future__ import annotations
