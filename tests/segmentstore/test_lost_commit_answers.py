@@ -222,8 +222,11 @@ async def test_a_transaction_is_looked_up_only_on_the_server_it_ran_on() -> None
             await conn.close()
         assert await outcome(elsewhere.pool, there) == "committed"
         # The same id, committed here too, is not this transaction's outcome.
-        while int(await store.pool.fetchval("SELECT txid_current()")) <= there.xid:
-            pass
+        for _ in range(100_000):  # each call takes an id: on until this cluster's pass `there`'s
+            if int(await store.pool.fetchval("SELECT txid_current()")) > there.xid:
+                break
+        else:
+            raise AssertionError(f"this cluster's transaction ids never passed {there.xid}")
         assert await store.pool.fetchval("SELECT txid_status($1)", there.xid) == "committed"
         assert await outcome(store.pool, there) is None
         assert await settled_outcome(store.pool, there, 0.3) is None

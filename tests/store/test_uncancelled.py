@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -95,11 +95,13 @@ async def _insert_given_up_by_cancellation(pool: PgDatabase) -> None:
 @pytest.mark.parametrize(
     "give_up", [_insert_given_up_by_timeout, _insert_given_up_by_cancellation], ids=["timeout", "cancelled"]
 )
-async def test_a_commit_given_up_on_while_it_waits_for_a_standby_stays_invisible(give_up: object) -> None:
+async def test_a_commit_given_up_on_while_it_waits_for_a_standby_stays_invisible(
+    give_up: Callable[[PgDatabase], Awaitable[None]],
+) -> None:
     async with _cluster() as cluster:
         await cluster.commits_wait_for_a_standby(True)
         with pytest.raises((StoreUnavailable, TimeoutError)):
-            await give_up(cluster.pool)  # type: ignore[operator]
+            await give_up(cluster.pool)
         await asyncio.sleep(0.3)  # what a cancel would have needed to reach the server
         assert await cluster.admin.fetchval("SELECT count(*) FROM given_up") == 0
         assert await cluster.waiting_for_the_standby() == 1
