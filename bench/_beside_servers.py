@@ -3,7 +3,8 @@ the client, a gRPC stub to create and delete streams, the processes whose CPU is
 and the server's memory.
 
 Pravega 0.13 standalone is one JVM (controller, segment store, ZooKeeper, in-memory durable log
-and storage): its CPU and RSS are that process's. `serve` runs on a throwaway embedded
+and storage): its CPU and RSS are that process's. With `--pravega durable` the JVM also runs a
+BookKeeper bookie, which holds the segment store's log on disk (bench/_durable_pravega.py). `serve` runs on a throwaway embedded
 PostgreSQL with its durability on (--db-url): its CPU is serve's process tree and the
 postmaster's with every child of the postmaster (backends, WAL writer, checkpointer), which are
 not serve's children; its memory is the RSS of serve's tree plus the PSS of PostgreSQL's
@@ -27,6 +28,7 @@ from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
 from app.testing.served import start_served
 from bench._common import throwaway_cluster
+from bench._durable_pravega import start_durable
 from bench.dataplane import cpu_seconds, postgres_pids, rss_mb, tree_pids
 from tests.conformance.pravega_standalone import start_standalone
 
@@ -157,12 +159,18 @@ class Target:
         deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
         while True:
             try:
-                await self.stub.createScope(pb.ScopeInfo(scope=SCOPE))
-                break
+                created = await self.stub.createScope(pb.ScopeInfo(scope=SCOPE))
             except OSError:
                 if asyncio.get_running_loop().time() > deadline:
                     raise
-                await asyncio.sleep(0.5)
+            else:
+                # A durable Pravega's controller answers FAILURE until its segment store's
+                # containers have opened their logs.
+                if created.status in (pb.CreateScopeStatus.SUCCESS, pb.CreateScopeStatus.SCOPE_EXISTS):
+                    break
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RuntimeError(f"{self.name}: createScope {SCOPE}: {created}")
+            await asyncio.sleep(0.5)
         self.idle_memory_mb = self.peak_memory_mb = self.memory_mb()
         self._sampler = asyncio.get_running_loop().create_task(self._sample())
 
@@ -172,11 +180,21 @@ class Target:
             self._sampler = None
 
 
+# What --pravega chooses: the standalone (in-memory log and storage, the issue's reference), or
+# Pravega with its log in a local BookKeeper (bench/_durable_pravega.py), the journal fsynced as
+# soon as nothing more is queued, or after BookKeeper's default group wait.
+PRAVEGA_KINDS = ("standalone", "durable", "durable-grouped")
+
+
 @asynccontextmanager
-async def pravega(work: Path) -> AsyncIterator[Target]:
+async def pravega(work: Path, kind: str = "standalone") -> AsyncIterator[Target]:
     """Pravega 0.13 standalone from Maven Central (the conformance suite's class path: its pinned
-    protobuf-java, Jersey 2 and Netty), 3 GiB of heap, on free ports."""
-    standalone = await asyncio.to_thread(start_standalone, work / "pravega")
+    protobuf-java, Jersey 2 and Netty), 3 GiB of heap, on free ports; with `kind` durable, its
+    log in a local BookKeeper instead of memory."""
+    if kind == "standalone":
+        standalone = await asyncio.to_thread(start_standalone, work / "pravega")
+    else:
+        standalone = await asyncio.to_thread(start_durable, work / "pravega", kind == "durable")
     channel = Channel("localhost", standalone.controller_port)
     pid = standalone.process.pid
     target = Target("Pravega", standalone.controller_uri, ControllerServiceStub(channel), lambda: [pid],
@@ -227,10 +245,12 @@ async def serve(work: Path, synchronous_commit: str, processes: int = 1) -> Asyn
 
 
 @asynccontextmanager
-async def both(synchronous_commit: str, processes: int = 1) -> AsyncIterator[list[Target]]:
+async def both(
+    synchronous_commit: str, processes: int = 1, pravega_kind: str = "standalone"
+) -> AsyncIterator[list[Target]]:
     with tempfile.TemporaryDirectory(prefix="beside-pravega-") as work:
         root = Path(work)
-        async with pravega(root) as jvm:
+        async with pravega(root, pravega_kind) as jvm:
             (root / "serve").mkdir()
             async with serve(root / "serve", synchronous_commit, processes) as ours:
                 yield [jvm, ours]

@@ -7,8 +7,13 @@ and a round starts only once that server has used under a quarter of a core for 
 (at most 30 s of waiting; the round's line says when it waited): what its own last round left it
 to do is not done in the other's.
 
+Pravega standalone keeps its log and storage in memory, so its acknowledgement is not durable
+where serve's is; `--pravega durable` runs Pravega with its log in a local BookKeeper bookie on the
+same disk instead (bench/_durable_pravega.py), as a production Pravega acknowledges.
+
     .venv/bin/python bench/beside_pravega.py [--quick] [--only PARTS] [--rounds N]
         [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other-nice 19]
+        [--pravega standalone|durable|durable-grouped]
 
 Every part runs a warm-up round on each server first (the --quick sizes, not counted), then
 --rounds rounds alternating between the servers (Pravega, serve; serve, Pravega; ...). The table
@@ -80,7 +85,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._beside_servers import SCOPE, Target, both
+from bench._beside_servers import PRAVEGA_KINDS, SCOPE, Target, both
 from bench._common import percentile
 from bench._niceness import can_restore, lowered
 
@@ -482,6 +487,14 @@ class Part:
     latency: bool = False
 
 
+PRAVEGA_DESCRIPTIONS = {
+    "standalone": "Pravega 0.13.0 standalone (one JVM, in-memory log and storage: not durable)",
+    "durable": "Pravega 0.13.0 with a durable log (one JVM, its log in a local BookKeeper bookie, "
+    "the journal fsynced as soon as nothing more is queued; storage on the file system)",
+    "durable-grouped": "Pravega 0.13.0 with a durable log (one JVM, its log in a local BookKeeper "
+    "bookie, the journal fsynced after BookKeeper's default group wait; storage on the file system)",
+}
+
 PARTS: dict[str, Part] = {
     "one": Part(one_writer),
     "random": Part(one_writer_random),
@@ -677,6 +690,11 @@ async def main() -> int:
     parser.add_argument("--other-nice", type=int, default=19, choices=range(20), metavar="0-19",
                         help="the nice value of the server not being measured, during the other's "
                         "rounds (default 19; 0: both at the same priority throughout)")  # fmt: skip
+    parser.add_argument("--pravega", choices=PRAVEGA_KINDS, default="standalone",
+                        help="standalone (default: in-memory log and storage, not durable); durable: "
+                        "its log in a local BookKeeper bookie, the journal fsynced as soon as nothing "
+                        "more is queued; durable-grouped: the same with BookKeeper's default group "
+                        "wait (up to 2 ms) before each fsync")  # fmt: skip
     args = parser.parse_args()
     sizes = QUICK if args.quick else DEFAULT
     sizes = replace(
@@ -697,7 +715,7 @@ async def main() -> int:
     began = time.monotonic()
     found: dict[str, dict[str, list[float]]] = {"Pravega": {}, "serve": {}}
     failures: list[str] = []
-    async with both(args.synchronous_commit, args.processes) as targets:
+    async with both(args.synchronous_commit, args.processes, args.pravega) as targets:
         print(f"  servers up in {time.monotonic() - began:.0f} s: "
               + ", ".join(f"{t.name} {t.uri}" for t in targets), flush=True)  # fmt: skip
         for name in names:
@@ -706,7 +724,7 @@ async def main() -> int:
     print()
     durable = "durable" if args.synchronous_commit == "on" else "NOT durable"
     print(
-        "Pravega 0.13.0 standalone (one JVM, in-memory log and storage: not durable) and "
+        f"{PRAVEGA_DESCRIPTIONS[args.pravega]} and "
         f"serve --processes {args.processes} ({durable}: PostgreSQL synchronous_commit="
         f"{args.synchronous_commit}), same machine, same client (pravega 0.3.8, Python), best of and "
         f"median over {rounds} rounds:"

@@ -1,0 +1,94 @@
+"""Pravega 0.13 with a durable log, for bench/beside_pravega.py's `--pravega durable`: the
+standalone's controller and segment store in one JVM (bench/java/DurablePravega.java) with the
+segment store's log in a local BookKeeper bookie whose journal is fsynced on this machine's disk,
+and its long-term storage on the file system. Pravega standalone keeps both in memory, so its
+acknowledgement is not durable where serve's is; this one's is, as a production Pravega's is.
+
+The bookie's ensemble and quorums are 1 (one disk, as serve's one PostgreSQL); its journal
+directory is the JVM's temporary directory, under the bench's work directory on the same disk as
+serve's PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from app.testing.ports import free_port
+from app.wiring.supervisor import die_with_parent
+from tests.conformance.maven import ORACLE, classpath
+from tests.conformance.pravega_standalone import READY_LINE, Standalone, accepts
+
+LAUNCHER = Path(__file__).resolve().parent / "java" / "DurablePravega.java"
+EXTRAS = Path(__file__).resolve().parent / "java" / "durable"
+# The bookie formats its metadata and the segment store opens a ledger per container: a minute
+# and more beside other work on two cores.
+READY_TIMEOUT_S = 240.0
+START_ATTEMPTS = 3
+_PORT_TAKEN = "Address already in use"
+
+
+def start_durable(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
+    """A ready durable Pravega under `work_dir`, on free ports (fresh ones when one was taken
+    between choosing and binding it)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return _start_once(work_dir / f"attempt-{attempt}", flush_when_queue_empty)
+        except _PortTaken:
+            if attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _start_once(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    zk, bookie, controller, segment_store, rest = (free_port() for _ in range(5))
+    cp = f"{classpath(EXTRAS.resolve(), package=False)}:{classpath(ORACLE, package=True)}"
+    command = [
+        "java",
+        "-Xmx3g",
+        "-XX:+UseSerialGC",
+        f"-Djava.io.tmpdir={work_dir}",
+        f"-Dlogback.configurationFile={ORACLE / 'logback.xml'}",
+        # The segment store's BookKeeper client: the in-JVM ZooKeeper, ledgers where
+        # LocalBookKeeper formats them, one bookie.
+        f"-Dbookkeeper.zkAddress=localhost:{zk}",
+        "-Dbookkeeper.bkLedgerPath=/ledgers",
+        "-Dbookkeeper.bkEnsembleSize=1",
+        "-Dbookkeeper.bkWriteQuorumSize=1",
+        "-Dbookkeeper.bkAckQuorumSize=1",
+        f"-Dfilesystem.root={work_dir / 'long-term'}",
+        "-cp",
+        cp,
+        str(LAUNCHER),
+        *(str(port) for port in (zk, bookie, controller, segment_store, rest)),
+        "true" if flush_when_queue_empty else "false",
+    ]
+    log_path = work_dir / "durable-pravega.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            cwd=work_dir,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
+    server = Standalone(process, controller, rest, segment_store, log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while READY_LINE not in server.log() or not accepts(controller):
+        if process.poll() is not None:
+            log = server.log()
+            failed = _PortTaken if _PORT_TAKEN in log else RuntimeError
+            raise failed(f"durable Pravega exited with {process.returncode}:\n{log[-8000:]}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(
+                f"durable Pravega was not ready in {READY_TIMEOUT_S:.0f} s:\n{server.log()[-8000:]}"
+            )
+        time.sleep(0.2)
+    return server
