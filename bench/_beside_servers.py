@@ -4,11 +4,12 @@ and the server's memory.
 
 Pravega 0.13 standalone is one JVM (controller, segment store, ZooKeeper, in-memory durable log
 and storage): its CPU and RSS are that process's. With `--pravega durable` the JVM also runs a
-BookKeeper bookie, which holds the segment store's log on disk (bench/_durable_pravega.py). `serve` runs on a throwaway embedded
-PostgreSQL with its durability on (--db-url): its CPU is serve's process tree and the
-postmaster's with every child of the postmaster (backends, WAL writer, checkpointer), which are
-not serve's children; its memory is the RSS of serve's tree plus the PSS of PostgreSQL's
-processes (they share the buffer pool, which RSS would count once per backend).
+BookKeeper bookie, which holds the segment store's log on disk (bench/_durable_pravega.py).
+`serve` runs on a throwaway embedded PostgreSQL with its durability on (--db-url): its CPU is
+serve's process tree and the postmaster's with every child of the postmaster (backends, WAL
+writer, checkpointer), which are not serve's children; its memory is the RSS of serve's tree
+plus the PSS of PostgreSQL's processes (they share the buffer pool, which RSS would count once
+per backend).
 """
 
 from __future__ import annotations

@@ -10,15 +10,11 @@ serve's PostgreSQL."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from pathlib import Path
 
 from app.testing.ports import free_port
-from app.wiring.supervisor import die_with_parent
 from tests.conformance.maven import ORACLE, classpath
-from tests.conformance.pravega_standalone import READY_LINE, Standalone, accepts
+from tests.conformance.pravega_standalone import PortTaken, Standalone, await_ready, spawn
 
 LAUNCHER = Path(__file__).resolve().parent / "java" / "DurablePravega.java"
 EXTRAS = Path(__file__).resolve().parent / "java" / "durable"
@@ -26,7 +22,6 @@ EXTRAS = Path(__file__).resolve().parent / "java" / "durable"
 # and more beside other work on two cores.
 READY_TIMEOUT_S = 240.0
 START_ATTEMPTS = 3
-_PORT_TAKEN = "Address already in use"
 
 
 def start_durable(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
@@ -35,14 +30,10 @@ def start_durable(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             return _start_once(work_dir / f"attempt-{attempt}", flush_when_queue_empty)
-        except _PortTaken:
+        except PortTaken:
             if attempt == START_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
-
-
-class _PortTaken(RuntimeError):
-    pass
 
 
 def _start_once(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
@@ -70,25 +61,6 @@ def _start_once(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
         "true" if flush_when_queue_empty else "false",
     ]
     log_path = work_dir / "durable-pravega.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            command,
-            cwd=work_dir,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent(os.getpid()),
-        )
-    server = Standalone(process, controller, rest, segment_store, log_path)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while READY_LINE not in server.log() or not accepts(controller):
-        if process.poll() is not None:
-            log = server.log()
-            failed = _PortTaken if _PORT_TAKEN in log else RuntimeError
-            raise failed(f"durable Pravega exited with {process.returncode}:\n{log[-8000:]}")
-        if time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(
-                f"durable Pravega was not ready in {READY_TIMEOUT_S:.0f} s:\n{server.log()[-8000:]}"
-            )
-        time.sleep(0.2)
+    server = Standalone(spawn(command, work_dir, log_path), controller, rest, segment_store, log_path)
+    await_ready(server, "durable Pravega", READY_TIMEOUT_S)
     return server

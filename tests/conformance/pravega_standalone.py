@@ -92,38 +92,41 @@ def _start_once(work_dir: Path, properties: Mapping[str, str] | None, scheme: st
         classpath(ORACLE, package=True),
         "io.pravega.local.LocalPravegaEmulator",
     ]
+    process = spawn(command, work_dir, log_path)
+    standalone = Standalone(
+        process, ports["controllerPort"], ports["restServerPort"], ports["segmentstorePort"], log_path, scheme
+    )
+    await_ready(standalone, "Pravega standalone", READY_TIMEOUT_S)
+    return standalone
+
+
+def spawn(command: list[str], work_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """`command` in `work_dir`, its output to `log_path`; the kernel stops it when this process dies."""
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             command,
             cwd=work_dir,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent(os.getpid()),
         )
-    standalone = Standalone(
-        process, ports["controllerPort"], ports["restServerPort"], ports["segmentstorePort"], log_path, scheme
-    )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while READY_LINE not in standalone.log():
-        if process.poll() is not None:
-            log = standalone.log()
+
+
+def await_ready(server: Standalone, what: str, timeout_s: float) -> None:
+    """Returns once `server` has logged the ready line and its controller's port accepts (the
+    sandbox says it is running a moment before it does); `PortTaken` when it exited because one
+    of its ports was taken, another error when it exited otherwise or was not ready in time
+    (then it is stopped)."""
+    deadline = time.monotonic() + timeout_s
+    while READY_LINE not in server.log() or not accepts(server.controller_port):
+        if server.process.poll() is not None:
+            log = server.log()
             failed = PortTaken if _PORT_TAKEN in log else RuntimeError
-            raise failed(f"Pravega standalone exited with {process.returncode}:\n{log[-8000:]}")
+            raise failed(f"{what} exited with {server.process.returncode}:\n{log[-8000:]}")
         if time.monotonic() > deadline:
-            standalone.stop()
-            raise RuntimeError(
-                f"Pravega standalone was not ready in {READY_TIMEOUT_S:.0f} s:\n{standalone.log()[-8000:]}"
-            )
-        time.sleep(0.2)
-    # The sandbox says it is running a moment before its controller's gRPC port accepts.
-    while not accepts(standalone.controller_port):
-        if time.monotonic() > deadline:
-            standalone.stop()
-            raise RuntimeError(
-                f"Pravega standalone's controller port never opened:\n{standalone.log()[-8000:]}"
-            )
+            server.stop()
+            raise RuntimeError(f"{what} was not ready in {timeout_s:.0f} s:\n{server.log()[-8000:]}")
         time.sleep(0.1)
-    return standalone
 
 
 def accepts(port: int) -> bool:
