@@ -73,6 +73,10 @@ class Target:
     peak_memory_mb: float = 0.0
     # serve's PostgreSQL (the service role's URL); empty for Pravega.
     db_url: str = ""
+    # What the memory is made of (serve: its processes, its PostgreSQL), and those parts at the
+    # sample that found the peak; empty for Pravega's one JVM.
+    memory_parts: Callable[[], dict[str, float]] | None = None
+    peak_memory_parts: dict[str, float] = field(default_factory=dict)
     _sampler: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def cpu(self) -> dict[int, float]:
@@ -135,7 +139,13 @@ class Target:
             await asyncio.sleep(SAMPLE_EVERY_S)
 
     async def _sample_once(self) -> None:
-        self.peak_memory_mb = max(self.peak_memory_mb, await asyncio.to_thread(self.memory_mb))
+        if self.memory_parts is None:
+            self.peak_memory_mb = max(self.peak_memory_mb, await asyncio.to_thread(self.memory_mb))
+            return
+        parts = await asyncio.to_thread(self.memory_parts)
+        if sum(parts.values()) > self.peak_memory_mb:
+            self.peak_memory_mb = sum(parts.values())
+            self.peak_memory_parts = parts
 
     @asynccontextmanager
     async def unsampled(self) -> AsyncIterator[None]:
@@ -228,14 +238,19 @@ async def serve(work: Path, synchronous_commit: str, processes: int = 1) -> Asyn
         def pids() -> list[int]:
             return tree_pids(root) + postgres_pids(cluster)
 
+        def memory_parts() -> dict[str, float]:
+            return {
+                "its processes (RSS)": sum(safe_rss_mb(pid) for pid in tree_pids(root)),
+                "its PostgreSQL (PSS)": sum(pss_mb(pid) for pid in postgres_pids(cluster)),
+            }
+
         def memory() -> float:
-            return sum(safe_rss_mb(pid) for pid in tree_pids(root)) + sum(
-                pss_mb(pid) for pid in postgres_pids(cluster)
-            )
+            return sum(memory_parts().values())
 
         target = Target(
-            "serve", served.grpc_uri, ControllerServiceStub(channel), pids, memory, db_url=cluster.url()
-        )
+            "serve", served.grpc_uri, ControllerServiceStub(channel), pids, memory, db_url=cluster.url(),
+            memory_parts=memory_parts,
+        )  # fmt: skip
         try:
             await target.ready()
             yield target

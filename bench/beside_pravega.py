@@ -721,6 +721,7 @@ async def main() -> int:
         for name in names:
             await run_part(name, PARTS[name], targets, sizes, rounds, found, other_nice, failures)
         memory = {t.name: (t.idle_memory_mb, t.peak_memory_mb) for t in targets}
+        memory_at_peak = {t.name: t.peak_memory_parts for t in targets if t.peak_memory_parts}
     print()
     durable = "durable" if args.synchronous_commit == "on" else "NOT durable"
     print(
@@ -733,6 +734,9 @@ async def main() -> int:
     print()
     for line in ack_floor_lines(found):
         print(line)
+    for name, parts in memory_at_peak.items():
+        shares = ", ".join(f"{part} {mb:.0f} MB" for part, mb in parts.items())
+        print(f"{name}'s memory at its peak: {shares}.")
     print("Figures are through the Python client but those named 'Java client' (bench/java/LoadWriter.java). "
           "A throughput whose client sat near 100% of a core is bounded by the client too.")  # fmt: skip
     if failures:
