@@ -143,9 +143,9 @@ class Target:
             self.peak_memory_mb = max(self.peak_memory_mb, await asyncio.to_thread(self.memory_mb))
             return
         parts = await asyncio.to_thread(self.memory_parts)
-        if sum(parts.values()) > self.peak_memory_mb:
-            self.peak_memory_mb = sum(parts.values())
-            self.peak_memory_parts = parts
+        total = sum(parts.values())
+        if total > self.peak_memory_mb:
+            self.peak_memory_mb, self.peak_memory_parts = total, parts
 
     @asynccontextmanager
     async def unsampled(self) -> AsyncIterator[None]:
