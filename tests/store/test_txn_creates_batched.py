@@ -14,6 +14,7 @@ from app.domain.records import StreamState
 from app.domain.txns import TxnId, TxnStatus
 from app.ports import CreatedTxn
 from app.services.transactions import CreatedTransaction
+from app.store import queries
 from app.store.txns import PgTxnStore
 from app.testing.controller import Services
 from tests.store.test_segment_data_batched import Counting
@@ -95,6 +96,43 @@ async def test_reads_of_one_turn_are_one_statement_with_each_callers_own_outcome
     assert not isinstance(found, BaseException) and found.status == TxnStatus.OPEN
     assert not isinstance(unknown, BaseException) and unknown.active is None and unknown.completed is None
     assert isinstance(missing, NotFound)
+
+
+@pytest.mark.parametrize("plan_mode", ["force_generic_plan", "force_custom_plan"])
+async def test_the_batched_read_probes_both_tables_by_their_whole_key(
+    services: Services, plan_mode: str
+) -> None:
+    """On the statistics of a freshly filled completed_txns (3,000 rows of one stream, not yet
+    analyzed), each read is a primary-key lookup in transactions and in completed_txns, not a
+    walk over the stream's completed transactions filtered by id (which made every creation's
+    read slower as a run of transactions went on: 1.3 ms, then 2.2, then 2.8 a call)."""
+    stream_id = await services.pool.fetchval("SELECT id FROM streams WHERE scope = $1 AND name = 'a'", SC)
+    await services.pool.execute(
+        "INSERT INTO completed_txns (stream_id, txn_high, txn_low, status, completion_time)"
+        " SELECT $1, 0, n, 'COMMITTED', n FROM generate_series(1, 3000) AS n",
+        stream_id,
+    )
+    columns = [[SC] * 3, ["a"] * 3, [0] * 3, [2998, 2999, 3000]]
+    async with services.resources.pool.acquire() as conn:
+        await conn.execute(f"SET plan_cache_mode = {plan_mode}")
+        try:
+            plan = "\n".join(
+                row[0] for row in await conn.fetch("EXPLAIN " + queries.load("txns")["get_txns"], *columns)
+            )
+        finally:
+            await conn.execute("RESET plan_cache_mode")
+    lines = plan.splitlines()
+    probes = [
+        i for i, line in enumerate(lines) if " on transactions " in line or " on completed_txns " in line
+    ]
+    assert len(probes) == 2, plan
+    for i in probes:
+        assert "Index" in lines[i] and "pkey" in lines[i], plan
+        assert "txn_high" in lines[i + 1] and "txn_low" in lines[i + 1], plan
+    assert not any("Filter" in line and "txn_low" in line for line in lines), plan
+    store = PgTxnStore(services.pool)
+    reads = await asyncio.gather(*(store.get_txn(SC, "a", TxnId(0, low)) for low in (2999, 3001)))
+    assert [None if r.completed is None else r.completed.completion_time for r in reads] == [2999, None]
 
 
 async def test_concurrent_service_creates_with_a_bad_caller(services: Services) -> None:
