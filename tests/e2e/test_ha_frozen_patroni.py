@@ -53,8 +53,10 @@ async def test_a_frozen_patroni_on_the_primary_loses_no_acknowledged_event(
         async with aiohttp.ClientSession() as http:
             await until_leader_and_ready(http, served, 60)
         controller = Controller(served)
-        await controller.create_stream(SCOPE, STREAM, 2)
-        controller.close()
+        try:
+            await controller.create_stream(SCOPE, STREAM, 2)
+        finally:
+            controller.close()
         uri = f"tcp://127.0.0.1:{served.grpc_port}"
         writer = await ClientProcess.start(
             "write", tmp_path, uri=uri, scope=SCOPE, stream=STREAM, count=COUNT, keys=KEYS,

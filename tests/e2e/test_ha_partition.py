@@ -111,8 +111,10 @@ async def test_a_partitioned_primary_and_its_controller_commit_nothing_and_the_m
             await until_leader_and_ready(http, cut_off, 60)
             async with _served(tmp_path / "majority", cluster.service_url()) as majority:
                 controller = Controller(majority)
-                await controller.create_stream(SCOPE, STREAM, 2)
-                controller.close()
+                try:
+                    await controller.create_stream(SCOPE, STREAM, 2)
+                finally:
+                    controller.close()
                 uri = f"tcp://127.0.0.1:{majority.grpc_port}"
                 writer = await ClientProcess.start(
                     "write", tmp_path, uri=uri, scope=SCOPE, stream=STREAM, count=COUNT, keys=KEYS,
