@@ -14,26 +14,19 @@ from pathlib import Path
 
 from app.testing.ports import free_port
 from tests.conformance.maven import ORACLE, classpath
-from tests.conformance.pravega_standalone import PortTaken, Standalone, await_ready, spawn
+from tests.conformance.pravega_standalone import Standalone, await_ready, on_free_ports, spawn
 
 LAUNCHER = Path(__file__).resolve().parent / "java" / "DurablePravega.java"
 EXTRAS = Path(__file__).resolve().parent / "java" / "durable"
 # The bookie formats its metadata and the segment store opens a ledger per container: a minute
 # and more beside other work on two cores.
 READY_TIMEOUT_S = 240.0
-START_ATTEMPTS = 3
 
 
 def start_durable(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:
     """A ready durable Pravega under `work_dir`, on free ports (fresh ones when one was taken
     between choosing and binding it)."""
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            return _start_once(work_dir / f"attempt-{attempt}", flush_when_queue_empty)
-        except PortTaken:
-            if attempt == START_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+    return on_free_ports(lambda attempt: _start_once(work_dir / f"attempt-{attempt}", flush_when_queue_empty))
 
 
 def _start_once(work_dir: Path, flush_when_queue_empty: bool) -> Standalone:

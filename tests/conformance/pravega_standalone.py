@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +60,15 @@ def start_standalone(
 ) -> Standalone:
     """A ready standalone whose data lives under `work_dir`; `properties` add to or override its
     `singlenode.*` configuration (authentication, TLS)."""
+    return on_free_ports(lambda _attempt: _start_once(work_dir, properties, scheme))
+
+
+def on_free_ports(start: Callable[[int], Standalone]) -> Standalone:
+    """`start(attempt)` (1, 2, ...) again while the JVM it started exited because one of the
+    ports it chose was taken between choosing and binding it, up to START_ATTEMPTS times."""
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return _start_once(work_dir, properties, scheme)
+            return start(attempt)
         except PortTaken:
             if attempt == START_ATTEMPTS:
                 raise
