@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from app.dev import ha, partition
 from app.testing.served import ServedProcess, start_served
+from tests.support.scratch import scratch_dir
 
 
 @pytest.fixture
@@ -26,9 +26,9 @@ async def served(db_url: str, tmp_path: Path) -> AsyncIterator[ServedProcess]:
 def ha_cluster(tmp_path: Path) -> Iterator[ha.HaState]:
     """`pgcontroller dev ha`'s cluster (etcd, three nodes under Patroni), purged after the test;
     its Patroni and etcd logs are kept in the test's directory (`ha-logs`)."""
-    # Under /tmp: PostgreSQL and etcd run as an unprivileged user, who cannot reach pytest's
-    # root-only directories.
-    root = Path(tempfile.mkdtemp(prefix="pgcontroller-ha-", dir="/tmp"))
+    # Not under tmp_path: PostgreSQL and etcd run as an unprivileged user, who cannot reach
+    # pytest's root-only directories.
+    root = scratch_dir("pgcontroller-ha-")
     try:
         yield ha.up(root)
     finally:

@@ -14,7 +14,6 @@ import os
 import pathlib
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -33,6 +32,7 @@ from app.services.health import HealthService, HealthStatus
 from app.testing.served import ServedProcess, start_served
 from app.wiring.embedded_db import EMBEDDED_DATABASE, EmbeddedDatabaseLost, Report, keep_database
 from tests.segmentstore.server_harness import Client, event, rid, wid
+from tests.support.scratch import scratch_dir
 
 # From the SIGKILL to a new postmaster accepting connections: the check interval, the killed
 # server's children exiting, crash recovery (durable settings) and the start; generous for a
@@ -47,10 +47,9 @@ STOPPED_WITHIN_S = 30.0
 
 @pytest.fixture
 def data_dir() -> Iterator[pathlib.Path]:
-    # Under /tmp and searchable: as root the server runs as `nobody`, which must reach the cluster
-    # (pytest's tmp_path sits in a 0700 directory, which would send the cluster to /var/lib).
-    root = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="pgc-hostile-db-"))
-    root.chmod(0o755)
+    # Searchable: as root the server runs as `nobody`, which must reach the cluster (pytest's
+    # tmp_path sits in a 0700 directory, which would send the cluster to /var/lib).
+    root = scratch_dir("pgc-hostile-db-")
     try:
         yield root / "data"
     finally:

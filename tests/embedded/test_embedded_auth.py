@@ -21,12 +21,12 @@ from app.embedded_pg import ADMIN_USER, DB_NAME, DB_USER, EmbeddedPostgres
 from app.store.migrate import head_revision, upgrade_to_head
 from app.testing.served import start_served
 from pgurl import connect_kwargs
+from tests.support.scratch import scratch_dir
 
 
 @pytest.fixture(scope="module")
 def embedded() -> Iterator[EmbeddedPostgres]:
-    root = pathlib.Path(tempfile.mkdtemp(prefix="pgc-auth-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = scratch_dir("pgc-auth-")
     pg = EmbeddedPostgres(root / "data", fast=True)
     pg.start()
     try:
@@ -231,8 +231,7 @@ class _OlderPgcontroller(EmbeddedPostgres):
 
 
 async def test_a_cluster_made_with_trust_is_converted_to_passwords() -> None:
-    root = pathlib.Path(tempfile.mkdtemp(prefix="pgc-legacy-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = scratch_dir("pgc-legacy-")
     old = _OlderPgcontroller(root / "data", fast=True)
     try:
         old.start()

@@ -9,7 +9,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ import pytest
 
 from app import embedded_pg
 from app.embedded_pg import EmbeddedPostgres, EmbeddedPostgresError, PostgresBinariesNotFound, find_bindir
+from tests.support.scratch import scratch_dir
 
 FALLBACK_ROOT = pathlib.Path("/var/lib/pgcontroller")
 running_as_root = os.geteuid() == 0
@@ -35,9 +35,7 @@ class Sandbox:
 
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
-    root = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="pgc-embedded-"))
-    # When the suite runs as root the server runs as `nobody`, which must be able to enter this directory.
-    root.chmod(0o755)
+    root = scratch_dir("pgc-embedded-")
     box = Sandbox(root)
     try:
         yield box

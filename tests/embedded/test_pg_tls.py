@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,12 +17,12 @@ from app.security.certs import CertFiles, make_dev_certs
 from app.store.migrate import ensure_schema, head_revision
 from app.testing.controller import running_controller
 from pgurl import connect_kwargs
+from tests.support.scratch import scratch_dir
 
 
 @pytest.fixture(scope="module")
 def tls_pg() -> Iterator[tuple[EmbeddedPostgres, CertFiles, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="pgc-tls-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = scratch_dir("pgc-tls-")
     certs = make_dev_certs(root / "certs")
     other_ca = make_dev_certs(root / "other").ca_cert
     cluster = EmbeddedPostgres(

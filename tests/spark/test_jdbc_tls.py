@@ -4,9 +4,7 @@ certificate (sslcert/sslkey, the key as PKCS-8 DER as pgjdbc reads it) reaches t
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +15,14 @@ from pyspark.sql import SparkSession
 from app.embedded_pg import EmbeddedPostgres, ServerTls
 from app.security.certs import CertFiles, make_dev_certs
 from spark.jdbc import jdbc_target, query_rows
+from tests.support.scratch import scratch_dir
 
 SESSION_SSL = "SELECT ssl, coalesce(client_dn, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
 
 
 @pytest.fixture(scope="module")
 def tls_cluster() -> Iterator[tuple[EmbeddedPostgres, CertFiles, Path]]:
-    root = Path(tempfile.mkdtemp(prefix="pgc-jdbc-tls-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = scratch_dir("pgc-jdbc-tls-")
     certs = make_dev_certs(root / "certs")
     cluster = EmbeddedPostgres(
         root / "data", fast=True, tls=ServerTls(certs.server_cert, certs.server_key, certs.ca_cert)

@@ -6,16 +6,15 @@ import asyncio
 import itertools
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import asyncpg
 
 import pgurl
 from app.embedded_pg import EmbeddedPostgres
 from app.store.migrate import upgrade_to_head
+from tests.support.scratch import scratch_dir
 
 TEMPLATE = "pgc_template"
 _counter = itertools.count()
@@ -23,9 +22,7 @@ _counter = itertools.count()
 
 @contextmanager
 def throwaway_cluster() -> Iterator[EmbeddedPostgres]:
-    # /tmp is traversable by the unprivileged user PostgreSQL runs as when we are root.
-    root = Path(tempfile.mkdtemp(prefix="pgcontroller-tests-", dir="/tmp"))
-    os.chmod(root, 0o755)
+    root = scratch_dir("pgcontroller-tests-")
     cluster = EmbeddedPostgres(root / "data", fast=True)
     cluster.start()
     try:

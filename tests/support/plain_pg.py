@@ -10,7 +10,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from app.dev.ha import free_port
 from app.embedded_pg import find_bindir
+from tests.support.scratch import scratch_dir
 
 
 @dataclass
@@ -80,8 +80,7 @@ def own(path: Path) -> None:
 @contextmanager
 def cluster_root(prefix: str) -> Iterator[Path]:
     """A directory for a test's clusters; every cluster in it is stopped and it is removed after."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    os.chmod(path, 0o755)
+    path = scratch_dir(prefix)
     own(path)
     try:
         yield path
