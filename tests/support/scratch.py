@@ -6,7 +6,9 @@ costs about 0.9 ms of kernel time (under `/dev/shm`, tmpfs, 0.01 ms): a clone th
 ms of CPU, against 16-36 ms on tmpfs (2026-12-02), several minutes of the suite's two cores.
 Nothing a test checks depends on the disk under the cluster: the clusters are throwaway, their
 crashes are process kills (which keep what the kernel was handed, on either filesystem), and the
-disk-full test mounts a filesystem of its own.
+disk-full test mounts a filesystem of its own. The durable clusters of the chaos and crash tests
+stay on the disk. A run killed midway leaves its directories behind, as under `/tmp`, but they
+hold memory until removed (`rm -rf /dev/shm/pgcontroller-tests-*`) or the machine restarts.
 """
 
 from __future__ import annotations
