@@ -1,8 +1,8 @@
 """Plain PostgreSQL clusters of a test's own (initdb, pg_ctl, pg_basebackup), for the tests that
 need what the suite's shared server cannot give: WAL archiving, a restore, a streaming standby.
 
-Run as `nobody` when the suite runs as root (PostgreSQL refuses root), in a directory under /tmp
-that user can reach."""
+Run as `nobody` when the suite runs as root (PostgreSQL refuses root), in a directory that user
+can reach (tests/support/scratch.py: on tmpfs when there is room)."""
 
 from __future__ import annotations
 
