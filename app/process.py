@@ -13,10 +13,11 @@ metadata-store probe, the segment store's membership, listener and orphan sweep)
 `BackgroundLoops`; one that dies is logged and ends the process with exit code 1 (the supervisor
 of `serve --processes N`, or the operator's, restarts it) rather than leave it half-alive.
 
-A process that owns its OS process (the CLI's) also stops on SIGTERM/SIGINT, freezes its start-up
-objects out of the collector, writes its ready file and arms the shutdown watchdog (one budget
-for the whole shutdown: a step that never returns is reported with every stack and the process
-exits anyway). The test harness runs the same composition inside pytest without those four.
+A process that owns its OS process (the CLI's) also keeps its large buffers' memory for reuse
+(app/native_heap.py), stops on SIGTERM/SIGINT, freezes its start-up objects out of the collector,
+writes its ready file and arms the shutdown watchdog (one budget for the whole shutdown: a step
+that never returns is reported with every stack and the process exits anyway). The test harness
+runs the same composition inside pytest without those five.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from app.clock import SystemClock
 from app.domain.errors import IllegalState, StoreUnavailable
 from app.embedded_pg import EmbeddedPostgres
+from app.native_heap import keep_large_buffers
 from app.observability.access_sampling import sample_access_log
 from app.observability.task_dump import dump_tasks_on_sigusr1
 from app.services.health import HealthService, HealthStatus, probe_metadata_store
@@ -142,6 +144,7 @@ async def open_process(
     watchdog = ShutdownWatchdog(shutdown_budget_s(drain_s, settings.shutdown_timeout_s))
     async with AsyncExitStack() as stack:
         if options.owns_process:
+            keep_large_buffers()
             stack.callback(watchdog.disarm)  # first in, so the last step out: the budget covers every other
             # Failed accepts (out of descriptors) are counted and logged once per interval, not
             # one traceback each; only a process's own loop gets the handler, never pytest's.

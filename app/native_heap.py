@@ -1,0 +1,55 @@
+"""The C heap's thresholds for the data path's large buffers (glibc only).
+
+A segment store allocates and frees buffers of a few MiB many times a second: a 2 MiB read
+reply, the rows PostgreSQL sends for it, the chunks a group commit writes. With glibc's defaults
+a buffer that large is mapped afresh from the kernel and unmapped when freed (its dynamic
+threshold rises only past sizes already freed, and the heap's top is given back once more than
+twice that is free), so each one costs a page fault and a zeroed page per 4 KiB it touches: in a
+catch-up read about a fifth of serve's CPU and a quarter of its throughput (docs/performance.md,
+stop 62). Raising the mmap threshold to glibc's maximum and the trim threshold above it lets a
+freed buffer be reused in place; the price is that up to `TRIM_THRESHOLD_BYTES` of freed memory
+stays mapped to the process.
+
+An operator's own glibc tuning wins: with `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
+`GLIBC_TUNABLES` in the environment nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+from typing import Final
+
+# mallopt's parameter numbers (malloc.h).
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+
+# glibc's ceiling for the mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): a request above
+# it is still mapped afresh, and those are rare here (a read reply is at most 2 MiB).
+MMAP_THRESHOLD_BYTES: Final = 32 * 1024 * 1024
+TRIM_THRESHOLD_BYTES: Final = 128 * 1024 * 1024
+
+OPERATOR_TUNING: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+def keep_large_buffers() -> bool:
+    """Sets the thresholds for the rest of the process's life; whether it did (False off glibc,
+    or when the operator tuned glibc's malloc in the environment)."""
+    if any(name in os.environ for name in OPERATOR_TUNING):
+        return False
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return False
+    mallopt = getattr(ctypes.CDLL(path), "mallopt", None)
+    if mallopt is None:
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    # The mmap threshold first: setting it also ends glibc's dynamic adjustment of both.
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
