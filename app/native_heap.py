@@ -10,8 +10,9 @@ catch-up read, serve's own CPU per event read fell from about 2.1 to 1.3 µs onc
 threshold above it lets a freed buffer be reused in place; the price is that up to
 `TRIM_THRESHOLD_BYTES` of freed memory stays mapped to the process.
 
-An operator's own glibc tuning wins: with `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
-`GLIBC_TUNABLES` in the environment nothing is changed.
+An operator's own tuning of glibc's malloc wins: with `MALLOC_MMAP_THRESHOLD_` or
+`MALLOC_TRIM_THRESHOLD_` in the environment, or a `glibc.malloc.` tunable in `GLIBC_TUNABLES`,
+nothing is changed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+from collections.abc import Mapping
 from typing import Final
 
 # mallopt's parameter numbers (malloc.h).
@@ -31,13 +33,20 @@ _M_MMAP_THRESHOLD: Final = -3
 MMAP_THRESHOLD_BYTES: Final = 32 * 1024 * 1024
 TRIM_THRESHOLD_BYTES: Final = 128 * 1024 * 1024
 
-OPERATOR_TUNING: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+OPERATOR_VARIABLES: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+MALLOC_TUNABLES: Final = "glibc.malloc."
+
+
+def operator_tuned_malloc(environ: Mapping[str, str]) -> bool:
+    return any(name in environ for name in OPERATOR_VARIABLES) or MALLOC_TUNABLES in environ.get(
+        "GLIBC_TUNABLES", ""
+    )
 
 
 def keep_large_buffers() -> bool:
     """Sets the thresholds for the rest of the process's life; whether it did (False off glibc,
     or when the operator tuned glibc's malloc in the environment)."""
-    if any(name in os.environ for name in OPERATOR_TUNING):
+    if operator_tuned_malloc(os.environ):
         return False
     if platform.libc_ver()[0] != "glibc":
         return False
