@@ -18,7 +18,6 @@ nothing is changed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ OPERATOR_VARIABLES: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 MALLOC_TUNABLES: Final = "glibc.malloc."
 
 
-def operator_tuned_malloc(environ: Mapping[str, str]) -> bool:
+def _operator_tuned_malloc(environ: Mapping[str, str]) -> bool:
     return any(name in environ for name in OPERATOR_VARIABLES) or MALLOC_TUNABLES in environ.get(
         "GLIBC_TUNABLES", ""
     )
@@ -46,14 +45,13 @@ def operator_tuned_malloc(environ: Mapping[str, str]) -> bool:
 def keep_large_buffers() -> bool:
     """Sets the thresholds for the rest of the process's life; whether it did (False off glibc,
     or when the operator tuned glibc's malloc in the environment)."""
-    if operator_tuned_malloc(os.environ):
+    if _operator_tuned_malloc(os.environ):
         return False
     if platform.libc_ver()[0] != "glibc":
         return False
-    path = ctypes.util.find_library("c")
-    if path is None:
-        return False
-    mallopt = getattr(ctypes.CDLL(path), "mallopt", None)
+    # The process's own symbols, libc's among them: no library search (find_library would run
+    # ldconfig in a subprocess at every start).
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
