@@ -1,6 +1,7 @@
 """Append throughput of PgSegmentStorage (app/store/segment_data.py) next to its floor: a bare
 INSERT of the same bytes in the same shape (one segment_chunks row per call, one statement, the
-same pool), in one script on one throwaway PostgreSQL.
+same pool; the bytes packed as the store packs them, app/store/chunk_packing.py, and the packing
+timed with the INSERT), in one script on one throwaway PostgreSQL.
 
     .venv/bin/python bench/segment_append.py [--calls 200] [--events 500] [--event-bytes 1024]
 
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.ports import HostAddress
 from app.segmentstore.storage import AppendRequest
 from app.store.append_fence import AppendFence
+from app.store.chunk_packing import pack
 from app.store.db import Database
 from app.store.patient_db import PatientDatabase
 from app.store.pool import create_pool
@@ -50,11 +52,14 @@ async def bench(db: Database, calls: int, block: bytes) -> None:
 
     async def bare(name: str) -> None:
         for i in range(calls):
+            stored, lz4_length = pack(block)
             await db.execute(
-                "INSERT INTO segment_chunks (segment, start_offset, data) VALUES ($1, $2, $3)",
+                "INSERT INTO segment_chunks (segment, start_offset, data, lz4_length)"
+                " VALUES ($1, $2, $3, $4)",
                 f"b/s/{name}",
                 i * size,
-                block,
+                stored,
+                lz4_length,
             )
 
     async def appends(name: str, writer: int) -> None:

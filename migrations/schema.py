@@ -277,8 +277,12 @@ segment_chunks = Table(
     Column("start_offset", BigInteger, nullable=False),
     Column("data", LargeBinary, nullable=False),
     _version(),
+    # NULL: `data` holds the bytes as appended; else `data` is one LZ4 block of this many bytes
+    # (app/store/chunk_packing.py).
+    Column("lz4_length", Integer),
     _segment_fk("segment_chunks"),
     PrimaryKeyConstraint("segment", "start_offset", name="segment_chunks_pkey"),
+    CheckConstraint("lz4_length > 0", name="segment_chunks_lz4_length_check"),
 )
 
 # The long-term tier's index (app/store/tiering.py): the bytes [start_offset, start_offset +

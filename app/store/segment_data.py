@@ -41,6 +41,7 @@ from app.store import queries
 from app.store.append_fence import AppendFence
 from app.store.batching import Coalescer
 from app.store.chunk_blocks import ChunkBlocks
+from app.store.chunk_packing import pack, read_slice
 from app.store.db import Connection, Database, Row
 from app.store.group_commit import GroupCommit
 from app.store.segment_tables import PgTableSegments
@@ -239,14 +240,16 @@ class PgSegmentStorage(PgTableSegments):
         return results
 
     def _append_args(self, request: AppendRequest) -> tuple[object, ...]:
+        stored, lz4_length = pack(request.data)
         return (
             request.segment,
             attribute_uuid(request.writer_id),
-            request.data,
+            stored,
             request.last_event_number,
             request.expected_offset,
             self._clock.now_ms(),
             *(self._fence.arguments(request.segment) if self._fence is not None else (None, None, None)),
+            lz4_length,
         )
 
     async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
@@ -263,8 +266,8 @@ class PgSegmentStorage(PgTableSegments):
             if sealed and offset > length:
                 raise OffsetBeyondEnd(name, f"{name} ends at {length}, before {offset}")
             if all(r["object"] is None for r in rows):
-                pieces = tuple(bytes(r["data"]) for r in rows if r["data"])
-                return ReadResult(offset, pieces, length, start, sealed)
+                slices = (read_slice(name, r, offset, max(0, max_length)) for r in rows)
+                return ReadResult(offset, tuple(piece for piece in slices if piece), length, start, sealed)
             try:
                 pieces = await tiered_pieces(self._blocks, name, rows, offset, max(0, max_length))
             except ChunkMissing as exc:

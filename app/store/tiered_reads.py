@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from app.chunks.contract import ChunkMissing, ChunkStoreError
 from app.domain.errors import StoreUnavailable
 from app.store.chunk_blocks import ChunkBlocks
+from app.store.chunk_packing import read_slice
 from app.store.db import Row
 
 UNAVAILABLE = "the long-term storage tier is unavailable; retry"
@@ -26,19 +27,23 @@ async def tiered_pieces(
         raise StoreUnavailable(NOT_CONFIGURED)
     end = offset + max_length
     fetches: list[asyncio.Future[bytes] | bytes] = []
+    starts: list[int] = []
     wanted: list[int] = []
     for row in rows:
+        chunk_start = int(row["chunk_start"]) if row["chunk_start"] is not None else offset
         if row["object"] is not None:
-            chunk_start, chunk_length = int(row["chunk_start"]), int(row["object_length"])
+            chunk_length = int(row["object_length"])
             begin = max(offset, chunk_start) - chunk_start
             stop = min(end, chunk_start + chunk_length) - chunk_start
             fetches.append(
                 asyncio.ensure_future(blocks.read(str(row["object"]), chunk_length, begin, stop - begin))
             )
             wanted.append(stop - begin)
-        elif row["data"]:
-            fetches.append(bytes(row["data"]))
-            wanted.append(len(row["data"]))
+            starts.append(chunk_start)
+        elif in_postgres := read_slice(name, row, offset, max_length):
+            fetches.append(in_postgres)
+            wanted.append(len(in_postgres))
+            starts.append(chunk_start)
     try:
         pieces = [await piece if isinstance(piece, asyncio.Future) else piece for piece in fetches]
     except ChunkMissing:
@@ -49,18 +54,17 @@ async def tiered_pieces(
         for piece in fetches:
             if isinstance(piece, asyncio.Future) and not piece.done():
                 piece.cancel()
-    _check_tiling(name, rows, offset, pieces, wanted)
+    _check_tiling(name, starts, offset, pieces, wanted)
     return tuple(piece for piece in pieces if piece)
 
 
 def _check_tiling(
-    name: str, rows: Sequence[Row], offset: int, pieces: Sequence[bytes], wanted: Sequence[int]
+    name: str, starts: Sequence[int], offset: int, pieces: Sequence[bytes], wanted: Sequence[int]
 ) -> None:
     """The tiers must tile the range with no gap, overlap or short object: a reply built across a
     gap would hand a reader bytes at the wrong offsets, so one is a loud failure instead."""
     position = offset
-    present = (r for r in rows if r["object"] is not None or r["data"])
-    for row, piece, size in zip(present, pieces, wanted, strict=True):
-        if max(int(row["chunk_start"]), offset) != position or len(piece) != size:
+    for chunk_start, piece, size in zip(starts, pieces, wanted, strict=True):
+        if max(chunk_start, offset) != position or len(piece) != size:
             raise StoreUnavailable(f"{name}: the stored chunks do not tile the read at {position}")
         position += len(piece)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from app.ports import Clock
 from app.store import queries
+from app.store.chunk_packing import unpacked
 from app.store.db import Database
 
 _SQL = queries.load("tiering")
@@ -69,7 +70,7 @@ class PgTiering:
         for row in rows:
             if int(row["start_offset"]) != position:
                 break
-            data = bytes(row["data"])
+            data = unpacked(segment, position, bytes(row["data"]), row["lz4_length"])
             offsets.append(position)
             pieces.append(data)
             position += len(data)

@@ -67,6 +67,7 @@ FOR UPDATE;
 -- $7, $8, $9: the segment's container and this store's host and port (app/store/append_fence.py),
 -- all NULL for an unfenced append: a map row naming another store refuses it (`moved`), and the
 -- row stays share-locked until the transaction ends, so the container cannot move meanwhile.
+-- $10: the block's size when $3 holds it packed (app/store/chunk_packing.py), NULL when $3 is it.
 WITH fence AS (
     SELECT host, port FROM container_map WHERE container = $7::int AND $8::text IS NOT NULL
     FOR SHARE
@@ -87,11 +88,11 @@ WITH fence AS (
 ), fresh AS (
     SELECT ok.length FROM ok, attr WHERE attr.previous_value IS NULL OR attr.previous_value < $4::bigint
 ), chunk AS (
-    INSERT INTO segment_chunks (segment, start_offset, data)
-    SELECT $1, fresh.length, $3::bytea FROM fresh WHERE octet_length($3::bytea) > 0
+    INSERT INTO segment_chunks (segment, start_offset, data, lz4_length)
+    SELECT $1, fresh.length, $3::bytea, $10::int FROM fresh WHERE octet_length($3::bytea) > 0
 ), grown AS (
     UPDATE embedded_segments s
-    SET length = fresh.length + octet_length($3::bytea), version = s.version + 1, last_modified = $6
+    SET length = fresh.length + COALESCE($10::int, octet_length($3::bytea)), version = s.version + 1, last_modified = $6
     FROM fresh
     WHERE s.name = $1
     RETURNING s.length
@@ -107,29 +108,33 @@ FROM (SELECT 1) AS one LEFT JOIN seg ON true;
 -- name: read
 -- The segment's row and at most $3 bytes from offset $2 in one snapshot: one row per chunk
 -- overlapping [$2, $2 + $3), in offset order (one row with NULL data and object when none does).
--- A chunk still in PostgreSQL comes sliced (`data`); a chunk in the long-term tier comes as its
--- object's name and length (`object`, `object_length`), and the caller reads the slice from the
--- chunk store. The caller joins the slices: joining them here with string_agg cost PostgreSQL
+-- A chunk still in PostgreSQL comes sliced (`data`), or whole when it is packed (`lz4_length` not
+-- NULL: the caller unpacks and slices it, app/store/chunk_packing.py); a chunk in the long-term
+-- tier comes as its object's name and length (`object`, `object_length`), and the caller reads the
+-- slice from the chunk store. The caller joins the slices: joining them here with string_agg cost PostgreSQL
 -- five times the CPU of the whole read (bench: 4.3 against 0.8 ms per MB). Every slice position
 -- is taken relative to a chunk it overlaps, so it fits the int substring takes; the end of the
 -- range is capped at 2^63 - 1, as a client may put $2 near it.
-SELECT s.kind, s.length, s.start_offset, s.sealed, c.chunk_start, c.data, c.object, c.object_length
+SELECT s.kind, s.length, s.start_offset, s.sealed, c.chunk_start, c.data, c.lz4_length, c.object,
+       c.object_length
 FROM embedded_segments s
 LEFT JOIN LATERAL (
     SELECT c.start_offset AS chunk_start,
-           substring(c.data FROM (GREATEST($2::bigint - c.start_offset, 0) + 1)::int
-                     FOR LEAST($3::bigint - GREATEST(c.start_offset - $2::bigint, 0),
-                               2147483647)::int) AS data,
-           NULL::text AS object, NULL::bigint AS object_length
+           CASE WHEN c.lz4_length IS NULL THEN
+               substring(c.data FROM (GREATEST($2::bigint - c.start_offset, 0) + 1)::int
+                         FOR LEAST($3::bigint - GREATEST(c.start_offset - $2::bigint, 0),
+                                   2147483647)::int)
+           ELSE c.data END AS data,
+           c.lz4_length, NULL::text AS object, NULL::bigint AS object_length
     FROM segment_chunks c
     WHERE c.segment = s.name
       AND c.start_offset < LEAST($2::bigint, 9223372036854775807 - $3::bigint) + $3::bigint
       AND c.start_offset >= COALESCE(
           (SELECT max(h.start_offset) FROM segment_chunks h
            WHERE h.segment = s.name AND h.start_offset <= $2::bigint), 0)
-      AND c.start_offset + octet_length(c.data) > $2::bigint
+      AND c.start_offset + COALESCE(c.lz4_length, octet_length(c.data)) > $2::bigint
     UNION ALL
-    SELECT t.start_offset, NULL::bytea, t.object, t.length
+    SELECT t.start_offset, NULL::bytea, NULL::int, t.object, t.length
     FROM segment_tiered_chunks t
     WHERE t.segment = s.name
       AND t.start_offset < LEAST($2::bigint, 9223372036854775807 - $3::bigint) + $3::bigint
@@ -164,7 +169,7 @@ WITH seg AS (
     WHERE s.name = $1
 ), dropped AS (
     DELETE FROM segment_chunks c USING ok
-    WHERE c.segment = $1 AND c.start_offset < $2 AND c.start_offset + octet_length(c.data) <= $2
+    WHERE c.segment = $1 AND c.start_offset < $2 AND c.start_offset + COALESCE(c.lz4_length, octet_length(c.data)) <= $2
 ), dropped_tiered AS (
     -- Their objects go to tier_garbage (a trigger), collected after a grace.
     DELETE FROM segment_tiered_chunks t USING ok

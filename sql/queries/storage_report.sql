@@ -7,7 +7,7 @@ SELECT s.name, s.kind, s.start_offset, s.length, s.sealed,
        COALESCE(t.bytes, 0) AS tiered_bytes, COALESCE(t.chunks, 0) AS tiered_chunks
 FROM embedded_segments s
 LEFT JOIN LATERAL (
-    SELECT sum(octet_length(c.data))::bigint AS bytes, count(*) AS chunks
+    SELECT sum(COALESCE(c.lz4_length, octet_length(c.data)))::bigint AS bytes, count(*) AS chunks
     FROM segment_chunks c WHERE c.segment = s.name
 ) p ON true
 LEFT JOIN LATERAL (

@@ -4,8 +4,8 @@
 -- name: backlog
 -- Every segment with bytes in PostgreSQL: how many, and whether it is sealed (the storage writer
 -- picks its candidates and each container's backlog from these). octet_length reads a compressed
--- value's size from its header: nothing is decompressed.
-SELECT c.segment, sum(octet_length(c.data))::bigint AS bytes, bool_or(s.sealed) AS sealed,
+-- value's size from its header: nothing is decompressed; a packed chunk's size is its lz4_length.
+SELECT c.segment, sum(COALESCE(c.lz4_length, octet_length(c.data)))::bigint AS bytes, bool_or(s.sealed) AS sealed,
        min(s.kind) AS kind
 FROM segment_chunks c
 JOIN embedded_segments s ON s.name = c.segment
@@ -14,11 +14,12 @@ GROUP BY c.segment;
 
 -- name: chunk_rows
 -- The segment's oldest rows in PostgreSQL, in offset order, until they hold $2 bytes (the row
--- that reaches it included).
-SELECT start_offset, data
+-- that reaches it included); a packed row comes as it is stored, with its lz4_length.
+SELECT start_offset, data, lz4_length
 FROM (
-    SELECT start_offset, data,
-           sum(octet_length(data)) OVER (ORDER BY start_offset) - octet_length(data) AS before
+    SELECT start_offset, data, lz4_length,
+           sum(COALESCE(lz4_length, octet_length(data))) OVER (ORDER BY start_offset)
+               - COALESCE(lz4_length, octet_length(data)) AS before
     FROM segment_chunks
     WHERE segment = $1
 ) r
@@ -56,7 +57,7 @@ WITH intent AS (
 ), moved AS (
     DELETE FROM segment_chunks c
     WHERE c.segment = $1 AND c.start_offset = ANY($2::bigint[]) AND EXISTS (SELECT 1 FROM intent)
-    RETURNING octet_length(c.data) AS bytes
+    RETURNING COALESCE(c.lz4_length, octet_length(c.data)) AS bytes
 )
 SELECT (SELECT count(*) FROM intent) AS intents, count(*) AS rows, COALESCE(sum(bytes), 0)::bigint AS bytes
 FROM moved;

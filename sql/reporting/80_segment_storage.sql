@@ -16,7 +16,7 @@ SELECT split_part(s.name, '/', 1) AS scope,
        COALESCE(t.chunks, 0) AS tiered_chunks
 FROM embedded_segments s
 LEFT JOIN (
-    SELECT segment, sum(octet_length(data))::bigint AS bytes, count(*) AS chunks
+    SELECT segment, sum(COALESCE(lz4_length, octet_length(data)))::bigint AS bytes, count(*) AS chunks
     FROM segment_chunks GROUP BY segment
 ) p ON p.segment = s.name
 LEFT JOIN (

@@ -162,9 +162,11 @@ async def segment_rows(db: asyncpg.Connection) -> dict[int, asyncpg.Record]:
         """
         SELECT s.name, s.start_offset, s.length,
                count(c.*) AS chunks,
-               count(c.*) FILTER (WHERE c.start_offset + octet_length(c.data) <= s.start_offset) AS below,
+               count(c.*) FILTER (
+                   WHERE c.start_offset + COALESCE(c.lz4_length, octet_length(c.data)) <= s.start_offset
+               ) AS below,
                min(c.start_offset) AS first_chunk,
-               coalesce(sum(octet_length(c.data)), 0) AS stored
+               coalesce(sum(COALESCE(c.lz4_length, octet_length(c.data))), 0) AS stored
         FROM embedded_segments s LEFT JOIN segment_chunks c ON c.segment = s.name
         WHERE s.name = ANY($1::text[])
         GROUP BY s.name, s.start_offset, s.length

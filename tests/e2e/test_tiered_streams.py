@@ -94,7 +94,9 @@ async def stream_bytes(db_url: str, stream: str) -> tuple[int, int]:
     try:
         like = f"{SCOPE}/{stream}/%"
         in_pg = await conn.fetchval(
-            "SELECT COALESCE(sum(octet_length(data)), 0) FROM segment_chunks WHERE segment LIKE $1", like
+            "SELECT COALESCE(sum(COALESCE(lz4_length, octet_length(data))), 0) FROM segment_chunks"
+            " WHERE segment LIKE $1",
+            like,
         )
         tiered = await conn.fetchval(
             "SELECT COALESCE(sum(length), 0) FROM segment_tiered_chunks WHERE segment LIKE $1", like

@@ -53,7 +53,9 @@ async def test_setup_waits_for_another_store_s_open_append_and_answers_what_it_c
         committing = other_store.transaction()
         await committing.start()
         sql = queries.load("segment_data")["append"]
-        await other_store.fetchrow(sql, SEG, attribute_uuid(writer), _event(6), 6, None, 0, None, None, None)
+        await other_store.fetchrow(
+            sql, SEG, attribute_uuid(writer), _event(6), 6, None, 0, None, None, None, None
+        )
         again = await Client.connect(client.writer.get_extra_info("peername"))
         try:
             await again.send(wc.SetupAppend(rid(), writer, SEG, ""))

@@ -7,6 +7,7 @@ migrated template, so the migrations themselves build everything that is compare
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -21,8 +22,11 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.segmentstore.storage import AppendRequest
 from app.store import migrate
-from app.store.pool import asyncpg_dsn
+from app.store.pool import asyncpg_dsn, create_pool
+from app.store.segment_data import PgSegmentStorage
+from app.testing.clock import ManualClock
 from migrations import schema
 from tests.support.db import with_database
 
@@ -122,6 +126,48 @@ async def test_downgrade_to_base_then_upgrade_again(empty_db_url: str) -> None:
     assert await user_tables(empty_db_url) == DECLARED_TABLES | {"alembic_version"}
     assert await stamped_revision(empty_db_url) == migrate.head_revision()
     assert await schema_diff(empty_db_url) == []
+
+
+async def test_downgrade_past_0026_unpacks_the_chunks_the_store_packed(empty_db_url: str) -> None:
+    await asyncio.to_thread(migrate.upgrade_to_head, empty_db_url)
+    segment = "scope/stream/0.#epoch.0"
+    text = b"".join(f"e000:{i:08d}|".encode().ljust(1024, b"x") for i in range(300))
+    noise = os.urandom(70_000)
+    pool = await create_pool(empty_db_url, min_size=1, max_size=2)
+    try:
+        storage = PgSegmentStorage(pool, ManualClock(5_000))
+        await storage.create_segment(segment, "stream", 0, 0, 0)
+        await storage.append(AppendRequest(segment, 1, text, 1, 300))
+        await storage.append(AppendRequest(segment, 1, noise, 2, 1))
+        packed = await pool.fetchval("SELECT count(*) FROM segment_chunks WHERE lz4_length IS NOT NULL")
+        assert packed == 1
+    finally:
+        await pool.close()
+
+    await asyncio.to_thread(command.downgrade, migrate.alembic_config(empty_db_url), "0025")
+    conn = await asyncpg.connect(asyncpg_dsn(empty_db_url))
+    try:
+        rows = await conn.fetch(
+            "SELECT data, pg_column_compression(data) AS method FROM segment_chunks ORDER BY start_offset"
+        )
+        columns = await conn.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'segment_chunks'::regclass AND attnum > 0"
+            " AND NOT attisdropped"
+        )
+    finally:
+        await conn.close()
+    # As 0021 stored them: PostgreSQL's lz4 TOAST for what compresses.
+    assert [(bytes(r["data"]), r["method"]) for r in rows] == [(text, "lz4"), (noise, None)]
+    assert "lz4_length" not in {c["attname"] for c in columns}
+
+    await asyncio.to_thread(migrate.upgrade_to_head, empty_db_url)
+    pool = await create_pool(empty_db_url, min_size=1, max_size=2)
+    try:
+        assert (
+            await PgSegmentStorage(pool, ManualClock(5_000)).read(segment, 0, 1 << 20)
+        ).data == text + noise
+    finally:
+        await pool.close()
 
 
 async def test_ensure_schema_on_an_up_to_date_database(db_url: str) -> None:
