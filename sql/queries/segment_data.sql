@@ -92,7 +92,8 @@ WITH fence AS (
     SELECT $1, fresh.length, $3::bytea, $10::int FROM fresh WHERE octet_length($3::bytea) > 0
 ), grown AS (
     UPDATE embedded_segments s
-    SET length = fresh.length + COALESCE($10::int, octet_length($3::bytea)), version = s.version + 1, last_modified = $6
+    SET length = fresh.length + COALESCE($10::int, octet_length($3::bytea)), version = s.version + 1,
+        last_modified = $6
     FROM fresh
     WHERE s.name = $1
     RETURNING s.length
@@ -111,10 +112,10 @@ FROM (SELECT 1) AS one LEFT JOIN seg ON true;
 -- A chunk still in PostgreSQL comes sliced (`data`), or whole when it is packed (`lz4_length` not
 -- NULL: the caller unpacks and slices it, app/store/chunk_packing.py); a chunk in the long-term
 -- tier comes as its object's name and length (`object`, `object_length`), and the caller reads the
--- slice from the chunk store. The caller joins the slices: joining them here with string_agg cost PostgreSQL
--- five times the CPU of the whole read (bench: 4.3 against 0.8 ms per MB). Every slice position
--- is taken relative to a chunk it overlaps, so it fits the int substring takes; the end of the
--- range is capped at 2^63 - 1, as a client may put $2 near it.
+-- slice from the chunk store. The caller joins the slices: joining them here with string_agg cost
+-- PostgreSQL five times the CPU of the whole read (bench: 4.3 against 0.8 ms per MB). Every slice
+-- position is taken relative to a chunk it overlaps, so it fits the int substring takes; the end
+-- of the range is capped at 2^63 - 1, as a client may put $2 near it.
 SELECT s.kind, s.length, s.start_offset, s.sealed, c.chunk_start, c.data, c.lz4_length, c.object,
        c.object_length
 FROM embedded_segments s
@@ -169,7 +170,8 @@ WITH seg AS (
     WHERE s.name = $1
 ), dropped AS (
     DELETE FROM segment_chunks c USING ok
-    WHERE c.segment = $1 AND c.start_offset < $2 AND c.start_offset + COALESCE(c.lz4_length, octet_length(c.data)) <= $2
+    WHERE c.segment = $1 AND c.start_offset < $2
+      AND c.start_offset + COALESCE(c.lz4_length, octet_length(c.data)) <= $2
 ), dropped_tiered AS (
     -- Their objects go to tier_garbage (a trigger), collected after a grace.
     DELETE FROM segment_tiered_chunks t USING ok
