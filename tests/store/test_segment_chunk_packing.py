@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import lz4.block
 import pytest
@@ -137,14 +135,6 @@ async def test_truncation_and_merges_keep_packed_bytes_whole(db: Database) -> No
         8192 + len(in_txn),
         2,
     )
-
-
-@pytest.fixture
-async def chunks(tmp_path: Path) -> AsyncIterator[FileChunkStore]:
-    store = FileChunkStore(tmp_path / "chunks")
-    store.prepare()
-    yield store
-    await store.close()
 
 
 async def test_the_long_term_tier_gets_the_bytes_as_appended(db: Database, chunks: FileChunkStore) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import os
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -35,14 +35,6 @@ GRACE_MS = 60_000
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(5_000)
-
-
-@pytest.fixture
-async def chunks(tmp_path: Path) -> AsyncIterator[FileChunkStore]:
-    store = FileChunkStore(tmp_path / "chunks")
-    store.prepare()
-    yield store
-    await store.close()
 
 
 @pytest.fixture
