@@ -6,9 +6,16 @@ a buffer that large is mapped afresh from the kernel and unmapped when freed (it
 threshold rises only past sizes already freed, and the heap's top is given back once more than
 twice that is free), so each one costs a page fault and a zeroed page per 4 KiB it touches: in a
 catch-up read, serve's own CPU per event read fell from about 2.1 to 1.3 µs once they were reused
-(docs/performance.md, stop 62). Raising the mmap threshold to glibc's maximum and the trim
+(docs/performance.md, stop 62). Raising the mmap threshold above those sizes and the trim
 threshold above it lets a freed buffer be reused in place; the price is that up to
 `TRIM_THRESHOLD_BYTES` of freed memory stays mapped to the process.
+
+Not higher: a buffer above the mmap threshold stays mapped on its own, grows by `mremap` and is
+unmapped when freed, while one below it grows by copying within the heap and leaves holes there.
+A connection's frame buffer grows towards Pravega's largest frame (16 MiB) as its bytes arrive;
+with the threshold at glibc's maximum (32 MiB, stop 62) forty clients stalling in such frames
+cost serve 89-106 MB of RSS (tests/e2e/test_hostile_store_port.py allows 100), at 4 MiB 63-76 MB,
+with glibc's defaults 48-60 MB, and a catch-up read still faults nothing in (stop 63).
 
 An operator's own tuning of glibc's malloc wins: with `MALLOC_MMAP_THRESHOLD_` or
 `MALLOC_TRIM_THRESHOLD_` in the environment, or a `glibc.malloc.` tunable in `GLIBC_TUNABLES`,
@@ -27,10 +34,10 @@ from typing import Final
 _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
 
-# glibc's ceiling for the mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): a request above
-# it is still mapped afresh, and those are rare here (a read reply is at most 2 MiB).
-MMAP_THRESHOLD_BYTES: Final = 32 * 1024 * 1024
-TRIM_THRESHOLD_BYTES: Final = 128 * 1024 * 1024
+# Twice a read reply (at most 2 MiB) and the rows it is built from; what is larger is mapped on
+# its own, as glibc does by default.
+MMAP_THRESHOLD_BYTES: Final = 4 * 1024 * 1024
+TRIM_THRESHOLD_BYTES: Final = 32 * 1024 * 1024
 
 OPERATOR_VARIABLES: Final = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 MALLOC_TUNABLES: Final = "glibc.malloc."
