@@ -113,9 +113,13 @@ def used_since(before: dict[int, float], now: dict[int, float]) -> float:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
 
 
+STEP_PREFIX = "pravega_controller_transactions_"
+
+
 async def rpc_seconds(rest_port: int) -> dict[str, tuple[float, float]]:
-    """(sum of seconds, count) of serve's gRPC latency histogram per method (status OK), from
-    its metrics route; with several processes, the one the connection reaches."""
+    """(sum of seconds, count) of serve's gRPC latency histogram per method (status OK), and of
+    the transaction steps' histograms under their metric names, from its metrics route; with
+    several processes, the one the connection reaches."""
     reader, writer = await asyncio.open_connection("127.0.0.1", rest_port)
     try:
         writer.write(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
@@ -124,6 +128,13 @@ async def rpc_seconds(rest_port: int) -> dict[str, tuple[float, float]]:
         writer.close()
     found: dict[str, list[float]] = {}
     for line in body.splitlines():
+        # The steps inside a transaction's calls (segments created, committed), by metric name.
+        step = line.split(" ", 1)[0]
+        if step.startswith(STEP_PREFIX) and step.endswith(("_latency_seconds_sum", "_latency_seconds_count")):
+            name, value = line.rsplit(" ", 1)
+            slot = 0 if name.endswith("_sum") else 1
+            found.setdefault(name.rsplit("_", 1)[0], [0.0, 0.0])[slot] = float(value)
+            continue
         if line.startswith("pgcontroller_grpc_request_duration_seconds_") and 'status="OK"' in line:
             name, value = line.rsplit(" ", 1)
             method = name.split('method="', 1)[1].split('"', 1)[0]
@@ -495,6 +506,18 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
                              f"x {calls - was_calls:.0f}")  # fmt: skip
     view = "" if args.processes == 1 else " (one process's view)"
     print(f"    serve's time per call{view}: " + (", ".join(served_ms) or "no calls seen"))
+    steps = []
+    for step in ("created_segments", "committed_segments", "committed"):
+        total, calls = rpcs.get(f"{STEP_PREFIX}{step}_latency_seconds", (0.0, 0.0))
+        was_total, was_calls = rpcs_before.get(f"{STEP_PREFIX}{step}_latency_seconds", (0.0, 0.0))
+        if calls > was_calls:
+            steps.append(
+                f"{step} {1000 * (total - was_total) / (calls - was_calls):.1f} ms x {calls - was_calls:.0f}"
+            )
+    print(
+        "    steps (segments created in createTransaction; the commit worker's batches): "
+        + (", ".join(steps) or "none seen")
+    )
     if statements is not None:
         print_statements(statements, committed)
     print("    " + verdict(rate >= 500, ">= 500 committed/s"))
