@@ -1,18 +1,20 @@
 """The data path beside Pravega 0.13 standalone: the same parts, through the same client (Pravega's
 Python client 0.3.8, one process per client), against Pravega standalone and against `serve` from
 this checkout, both running at once on this machine, in one run; each figure for both and the ratio.
-During each round the server not being measured runs at nice 19 (--other-nice), so that its own
-background work takes only the cycles the measured one leaves (bench/_niceness.py; needs root),
-and a round starts only once that server has used under a quarter of a core for half a second
-(at most 30 s of waiting; the round's line says when it waited): what its own last round left it
-to do is not done in the other's.
+During each round the server not being measured is paused (SIGSTOP on every one of its processes,
+SIGCONT after: bench/_pausing.py, which says why), so that each round has the machine to itself;
+`--other niced` runs it at nice 19 instead (--other-nice; bench/_niceness.py; needs root), the
+bench's way until stop 64. A round starts only once that server has used under a quarter of a core
+for half a second (at most 30 s of waiting; the round's line says when it waited): what its own
+last round left it to do is not done in (or paused into) the other's.
 
 Pravega standalone keeps its log and storage in memory, so its acknowledgement is not durable
 where serve's is; `--pravega durable` runs Pravega with its log in a local BookKeeper bookie on the
 same disk instead (bench/_durable_pravega.py), as a production Pravega acknowledges.
 
     .venv/bin/python bench/beside_pravega.py [--quick] [--only PARTS] [--rounds N]
-        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other-nice 19]
+        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other paused|niced]
+        [--other-nice 19]
         [--pravega standalone|durable|durable-grouped]
 
 Every part runs a warm-up round on each server first (the --quick sizes, not counted), then
@@ -88,6 +90,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._beside_servers import PRAVEGA_KINDS, SCOPE, Target, both
 from bench._common import percentile
 from bench._niceness import can_restore, lowered
+from bench._pausing import paused
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENT_TIMEOUT_S = 900.0
@@ -599,6 +602,14 @@ async def quiet_down(others: list[Target]) -> float:
     return time.monotonic() - began
 
 
+@dataclass(frozen=True)
+class OtherServer:
+    """What happens to the server not being measured during the other's rounds."""
+
+    paused: bool
+    nice: int
+
+
 async def run_part(
     name: str,
     part: Part,
@@ -606,15 +617,16 @@ async def run_part(
     sizes: Sizes,
     rounds: int,
     found: dict[str, dict[str, list[float]]],
-    other_nice: int,
+    other: OtherServer,
     failures: list[str],
 ) -> None:
     """A round that fails on a server (its client gave up: a write timed out, a worker died) is
     reported and left out; the part goes on with its other rounds, and the run with its other
     parts. A server whose preparation failed sits the part out."""
 
-    def others_lowered(target: Target) -> AbstractContextManager[None]:
-        return lowered([other.pids for other in targets if other is not target], other_nice)
+    def others_set_aside(target: Target) -> AbstractContextManager[None]:
+        pid_lists = [other.pids for other in targets if other is not target]
+        return paused(pid_lists) if other.paused else lowered(pid_lists, other.nice)
 
     async def attempt(target: Target, what: str, step: Awaitable[Result | None]) -> tuple[bool, Result]:
         """(whether `step` succeeded, its figures)."""
@@ -628,7 +640,7 @@ async def run_part(
 
     ready: list[Target] = []
     for target in targets:
-        with others_lowered(target):
+        with others_set_aside(target):
             if part.prepare is not None:
                 began = time.monotonic()
                 prepared, _ = await attempt(target, "preparation", part.prepare(target, sizes))
@@ -642,11 +654,11 @@ async def run_part(
         for target in order:
             waited = await quiet_down([other for other in targets if other is not target])
             began = time.monotonic()
-            # Both servers run throughout: the one not measured still uses the same two cores
-            # (a JVM's collector, a PostgreSQL's checkpoint or autovacuum), at a low priority
-            # unless --other-nice 0 (bench/_niceness.py); the round shows how much it took.
+            # The one not measured is paused (bench/_pausing.py), or with --other niced still uses
+            # the same two cores (a JVM's collector, a PostgreSQL's checkpoint or autovacuum) at a
+            # low priority unless --other-nice 0; the round shows how much it took.
             others = [(other, other.cpu()) for other in targets if other is not target]
-            with others_lowered(target):
+            with others_set_aside(target):
                 async with target.unsampled() if part.latency else nullcontext():
                     ran, result = await attempt(
                         target, f"round {index + 1}", part.run(target, sizes, f"{name}-r{index}")
@@ -687,9 +699,12 @@ async def main() -> int:
                         help="serve's PostgreSQL (off: acks no longer durable, for reference)")  # fmt: skip
     parser.add_argument("--processes", type=int, default=1,
                         help="serve's --processes: its gRPC and segment store in N processes")  # fmt: skip
+    parser.add_argument("--other", choices=("paused", "niced"), default="paused",
+                        help="the server not being measured, during the other's rounds: paused "
+                        "(default: SIGSTOP, SIGCONT after) or niced (at --other-nice)")  # fmt: skip
     parser.add_argument("--other-nice", type=int, default=19, choices=range(20), metavar="0-19",
-                        help="the nice value of the server not being measured, during the other's "
-                        "rounds (default 19; 0: both at the same priority throughout)")  # fmt: skip
+                        help="with --other niced, the nice value of the server not being measured "
+                        "(default 19; 0: both at the same priority throughout)")  # fmt: skip
     parser.add_argument("--pravega", choices=PRAVEGA_KINDS, default="standalone",
                         help="standalone (default: in-memory log and storage, not durable); durable: "
                         "its log in a local BookKeeper bookie, the journal fsynced as soon as nothing "
@@ -709,9 +724,13 @@ async def main() -> int:
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"  sizes: {sizes}; {rounds} rounds per part after a warm-up round; serve's PostgreSQL "
           f"synchronous_commit={args.synchronous_commit}")  # fmt: skip
-    other_nice = args.other_nice if can_restore() else 0
-    print(f"  the server not being measured runs at nice {other_nice} during the other's rounds"
-          + ("" if other_nice or not args.other_nice else " (lowering it needs root to undo)"))  # fmt: skip
+    other = OtherServer(args.other == "paused", args.other_nice if can_restore() else 0)
+    if other.paused:
+        print("  the server not being measured is paused (SIGSTOP) during the other's rounds")
+    else:
+        unlowered = "" if other.nice or not args.other_nice else " (lowering it needs root to undo)"
+        print(f"  the server not being measured runs at nice {other.nice} during the other's rounds"
+              f"{unlowered}")  # fmt: skip
     began = time.monotonic()
     found: dict[str, dict[str, list[float]]] = {"Pravega": {}, "serve": {}}
     failures: list[str] = []
@@ -719,7 +738,7 @@ async def main() -> int:
         print(f"  servers up in {time.monotonic() - began:.0f} s: "
               + ", ".join(f"{t.name} {t.uri}" for t in targets), flush=True)  # fmt: skip
         for name in names:
-            await run_part(name, PARTS[name], targets, sizes, rounds, found, other_nice, failures)
+            await run_part(name, PARTS[name], targets, sizes, rounds, found, other, failures)
         memory = {t.name: (t.idle_memory_mb, t.peak_memory_mb) for t in targets}
         memory_at_peak = {t.name: t.peak_memory_parts for t in targets if t.peak_memory_parts}
     print()
