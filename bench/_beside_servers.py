@@ -24,6 +24,7 @@ from pathlib import Path
 
 import asyncpg
 from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
 
 from app.api.grpc.proto import controller_pb2 as pb
 from app.api.grpc.proto.controller_grpc import ControllerServiceStub
@@ -39,6 +40,8 @@ SAMPLE_EVERY_S = 0.25
 # figure's precision on a 10 s round, and light enough not to load the server it waits for.
 COMMIT_POLL_S = 0.02
 READY_TIMEOUT_S = 60.0
+# After a pause, how long a server may take to answer a stream's creation again.
+RESUMED_TIMEOUT_S = 60.0
 
 
 def _int64(value: int) -> int:
@@ -78,6 +81,7 @@ class Target:
     memory_parts: Callable[[], dict[str, float]] | None = None
     peak_memory_parts: dict[str, float] = field(default_factory=dict)
     _sampler: asyncio.Task[None] | None = field(default=None, repr=False)
+    _resumes: int = field(default=0, repr=False)
 
     def cpu(self) -> dict[int, float]:
         return {pid: cpu_seconds(pid) for pid in self.pids()}
@@ -96,6 +100,27 @@ class Target:
         )
         if status.status != pb.CreateStreamStatus.SUCCESS:
             raise RuntimeError(f"{self.name}: createStream {stream}: {status}")
+
+    async def answering_after_pause(self) -> dict[str, float]:
+        """`waited_s`: seconds until a stream's creation and deletion succeed. Pravega standalone's first
+        createStream after a pause of half a minute fails INTERNAL (its controller's ZooKeeper
+        session, in the same JVM, expired while every thread was stopped; its next calls
+        succeed, at its usual speed): so a resumed server is asked once before it is measured."""
+        began = time.monotonic()
+        self._resumes += 1
+        stream = f"resumed-{self._resumes}"
+        while True:
+            try:
+                await self.create_stream(stream)
+                await self.delete_stream(stream)
+                return {"waited_s": time.monotonic() - began}
+            except (GRPCError, RuntimeError):
+                if time.monotonic() - began > RESUMED_TIMEOUT_S:
+                    raise
+                # A failed creation may have created it: deleted before the next attempt.
+                with suppress(GRPCError, RuntimeError):
+                    await self.delete_stream(stream)
+                await asyncio.sleep(0.5)
 
     async def commits_completed(self, stream: str, txn_ids: list[int], timeout_s: float) -> float:
         """Waits until each transaction of `txn_ids` is COMMITTED (a commit that returned has only

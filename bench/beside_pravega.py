@@ -638,9 +638,20 @@ async def run_part(
             print(f"  FAILED: {failure}", flush=True)
             return False, {}
 
+    async def answering(target: Target) -> bool:
+        """A server that was paused answers before it is measured (Target.answering_after_pause)."""
+        if not other.paused:
+            return True
+        answered, figures = await attempt(target, "resumption", target.answering_after_pause())
+        if answered and figures["waited_s"] > 1.0:
+            print(f"  {name}: {target.name} answered {figures['waited_s']:.1f} s after its pause", flush=True)
+        return answered
+
     ready: list[Target] = []
     for target in targets:
         with others_set_aside(target):
+            if not await answering(target):
+                continue
             if part.prepare is not None:
                 began = time.monotonic()
                 prepared, _ = await attempt(target, "preparation", part.prepare(target, sizes))
@@ -652,13 +663,15 @@ async def run_part(
     for index in range(rounds):
         order = ready if index % 2 == 0 else ready[::-1]
         for target in order:
-            waited = await quiet_down([other for other in targets if other is not target])
-            began = time.monotonic()
+            waited = await quiet_down([server for server in targets if server is not target])
             # The one not measured is paused (bench/_pausing.py), or with --other niced still uses
             # the same two cores (a JVM's collector, a PostgreSQL's checkpoint or autovacuum) at a
             # low priority unless --other-nice 0; the round shows how much it took.
-            others = [(other, other.cpu()) for other in targets if other is not target]
             with others_set_aside(target):
+                if not await answering(target):
+                    continue
+                began = time.monotonic()
+                others = [(server, server.cpu()) for server in targets if server is not target]
                 async with target.unsampled() if part.latency else nullcontext():
                     ran, result = await attempt(
                         target, f"round {index + 1}", part.run(target, sizes, f"{name}-r{index}")
@@ -670,8 +683,8 @@ async def run_part(
                 found[target.name].setdefault(key, []).append(value)
             summary = ", ".join(f"{key} {value:.4g}" for key, value in result.items())
             meanwhile = ", ".join(
-                f"meanwhile {other.name} used {100 * other.cpu_used_since(cpu) / took:.0f}% of a core"
-                for other, cpu in others
+                f"meanwhile {server.name} used {100 * server.cpu_used_since(cpu) / took:.0f}% of a core"
+                for server, cpu in others
             )
             if waited > QUIET_WINDOW_S * 1.5:
                 meanwhile = f"started after {waited:.1f} s for the other to quiet down; {meanwhile}"
