@@ -105,14 +105,17 @@ class Target:
         """`waited_s`: seconds until a stream's creation and deletion succeed. Pravega standalone's first
         createStream after a pause of half a minute fails INTERNAL (its controller's ZooKeeper
         session, in the same JVM, expired while every thread was stopped; its next calls
-        succeed, at its usual speed): so a resumed server is asked once before it is measured."""
+        succeed, at its usual speed): so a resumed server is asked once before it is measured.
+        TimeoutError when a call does not return."""
         began = time.monotonic()
         self._resumes += 1
         stream = f"resumed-{self._resumes}"
         while True:
             try:
-                await self.create_stream(stream)
-                await self.delete_stream(stream)
+                # A call that hangs (seen once on a Pravega resumed many times) ends the round.
+                async with asyncio.timeout(RESUMED_TIMEOUT_S):
+                    await self.create_stream(stream)
+                    await self.delete_stream(stream)
                 return {"waited_s": time.monotonic() - began}
             except (GRPCError, RuntimeError):
                 if time.monotonic() - began > RESUMED_TIMEOUT_S:

@@ -1,19 +1,20 @@
 """The data path beside Pravega 0.13 standalone: the same parts, through the same client (Pravega's
 Python client 0.3.8, one process per client), against Pravega standalone and against `serve` from
 this checkout, both running at once on this machine, in one run; each figure for both and the ratio.
-During each round the server not being measured is paused (SIGSTOP on every one of its processes,
-SIGCONT after: bench/_pausing.py, which says why), so that each round has the machine to itself;
-`--other niced` runs it at nice 19 instead (--other-nice; bench/_niceness.py; needs root), the
-bench's way until stop 64. A round starts only once that server has used under a quarter of a core
-for half a second (at most 30 s of waiting; the round's line says when it waited): what its own
-last round left it to do is not done in (or paused into) the other's.
+During each round the server not being measured runs at nice 19 (--other-nice), so that its own
+background work takes only the cycles the measured one leaves (bench/_niceness.py; needs root);
+`--other paused` stops it instead (SIGSTOP on every one of its processes, SIGCONT after:
+bench/_pausing.py, which says what that shows and what it does to Pravega). A round starts only
+once that server has used under a quarter of a core for half a second (at most 30 s of waiting;
+the round's line says when it waited): what its own last round left it to do is not done in (or
+paused into) the other's.
 
 Pravega standalone keeps its log and storage in memory, so its acknowledgement is not durable
 where serve's is; `--pravega durable` runs Pravega with its log in a local BookKeeper bookie on the
 same disk instead (bench/_durable_pravega.py), as a production Pravega acknowledges.
 
     .venv/bin/python bench/beside_pravega.py [--quick] [--only PARTS] [--rounds N]
-        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other paused|niced]
+        [--events 100000] [--catch-up-mb 200] [--synchronous-commit on|off] [--other niced|paused]
         [--other-nice 19]
         [--pravega standalone|durable|durable-grouped]
 
@@ -73,6 +74,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -712,9 +714,10 @@ async def main() -> int:
                         help="serve's PostgreSQL (off: acks no longer durable, for reference)")  # fmt: skip
     parser.add_argument("--processes", type=int, default=1,
                         help="serve's --processes: its gRPC and segment store in N processes")  # fmt: skip
-    parser.add_argument("--other", choices=("paused", "niced"), default="paused",
-                        help="the server not being measured, during the other's rounds: paused "
-                        "(default: SIGSTOP, SIGCONT after) or niced (at --other-nice)")  # fmt: skip
+    parser.add_argument("--other", choices=("niced", "paused"), default="niced",
+                        help="the server not being measured, during the other's rounds: niced "
+                        "(default, at --other-nice) or paused (SIGSTOP, SIGCONT after; see "
+                        "bench/_pausing.py for what it does to Pravega)")  # fmt: skip
     parser.add_argument("--other-nice", type=int, default=19, choices=range(20), metavar="0-19",
                         help="with --other niced, the nice value of the server not being measured "
                         "(default 19; 0: both at the same priority throughout)")  # fmt: skip
@@ -779,5 +782,19 @@ async def main() -> int:
     return 1 if failures else 0
 
 
+async def until_terminated() -> int:
+    """main(), cancelled by SIGTERM (`timeout`, a CI's kill) as by Ctrl-C: every server is then
+    stopped, and one paused or niced for a round is set back first (a process killed outright
+    would leave a paused PostgreSQL stopped for good)."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await main()
+    except asyncio.CancelledError:
+        print("terminated: servers stopped", flush=True)
+        return 143
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(until_terminated()))
