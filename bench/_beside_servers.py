@@ -102,8 +102,8 @@ class Target:
             raise RuntimeError(f"{self.name}: createStream {stream}: {status}")
 
     async def answering_after_pause(self) -> dict[str, float]:
-        """`waited_s`: seconds until a stream's creation and deletion succeed. Pravega standalone's first
-        createStream after a pause of half a minute fails INTERNAL (its controller's ZooKeeper
+        """`waited_s`: seconds until a stream's creation and deletion succeed. Pravega standalone's
+        first createStream after a pause of half a minute fails INTERNAL (its controller's ZooKeeper
         session, in the same JVM, expired while every thread was stopped; its next calls
         succeed, at its usual speed): so a resumed server is asked once before it is measured.
         TimeoutError when a call does not return."""
@@ -121,8 +121,9 @@ class Target:
                 if time.monotonic() - began > RESUMED_TIMEOUT_S:
                     raise
                 # A failed creation may have created it: deleted before the next attempt.
-                with suppress(GRPCError, RuntimeError):
-                    await self.delete_stream(stream)
+                with suppress(GRPCError, RuntimeError, TimeoutError):
+                    async with asyncio.timeout(RESUMED_TIMEOUT_S):
+                        await self.delete_stream(stream)
                 await asyncio.sleep(0.5)
 
     async def commits_completed(self, stream: str, txn_ids: list[int], timeout_s: float) -> float:

@@ -627,7 +627,7 @@ async def run_part(
     parts. A server whose preparation failed sits the part out."""
 
     def others_set_aside(target: Target) -> AbstractContextManager[None]:
-        pid_lists = [other.pids for other in targets if other is not target]
+        pid_lists = [server.pids for server in targets if server is not target]
         return paused(pid_lists) if other.paused else lowered(pid_lists, other.nice)
 
     async def attempt(target: Target, what: str, step: Awaitable[Result | None]) -> tuple[bool, Result]:
@@ -666,9 +666,9 @@ async def run_part(
         order = ready if index % 2 == 0 else ready[::-1]
         for target in order:
             waited = await quiet_down([server for server in targets if server is not target])
-            # The one not measured is paused (bench/_pausing.py), or with --other niced still uses
-            # the same two cores (a JVM's collector, a PostgreSQL's checkpoint or autovacuum) at a
-            # low priority unless --other-nice 0; the round shows how much it took.
+            # The one not measured still uses the same two cores (a JVM's collector, a PostgreSQL's
+            # checkpoint or autovacuum), at a low priority unless --other-nice 0, or is stopped with
+            # --other paused (bench/_pausing.py); the round shows how much it took.
             with others_set_aside(target):
                 if not await answering(target):
                     continue
