@@ -497,23 +497,25 @@ async def transactions(s: Setup, args: argparse.Namespace) -> None:
         f"    CPU per committed transaction: serve {1000 * serve_used / committed:.2f} ms, PostgreSQL "
         f"{1000 * pg_used / committed:.2f} ms, clients {1000 * clients_used / committed:.2f} ms"
     )
-    served_ms = []
-    for method in ("createTransaction", "commitTransaction", "getURI", "pingTransaction"):
-        total, calls = rpcs.get(method, (0.0, 0.0))
-        was_total, was_calls = rpcs_before.get(method, (0.0, 0.0))
-        if calls > was_calls:
-            served_ms.append(f"{method} {1000 * (total - was_total) / (calls - was_calls):.1f} ms "
-                             f"x {calls - was_calls:.0f}")  # fmt: skip
+
+    def mean_since(key: str, label: str) -> str | None:
+        """`label`'s mean time and count since the run began, or None without calls meanwhile."""
+        total, calls = rpcs.get(key, (0.0, 0.0))
+        was_total, was_calls = rpcs_before.get(key, (0.0, 0.0))
+        if calls <= was_calls:
+            return None
+        return f"{label} {1000 * (total - was_total) / (calls - was_calls):.1f} ms x {calls - was_calls:.0f}"
+
+    methods = ("createTransaction", "commitTransaction", "getURI", "pingTransaction")
+    served_ms = [line for m in methods if (line := mean_since(m, m)) is not None]
     view = "" if args.processes == 1 else " (one process's view)"
     print(f"    serve's time per call{view}: " + (", ".join(served_ms) or "no calls seen"))
-    steps = []
-    for step in ("created_segments", "committed_segments", "committed"):
-        total, calls = rpcs.get(f"{STEP_PREFIX}{step}_latency_seconds", (0.0, 0.0))
-        was_total, was_calls = rpcs_before.get(f"{STEP_PREFIX}{step}_latency_seconds", (0.0, 0.0))
-        if calls > was_calls:
-            steps.append(
-                f"{step} {1000 * (total - was_total) / (calls - was_calls):.1f} ms x {calls - was_calls:.0f}"
-            )
+    step_names = ("created_segments", "committed_segments", "committed")
+    steps = [
+        line
+        for step in step_names
+        if (line := mean_since(f"{STEP_PREFIX}{step}_latency_seconds", step)) is not None
+    ]
     print(
         "    steps (segments created in createTransaction; the commit worker's batches): "
         + (", ".join(steps) or "none seen")
